@@ -1,0 +1,29 @@
+from django.conf import settings
+from django.db import models
+
+from console.tokens import NewToken, make_token
+
+
+class ApiToken(models.Model):
+    """A researcher's bearer token for /api/v1/. Shown once; stored as prefix + digest."""
+
+    KIND = "gqc"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, default="default")
+    prefix = models.CharField(max_length=8, unique=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} / {self.name} ({self.prefix})"
+
+    @classmethod
+    def issue(cls, user, name: str = "default") -> tuple["ApiToken", str]:
+        new: NewToken = make_token(cls.KIND)
+        token = cls.objects.create(user=user, name=name, prefix=new.prefix, digest=new.digest)
+        return token, new.plain

@@ -1,0 +1,187 @@
+"""Settings from the environment.
+
+Embedded default (no variables set): SQLite in ./var, in-process loops, DEBUG on.
+Production (`CONSOLE_ENV=production`): requires SECRET_KEY and ALLOWED_HOSTS, secure cookies,
+HSTS; PostgreSQL via DATABASE_URL and Celery via REDIS_URL.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from console.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("CONSOLE_VAR_DIR", str(BASE_DIR / "var")))
+
+CONSOLE_ENV = env_str("CONSOLE_ENV", "development")
+if CONSOLE_ENV not in {"development", "production", "test"}:
+    raise ImproperlyConfigured(
+        f"CONSOLE_ENV must be development, production or test, got {CONSOLE_ENV!r}"
+    )
+PRODUCTION = CONSOLE_ENV == "production"
+
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if PRODUCTION:
+        raise ImproperlyConfigured("SECRET_KEY must be set when CONSOLE_ENV=production")
+    SECRET_KEY = "dev-only-insecure-key-never-use-in-production-0123456789abcdefghij"
+
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["*"])
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS must be set when CONSOLE_ENV=production")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "console",
+    "quotas",
+    "agents",
+    "jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+WSGI_APPLICATION = "console.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env_str("SQLITE_PATH", str(VAR_DIR / "console.sqlite3")),
+            # WAL lets the agent API, the web pages and the loops read while one writes;
+            # IMMEDIATE transactions take the write lock up front instead of failing
+            # half-way with "database is locked".
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": env_str("SQLITE_TEST_PATH", str(VAR_DIR / "test.sqlite3"))},
+        }
+    }
+IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "jobs:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+
+# Security: strict in production, relaxed for the local embedded console.
+SESSION_COOKIE_SECURE = PRODUCTION
+CSRF_COOKIE_SECURE = PRODUCTION
+SESSION_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = PRODUCTION and env_bool("SECURE_SSL_REDIRECT", True)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if PRODUCTION else None
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = PRODUCTION
+SECURE_HSTS_PRELOAD = PRODUCTION
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+# The agent API is called by machines with bearer tokens, never by a browser with cookies.
+SILENCED_SYSTEM_CHECKS: list[str] = []
+
+# Background work: "celery" (production, needs REDIS_URL), "inprocess" (embedded default:
+# threads started by `manage.py run_console`), or "eager" (tests: run right after commit).
+REDIS_URL = env_str("REDIS_URL")
+CONSOLE_LOOPS = env_str("CONSOLE_LOOPS", "celery" if REDIS_URL else "inprocess")
+if CONSOLE_ENV == "test" and "CONSOLE_LOOPS" not in __import__("os").environ:
+    CONSOLE_LOOPS = "eager"
+if CONSOLE_LOOPS not in {"celery", "inprocess", "eager"}:
+    raise ImproperlyConfigured(
+        f"CONSOLE_LOOPS must be celery, inprocess or eager, not {CONSOLE_LOOPS!r}"
+    )
+if CONSOLE_LOOPS == "celery" and not REDIS_URL:
+    raise ImproperlyConfigured("CONSOLE_LOOPS=celery needs REDIS_URL")
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = False  # tasks are triggers: a lost one is repaired by beat
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+# Scheduling and monitoring cadence (seconds).
+SCHEDULER_INTERVAL = env_int("SCHEDULER_INTERVAL", 5, minimum=1)
+MONITOR_INTERVAL = env_int("MONITOR_INTERVAL", 5, minimum=1)
+
+# Agent protocol.
+AGENT_HEARTBEAT_INTERVAL = env_int("AGENT_HEARTBEAT_INTERVAL", 5, minimum=1)
+# A node whose heartbeat is this late is NotReady (its workers Unknown).
+NODE_NOT_READY_AFTER = env_int("NODE_NOT_READY_AFTER", 30, minimum=1)
+# ... and after this long it is Lost (its workers Lost).
+NODE_LOST_TIMEOUT = env_int("NODE_LOST_TIMEOUT", 300, minimum=1)
+BOOTSTRAP_TOKEN_TTL = env_int("BOOTSTRAP_TOKEN_TTL", 24 * 3600, minimum=60)
+DEFAULT_STOP_GRACE = env_int("DEFAULT_STOP_GRACE", 30, minimum=0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

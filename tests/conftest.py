@@ -1,0 +1,96 @@
+"""Shared fixtures: a tenant with workspaces, quotas, users of each role, and GPU nodes."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from agents.models import GpuDevice, Node, NodeState
+from console.models import ApiToken
+from quotas.models import Membership, Quota, ResourceType, Role, Tenant, Workspace
+
+
+@pytest.fixture
+def tenant(db):
+    return Tenant.objects.create(name="acme")
+
+
+@pytest.fixture
+def workspace(tenant):
+    return Workspace.objects.create(tenant=tenant, name="vision")
+
+
+@pytest.fixture
+def other_workspace(tenant):
+    return Workspace.objects.create(tenant=tenant, name="speech")
+
+
+@pytest.fixture
+def quota(tenant, workspace):
+    q = Quota.objects.create(
+        tenant=tenant, name="team-a", resource_type=ResourceType.LINGJUN, gpu_type="H200", gpus=16
+    )
+    workspace.quotas.add(q)
+    return q
+
+
+@pytest.fixture
+def other_quota(tenant, other_workspace):
+    q = Quota.objects.create(
+        tenant=tenant, name="team-b", resource_type=ResourceType.LINGJUN, gpu_type="H200", gpus=8
+    )
+    other_workspace.quotas.add(q)
+    return q
+
+
+def make_user(username: str, workspace=None, role: str = Role.RESEARCHER, **extra):
+    user = get_user_model().objects.create_user(
+        username=username, password="correct-horse-battery", **extra
+    )
+    if workspace is not None:
+        Membership.objects.create(workspace=workspace, user=user, role=role)
+    return user
+
+
+@pytest.fixture
+def researcher(workspace):
+    return make_user("alice", workspace)
+
+
+@pytest.fixture
+def colleague(workspace):
+    return make_user("bob", workspace)
+
+
+@pytest.fixture
+def outsider(other_workspace):
+    return make_user("mallory", other_workspace)
+
+
+@pytest.fixture
+def api_token(researcher):
+    _, plain = ApiToken.issue(researcher)
+    return plain
+
+
+def make_node(name: str = "node-0", gpus: int = 8, gpu_type: str = "H200", **extra) -> Node:
+    node = Node.objects.create(
+        name=name,
+        resource_type=extra.pop("resource_type", ResourceType.LINGJUN),
+        gpu_type=gpu_type,
+        gpus=gpus,
+        cpus=extra.pop("cpus", 128),
+        memory_gb=extra.pop("memory_gb", 1024),
+        state=extra.pop("state", NodeState.READY),
+        last_heartbeat_at=timezone.now(),
+        **extra,
+    )
+    GpuDevice.objects.bulk_create(
+        GpuDevice(node=node, index=i, uuid=f"GPU-{name}-{i}", name=f"NVIDIA {gpu_type}")
+        for i in range(gpus)
+    )
+    return node
+
+
+@pytest.fixture
+def node(db):
+    return make_node()
