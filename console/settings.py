@@ -117,6 +117,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# The embedded console serves static files itself (no collectstatic step needed).
+WHITENOISE_USE_FINDERS = not PRODUCTION
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -146,8 +148,6 @@ SILENCED_SYSTEM_CHECKS: list[str] = []
 # threads started by `manage.py run_console`), or "eager" (tests: run right after commit).
 REDIS_URL = env_str("REDIS_URL")
 CONSOLE_LOOPS = env_str("CONSOLE_LOOPS", "celery" if REDIS_URL else "inprocess")
-if CONSOLE_ENV == "test" and "CONSOLE_LOOPS" not in __import__("os").environ:
-    CONSOLE_LOOPS = "eager"
 if CONSOLE_LOOPS not in {"celery", "inprocess", "eager"}:
     raise ImproperlyConfigured(
         f"CONSOLE_LOOPS must be celery, inprocess or eager, not {CONSOLE_LOOPS!r}"

@@ -1,0 +1,20 @@
+# One image for the console (web, celery worker, celery beat) and the node agent.
+FROM python:3.12-slim AS base
+ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+RUN useradd --create-home --uid 10001 console
+COPY pyproject.toml README.md ./
+COPY console ./console
+COPY quotas ./quotas
+COPY jobs ./jobs
+COPY agents ./agents
+COPY templates ./templates
+COPY static ./static
+COPY manage.py ./
+RUN pip install . \
+ && CONSOLE_ENV=production SECRET_KEY=build-only ALLOWED_HOSTS=build \
+    python manage.py collectstatic --noinput
+ENV CONSOLE_ENV=production CONSOLE_VAR_DIR=/app/var
+USER console
+EXPOSE 8000
+CMD ["gunicorn", "console.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "4", "--threads", "4", "--access-logfile", "-"]

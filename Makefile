@@ -1,0 +1,38 @@
+# The two commands: `make run` (the console on one machine) and `make test` (the suite).
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+
+.PHONY: run test venv lint format check bench clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+## make run: migrate SQLite, create demo data, start web + loops + a local agent (8 fake H200)
+run: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py run_console $(RUN_ARGS)
+
+## make test: the whole suite (PostgreSQL when DATABASE_URL is set, else SQLite)
+test: venv
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: venv
+	$(PY) bench/scheduler.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,95 @@
+"""The agent's state dir: its registration and the pods it has launched.
+
+`node.json` holds the node id and token (mode 0600). `workers.json` records every pod the
+agent launched, written *before* the launch, so that no crash or restart can lead to a pod
+being launched twice (DESIGN §9, "duplicate workers"). Both are replaced atomically.
+"""
+
+import fcntl
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+KEEP_FINISHED = 1000  # finished pod ids remembered (never launched again)
+
+
+class AgentConfigError(Exception):
+    """The agent cannot start as configured (exit status 2)."""
+
+
+@dataclass
+class LaunchRecord:
+    attempt: int
+    finished: bool = False  # its exit has been reported to the console
+    # Why it ended, when the worker's own exit code does not tell (never launched, launch
+    # failed, stopped because the agent shut down, vanished with a previous agent run).
+    error: str = ""
+    # The exit as reported, kept so it can be reported again if the console still lists
+    # the pod (it did not manage to apply the report): {"exit_code", "error", "container_id"}.
+    final: dict | None = None
+
+
+def _write_private(path: Path, payload: dict) -> None:
+    """Atomically replace `path` with JSON readable only by the agent's user."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class StateStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.identity_path = self.dir / "node.json"
+        self.workers_path = self.dir / "workers.json"
+        self._lock_file = None
+
+    def lock(self) -> None:
+        """One agent per state dir: two would both launch every desired worker."""
+        f = open(self.dir / "agent.lock", "w")  # noqa: SIM115 - held for the agent's life
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise AgentConfigError(f"another agent is running with state dir {self.dir}") from None
+        self._lock_file = f
+
+    def unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # closing the file releases the lock
+            self._lock_file = None
+
+    def load_identity(self) -> dict | None:
+        try:
+            data = json.loads(self.identity_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise AgentConfigError(f"cannot read {self.identity_path}: {exc}") from exc
+        return data if isinstance(data, dict) and data.get("node_token") else None
+
+    def save_identity(self, identity: dict) -> None:
+        _write_private(self.identity_path, identity)
+
+    def load_launched(self) -> dict[int, LaunchRecord]:
+        try:
+            data = json.loads(self.workers_path.read_text())
+            return {int(k): LaunchRecord(**v) for k, v in data["launched"].items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # Refuse to guess: an unreadable record could mean launching a worker twice.
+            raise AgentConfigError(f"cannot read {self.workers_path}: {exc}") from exc
+
+    def save_launched(self, launched: dict[int, LaunchRecord]) -> None:
+        finished = [k for k, r in launched.items() if r.finished]
+        for pod_id in finished[: max(0, len(finished) - KEEP_FINISHED)]:
+            del launched[pod_id]
+        _write_private(
+            self.workers_path, {"launched": {str(k): asdict(r) for k, r in launched.items()}}
+        )

@@ -1,0 +1,14 @@
+"""Mounted at /api/v1/agent/ by console/urls.py."""
+
+from django.urls import path, re_path
+
+from agents import views
+
+app_name = "agents"
+
+urlpatterns = [
+    path("register/", views.register, name="register"),
+    path("heartbeat/", views.heartbeat, name="heartbeat"),
+    path("logs/", views.logs, name="logs"),
+    re_path(r"^(?P<path>.*)$", views.not_found),
+]

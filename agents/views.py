@@ -1,0 +1,104 @@
+"""The agent API (DESIGN §7): JSON over HTTPS, bearer tokens, strict schemas.
+
+These endpoints are called by machines with bearer tokens, never by a browser with a session
+cookie, so they are the only views exempt from CSRF. Errors are JSON:
+`{"error": {"code", "message", "field"}}` with 400/401/403/404/405/413.
+"""
+
+import logging
+from collections.abc import Callable
+from functools import wraps
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import BaseModel, ValidationError
+
+from agents import services
+from agents.auth import AgentApiError, authenticate_node, bearer_token
+from agents.protocol import Heartbeat, LogBatch, RegisterRequest, RegisterResponse
+
+log = logging.getLogger(__name__)
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+    response = JsonResponse(
+        {"error": {"code": code, "message": message, "field": field}}, status=status
+    )
+    if status == 405:
+        response["Allow"] = "POST"
+    return response
+
+
+def _ok(model: BaseModel) -> HttpResponse:
+    return HttpResponse(model.model_dump_json(), content_type="application/json")
+
+
+def agent_endpoint(view: Callable[[HttpRequest], HttpResponse]):
+    """POST only, CSRF-exempt (bearer-token machine endpoint), errors as JSON."""
+
+    @csrf_exempt
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if request.method != "POST":
+            return _error(405, "method_not_allowed", "use POST")
+        try:
+            return view(request, *args, **kwargs)
+        except AgentApiError as exc:
+            return _error(exc.status, exc.code, exc.message, exc.field)
+
+    return wrapper
+
+
+def _parse[M: BaseModel](request: HttpRequest, schema: type[M]) -> M:
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise AgentApiError(
+            413, "too_large", "request body too large; send smaller batches"
+        ) from None
+    try:
+        return schema.model_validate_json(body)
+    except ValidationError as exc:
+        # The first error, with its location; never echo the input back.
+        first = exc.errors(include_input=False, include_url=False)[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        code = "invalid_json" if first["type"] == "json_invalid" else "invalid"
+        raise AgentApiError(400, code, first["msg"], field) from None
+
+
+@agent_endpoint
+def register(request: HttpRequest) -> HttpResponse:
+    plain = bearer_token(request)
+    req = _parse(request, RegisterRequest)
+    node, token = services.register_node(plain, req, timezone.now())
+    return _ok(
+        RegisterResponse(
+            node_id=node.pk, node_token=token, heartbeat_interval=services.heartbeat_interval()
+        )
+    )
+
+
+@agent_endpoint
+def heartbeat(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()  # receive time, before any work: the node was alive at this moment
+    node = authenticate_node(request)
+    hb = _parse(request, Heartbeat)
+    return _ok(services.record_heartbeat(node, hb, now))
+
+
+@agent_endpoint
+def logs(request: HttpRequest) -> HttpResponse:
+    node = authenticate_node(request)
+    batch = _parse(request, LogBatch)
+    return _ok(services.store_logs(node, batch, timezone.now()))
+
+
+_ENDPOINTS = ("register", "heartbeat", "logs")
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    hint = f"; did you mean {path}/ ?" if path in _ENDPOINTS else ""
+    return _error(404, "not_found", f"no such agent endpoint{hint}")

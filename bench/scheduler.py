@@ -1,0 +1,330 @@
+"""Scheduler benchmark: plan() on synthetic clusters, and (--db) the whole DB cycle.
+
+    .venv/bin/python bench/scheduler.py                 # plan() at three sizes
+    .venv/bin/python bench/scheduler.py --db            # run_cycle on DATABASE_URL's server
+    .venv/bin/python bench/scheduler.py --db --db-nodes 500 --db-jobs 5000
+    .venv/bin/python bench/scheduler.py --sizes small --repeat 5
+
+The --db mode creates a throw-away database next to the configured one (SQLite:
+var/bench_scheduler.sqlite3; PostgreSQL: bench_scheduler_<name>), fills it, measures, and
+drops it: the configured database is never written.
+"""
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, Snapshot  # noqa: E402
+from jobs.scheduler.plan import plan  # noqa: E402
+from jobs.statuses import JobStatus  # noqa: E402
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+POOLS = [("Lingjun", "H200"), ("Lingjun", "H100"), ("General-purpose", "A100")]
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    nodes: int
+    jobs: int
+    quotas: int
+    gpus_per_node: int = 8
+
+
+SIZES = {
+    "small": Size("small", nodes=100, jobs=1_000, quotas=10),
+    "medium": Size("medium", nodes=2_000, jobs=10_000, quotas=200),
+    "large": Size("large", nodes=5_000, jobs=50_000, quotas=500),
+}
+DB_SIZE = Size("db", nodes=200, jobs=2_000, quotas=20)
+
+# (workers, GPUs per worker) with weights: mostly single-node jobs, some 8-GPU gangs.
+SHAPES = [((1, 1), 30), ((1, 2), 15), ((1, 4), 15), ((1, 8), 20), ((2, 8), 10), ((4, 8), 10)]
+
+
+def _busy_gpus(rng: random.Random, gpus: int) -> int:
+    """A cluster that is about 60% busy, fragmented the way real ones are."""
+    return rng.choice([0, 0, gpus // 4, gpus // 2, gpus // 2, 3 * gpus // 4, gpus, gpus])
+
+
+def synthetic_snapshot(size: Size, seed: int = 1, quota_factor: float = 1.0) -> Snapshot:
+    """A fragmented cluster and a queue. quota_factor scales every quota: at 1 the quotas
+    share the cluster and most waiting jobs are quota-bound; at 100 nearly every job goes
+    through placement and waits for GPUs (the placement path's worst case)."""
+    rng = random.Random(seed)
+    nodes = []
+    capacity = dict.fromkeys(POOLS, 0)
+    for i in range(size.nodes):
+        resource_type, gpu_type = POOLS[i % len(POOLS)]
+        busy = _busy_gpus(rng, size.gpus_per_node)
+        free = tuple(sorted(rng.sample(range(size.gpus_per_node), size.gpus_per_node - busy)))
+        capacity[(resource_type, gpu_type)] += size.gpus_per_node
+        nodes.append(
+            NodeSnap(
+                id=i + 1,
+                name=f"node-{i}",
+                gpu_type=gpu_type,
+                resource_type=resource_type,
+                free_gpu_indices=free,
+                gpus=size.gpus_per_node,
+                free_cpus=128 - busy * 12,
+                free_memory_gb=2048 - busy * 200,
+                schedulable=rng.random() > 0.02,
+                unschedulable_reason="cordoned",
+            )
+        )
+    quotas = []
+    for q in range(size.quotas):
+        pool = POOLS[q % len(POOLS)]
+        in_pool = len(range(q % len(POOLS), size.quotas, len(POOLS)))
+        share = int(capacity[pool] * quota_factor) // max(1, in_pool)
+        quotas.append(
+            QuotaSnap(
+                id=q + 1,
+                name=f"quota-{q}",
+                tenant_id=1 + q % 5,
+                resource_type=pool[0],
+                gpu_type=pool[1],
+                gpus=share,
+                used_gpus=int(share * rng.uniform(0.3, 0.8)),
+            )
+        )
+    shapes, weights = zip(*SHAPES, strict=True)
+    jobs = []
+    for j in range(size.jobs):
+        workers, gpus = rng.choices(shapes, weights)[0]
+        jobs.append(
+            JobSnap(
+                id=j + 1,
+                quota_id=rng.randrange(size.quotas) + 1,
+                workers=workers,
+                gpus_per_worker=gpus,
+                cpus_per_worker=gpus * 8,
+                memory_gb_per_worker=gpus * 100,
+                priority=rng.choices([0, 1, 2, 5], [10, 60, 20, 10])[0],
+                submitted_at=NOW - timedelta(seconds=rng.randrange(86_400)),
+                status=JobStatus.INQUEUE if rng.random() < 0.7 else JobStatus.PENDING,
+            )
+        )
+    return Snapshot(nodes=tuple(nodes), quotas=tuple(quotas), jobs=tuple(jobs))
+
+
+def bench_plan(names: list[str], repeat: int, seed: int) -> None:
+    print(
+        f"{'size':<8}{'bound by':<10}{'nodes':>7}{'jobs':>8}{'quotas':>8}"
+        f"{'admitted':>10}{'waiting':>9}"
+        f"{'plan ms (best/median)':>24}{'admissions/s':>15}{'jobs/s':>12}"
+    )
+    for name in names:
+        for bound, factor in (("quota", 1.0), ("GPUs", 100.0)):
+            _bench_one(SIZES[name], bound, factor, repeat, seed)
+
+
+def _bench_one(size: Size, bound: str, factor: float, repeat: int, seed: int) -> None:
+    snap = synthetic_snapshot(size, seed, factor)
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = plan(snap, NOW)
+        times.append(time.perf_counter() - start)
+    best, median = min(times), statistics.median(times)
+    admitted = len(result.admissions)
+    print(
+        f"{size.name:<8}{bound:<10}{size.nodes:>7}{size.jobs:>8}{size.quotas:>8}{admitted:>10}"
+        f"{len(result.queued):>9}{best * 1000:>12.1f} / {median * 1000:>8.1f}"
+        f"{admitted / median:>15,.0f}{size.jobs / median:>12,.0f}"
+    )
+
+
+# -- --db mode ------------------------------------------------------------------------------
+def _setup_django():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    # Commits wake nothing: the benchmark decides which cycles run.
+    os.environ.setdefault("CONSOLE_LOOPS", "inprocess")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+
+
+def _throwaway_database():
+    from django.conf import settings
+    from django.db import connection
+
+    db = settings.DATABASES["default"]
+    db.setdefault("TEST", {})
+    if connection.vendor == "sqlite":
+        db["TEST"]["NAME"] = str(ROOT / "var" / "bench_scheduler.sqlite3")
+    else:
+        db["TEST"]["NAME"] = f"bench_scheduler_{db['NAME']}"
+    old_name = db["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
+    return old_name
+
+
+def _fill(size: Size, seed: int) -> None:
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+
+    from agents.models import GpuDevice, Node
+    from jobs.models import Job, Pod
+    from quotas.models import Quota, Tenant, Workspace
+
+    snap = synthetic_snapshot(size, seed)
+    with transaction.atomic():
+        tenant = Tenant.objects.create(name="bench")
+        workspace = Workspace.objects.create(tenant=tenant, name="bench")
+        user = get_user_model().objects.create(username="bench")
+        Quota.objects.bulk_create(
+            Quota(
+                id=q.id,
+                tenant=tenant,
+                name=q.name,
+                resource_type=q.resource_type,
+                gpu_type=q.gpu_type,
+                gpus=q.gpus,
+            )
+            for q in snap.quotas
+        )
+        Node.objects.bulk_create(
+            Node(
+                id=n.id,
+                name=n.name,
+                resource_type=n.resource_type,
+                gpu_type=n.gpu_type,
+                gpus=n.gpus,
+                cpus=128,
+                memory_gb=2048,
+                cordoned=not n.schedulable,
+            )
+            for n in snap.nodes
+        )
+        GpuDevice.objects.bulk_create(
+            GpuDevice(node_id=n.id, index=i) for n in snap.nodes for i in range(n.gpus)
+        )
+        common = {"workspace": workspace, "owner": user, "image": "img", "command": "run"}
+        # One running single-worker job per busy block, so capacity comes from real pods.
+        quota_of_pool = {q.pool: q.id for q in snap.quotas}
+        runners, pods = [], []
+        for n in snap.nodes:
+            busy = tuple(i for i in range(n.gpus) if i not in n.free_gpu_indices)
+            if busy:
+                runners.append(
+                    Job(
+                        name=f"run-{n.name}",
+                        quota_id=quota_of_pool[n.pool],
+                        gpus_per_worker=len(busy),
+                        status=JobStatus.RUNNING,
+                        **common,
+                    )
+                )
+                pods.append((n, busy))
+        runners = Job.objects.bulk_create(runners)
+        Pod.objects.bulk_create(
+            Pod(
+                job=job,
+                attempt=1,
+                rank=0,
+                node_id=n.id,
+                gpu_indices=list(busy),
+                gpus=len(busy),
+                cpus=len(busy) * 12,
+                memory_gb=len(busy) * 200,
+                charged_quota_id=job.quota_id,
+                status="Running",
+            )
+            for job, (n, busy) in zip(runners, pods, strict=True)
+        )
+        Job.objects.bulk_create(
+            Job(
+                name=f"job-{j.id}",
+                quota_id=j.quota_id,
+                workers=j.workers,
+                gpus_per_worker=j.gpus_per_worker,
+                cpus_per_worker=j.cpus_per_worker,
+                memory_gb_per_worker=j.memory_gb_per_worker,
+                priority=j.priority,
+                status=JobStatus.PENDING,
+                **common,
+            )
+            for j in snap.jobs
+        )
+
+
+def bench_db(size: Size, seed: int) -> None:
+    _setup_django()
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.models import Pod
+    from jobs.scheduler.cycle import load_snapshot, run_cycle
+
+    old_name = _throwaway_database()
+    try:
+        _fill(size, seed)
+        print(f"database: {connection.vendor} ({connection.settings_dict['NAME']})")
+        print(
+            f"{size.nodes} nodes x {size.gpus_per_node} GPUs, {size.jobs} waiting jobs, "
+            f"{size.quotas} quotas"
+        )
+
+        def measure(label: str) -> None:
+            with CaptureQueriesContext(connection) as queries:
+                start = time.perf_counter()
+                result = run_cycle()
+                took = time.perf_counter() - start
+            print(
+                f"  {label:<38}{took * 1000:>9.1f} ms{len(queries):>7} queries  "
+                f"admitted {len(result.admitted)}, newly queued {len(result.newly_queued)}, "
+                f"reasons updated {result.reasons_updated}"
+            )
+
+        start = time.perf_counter()
+        load_snapshot()
+        print(f"  {'load_snapshot alone':<38}{(time.perf_counter() - start) * 1000:>9.1f} ms")
+        measure("first cycle (all jobs Pending)")
+        measure("steady cycle (nothing changed)")
+        finished = Pod.objects.filter(status="Running").order_by("id")[: size.nodes // 10]
+        Pod.objects.filter(pk__in=list(finished.values_list("pk", flat=True))).update(
+            status="Succeeded"
+        )
+        measure(f"after {size.nodes // 10} workers finished")
+        measure("steady cycle again")
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", action="store_true", help="measure run_cycle on the database")
+    parser.add_argument("--sizes", default="small,medium,large", help="comma-separated")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--db-nodes", type=int, default=DB_SIZE.nodes)
+    parser.add_argument("--db-jobs", type=int, default=DB_SIZE.jobs)
+    args = parser.parse_args(argv)
+    if args.repeat < 1 or args.db_nodes < 1 or args.db_jobs < 1:
+        parser.error("--repeat, --db-nodes and --db-jobs must be at least 1")
+    if args.db:
+        quotas = max(1, args.db_jobs // 100)
+        bench_db(Size("db", nodes=args.db_nodes, jobs=args.db_jobs, quotas=quotas), args.seed)
+        return
+    names = [n.strip() for n in args.sizes.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SIZES]
+    if unknown:
+        parser.error(f"unknown size {unknown[0]!r}; choose from {', '.join(SIZES)}")
+    bench_plan(names, args.repeat, args.seed)
+
+
+if __name__ == "__main__":
+    main()

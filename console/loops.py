@@ -1,0 +1,81 @@
+"""In-process background loops for the embedded default (no Celery, no Redis).
+
+Each loop runs one idempotent, level-triggered function every `interval` seconds, or at once
+when woken by `wake(name)` (what `console.triggers` does after a commit). The functions are
+the same ones the Celery tasks call in production; only the transport differs.
+"""
+
+import logging
+import threading
+from collections.abc import Callable
+
+from django.db import close_old_connections, connection
+
+log = logging.getLogger(__name__)
+
+
+class Loop(threading.Thread):
+    def __init__(self, name: str, func: Callable[[], object], interval: float) -> None:
+        super().__init__(name=f"loop-{name}", daemon=True)
+        self.loop_name = name
+        self.func = func
+        self.interval = interval
+        self.woken = threading.Event()
+        self.stopping = threading.Event()
+        self.runs = 0
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.woken.clear()
+            close_old_connections()
+            try:
+                self.func()
+            except Exception:
+                # One bad cycle must not kill the loop; the next tick retries from the DB.
+                log.exception("loop %s failed; retrying at the next tick", self.loop_name)
+            finally:
+                self.runs += 1
+            self.woken.wait(self.interval)
+        connection.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.woken.set()
+
+
+_loops: dict[str, Loop] = {}
+_lock = threading.Lock()
+
+
+def wake(name: str) -> None:
+    loop = _loops.get(name)
+    if loop is not None:
+        loop.woken.set()
+
+
+def start_loops() -> dict[str, Loop]:
+    """Start the scheduler and monitor loops once per process."""
+    from django.conf import settings
+
+    from agents.monitor import run_monitor_cycle
+    from jobs.scheduler.cycle import run_cycle
+
+    with _lock:
+        if not _loops:
+            for loop in (
+                Loop("scheduler", run_cycle, settings.SCHEDULER_INTERVAL),
+                Loop("monitor", run_monitor_cycle, settings.MONITOR_INTERVAL),
+            ):
+                _loops[loop.loop_name] = loop
+                loop.start()
+    return dict(_loops)
+
+
+def stop_loops(timeout: float = 10.0) -> None:
+    with _lock:
+        loops = list(_loops.values())
+        _loops.clear()
+    for loop in loops:
+        loop.stop()
+    for loop in loops:
+        loop.join(timeout)

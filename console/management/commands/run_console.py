@@ -1,0 +1,116 @@
+"""`manage.py run_console`: the embedded default on one machine.
+
+Starts the web server, the scheduler and monitor loops in this process (no Redis needed),
+and one local agent with the process runtime and fake GPUs as a child process. Ctrl-C (or
+SIGTERM) stops the agent gracefully (its workers get SIGTERM), then the loops and the server.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.core.servers.basehttp import (
+    ThreadedWSGIServer,
+    WSGIRequestHandler,
+    get_internal_wsgi_application,
+)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+class Command(BaseCommand):
+    help = "Run the console, its loops and a local agent with fake GPUs (embedded default)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--addr", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--fake-gpus", default="8xH200")
+        parser.add_argument("--node-name", default="local-gpu-0")
+        parser.add_argument("--no-agent", action="store_true", help="do not start a local agent")
+
+    def handle(self, *args, **options) -> None:
+        if settings.CONSOLE_LOOPS != "inprocess":
+            raise CommandError(
+                "run_console runs the loops in-process; unset REDIS_URL/CONSOLE_LOOPS "
+                "(production uses gunicorn + celery worker + celery beat instead)"
+            )
+        from console.loops import start_loops, stop_loops
+
+        url = f"http://{options['addr']}:{options['port']}"
+        httpd = ThreadedWSGIServer((options["addr"], options["port"]), WSGIRequestHandler)
+        httpd.daemon_threads = True
+        httpd.set_app(get_internal_wsgi_application())
+        server = threading.Thread(target=httpd.serve_forever, name="web", daemon=True)
+        server.start()
+        start_loops()
+        agent = None if options["no_agent"] else self._start_agent(url, options)
+        # SIGTERM behaves like Ctrl-C so `kill` and process managers stop us cleanly.
+        signal.signal(signal.SIGTERM, _interrupt)
+        self.stdout.write(self.style.SUCCESS(f"Console running at {url}/  (Ctrl-C to stop)"))
+        self.stdout.flush()
+        try:
+            while server.is_alive():
+                server.join(1)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stdout.write("Stopping…")
+            # The web server keeps serving while the agent stops its workers, so their
+            # final statuses and last log lines still reach the console.
+            if agent is not None:
+                self._stop_agent(agent)
+            stop_loops()
+            httpd.shutdown()
+            httpd.server_close()
+            self.stdout.write("Stopped.")
+
+    def _start_agent(self, url: str, options) -> subprocess.Popen:
+        from agents.tokens import issue_bootstrap_token
+
+        state_dir = Path(settings.VAR_DIR) / "agent" / options["node_name"]
+        state_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if not (state_dir / "node.json").exists():
+            _, plain = issue_bootstrap_token(None, f"embedded agent {options['node_name']}")
+            env["GPU_AGENT_BOOTSTRAP_TOKEN"] = plain
+        command = [
+            sys.executable,
+            "-m",
+            "agents",
+            "--server",
+            url,
+            "--name",
+            options["node_name"],
+            "--state-dir",
+            str(state_dir),
+            "--runtime",
+            "process",
+            "--fake-gpus",
+            options["fake_gpus"],
+        ]
+        # Its own process group, so Ctrl-C in the terminal reaches us first and we stop it
+        # in order (workers get their SIGTERM and grace) instead of all at once.
+        process = subprocess.Popen(command, env=env, start_new_session=True)
+        threading.Thread(target=self._watch_agent, args=(process,), daemon=True).start()
+        return process
+
+    def _watch_agent(self, process: subprocess.Popen) -> None:
+        code = process.wait()
+        if code not in (0, -signal.SIGTERM):
+            self.stderr.write(f"local agent exited with {code}")
+
+    def _stop_agent(self, process: subprocess.Popen) -> None:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=settings.DEFAULT_STOP_GRACE + 10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -1,0 +1,331 @@
+"""Validation of a new job, shared by the create page and the API (same rules, same fields).
+
+`JobForm(data, user=…)` checks the request against the user's workspaces and the registered
+nodes; nothing is written until it is valid, and then only through `jobs.services.create_job`.
+"""
+
+import re
+from typing import Any
+
+from django import forms
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Count, Max
+
+from agents.models import Node, NodeState
+from jobs.models import Job
+from jobs.services import JobSpec, create_job
+from jobs.statuses import IdleResources
+from quotas.models import Quota, Workspace
+
+# Per-worker and per-job bounds (a worker must also fit on one registered node).
+LIMITS = {
+    "workers": (1, 64),
+    "gpus_per_worker": (0, 8),
+    "cpus_per_worker": (1, 512),
+    "memory_gb_per_worker": (1, 8192),
+    "priority": (1, 9),
+    "max_runtime_seconds": (60, 90 * 86400),
+}
+DEFAULTS = {
+    "workers": 1,
+    "gpus_per_worker": 1,
+    "cpus_per_worker": 4,
+    "memory_gb_per_worker": 16,
+    "priority": 1,
+}
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_ENV_VARS = 200
+MAX_ENV_VALUE = 32 * 1024
+_WHITESPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
+def default_name(image: str) -> str:
+    """A job name from its image: "nvcr.io/nvidia/pytorch:24.01-py3" → "pytorch"."""
+    repository = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return repository.split(":", 1)[0] or "job"
+
+
+def parse_env(value: Any) -> dict[str, str]:
+    """KEY=VALUE lines (blank lines and # comments ignored) or a JSON object of strings."""
+    if value in (None, ""):
+        return {}
+    errors: list[str] = []
+    env: dict[str, str] = {}
+    if isinstance(value, dict):
+        items = []
+        for key, val in value.items():
+            if not isinstance(val, str):
+                errors.append(f"{key}: the value must be a string")
+            items.append((str(key), val if isinstance(val, str) else ""))
+    elif isinstance(value, str):
+        items = []
+        for number, line in enumerate(value.splitlines(), start=1):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            if "=" not in line:
+                errors.append(f"line {number}: expected KEY=VALUE, got {stripped[:40]!r}")
+                continue
+            key, val = line.split("=", 1)
+            items.append((key.strip(), val))
+    else:
+        raise forms.ValidationError("Environment must be KEY=VALUE lines or an object.")
+    for key, val in items:
+        if not ENV_KEY.fullmatch(key):
+            errors.append(f"{key[:40]!r} is not a valid variable name")
+        elif key in env:
+            errors.append(f"{key} is set twice")
+        elif "\x00" in val or len(val) > MAX_ENV_VALUE:
+            errors.append(f"{key}: the value has a NUL byte or is longer than {MAX_ENV_VALUE}")
+        else:
+            env[key] = val
+    if len(items) > MAX_ENV_VARS:
+        errors.append(f"at most {MAX_ENV_VARS} variables")
+    if errors:
+        raise forms.ValidationError(errors)
+    return env
+
+
+class EnvField(forms.Field):
+    widget = forms.Textarea(attrs={"rows": 4, "placeholder": "KEY=VALUE, one per line"})
+
+    def to_python(self, value: Any) -> dict[str, str]:
+        return parse_env(value)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return "\n".join(f"{key}={val}" for key, val in value.items())
+        return value
+
+
+def _bounded(name: str, label: str, **kwargs) -> forms.IntegerField:
+    low, high = LIMITS[name]
+    message = f"{label} must be between {low} and {high}."
+    return forms.IntegerField(
+        label=label,
+        required=False,
+        initial=DEFAULTS.get(name),
+        validators=[MinValueValidator(low, message), MaxValueValidator(high, message)],
+        widget=forms.NumberInput(attrs={"min": low, "max": high}),
+        **kwargs,
+    )
+
+
+class JobForm(forms.Form):
+    quota = forms.CharField(widget=forms.Select, help_text="The quota the job runs against.")
+    workspace = forms.CharField(
+        required=False,
+        widget=forms.Select,
+        help_text="Only needed when the quota is bound to several of your workspaces.",
+    )
+    name = forms.CharField(required=False, max_length=200, help_text="Defaults to the image.")
+    image = forms.CharField(max_length=500)
+    command = forms.CharField(max_length=20000, widget=forms.Textarea(attrs={"rows": 3}))
+    workers = _bounded("workers", "Workers")
+    gpus_per_worker = _bounded("gpus_per_worker", "GPUs per worker")
+    cpus_per_worker = _bounded("cpus_per_worker", "CPUs per worker")
+    memory_gb_per_worker = _bounded("memory_gb_per_worker", "Memory (GB) per worker")
+    priority = _bounded("priority", "Priority", help_text="1 (lowest) to 9 (highest).")
+    idle_resources = forms.ChoiceField(
+        choices=[(v.value, v.value) for v in IdleResources],
+        required=False,
+        initial=IdleResources.OFF.value,
+        label="Idle resources",
+    )
+    env = EnvField(required=False, label="Environment")
+    max_runtime_seconds = _bounded(
+        "max_runtime_seconds", "Max runtime (seconds)", help_text="Empty: no limit."
+    )
+
+    def __init__(self, data=None, *, user, **kwargs) -> None:
+        super().__init__(data, **kwargs)
+        self.user = user
+        self.workspace_obj: Workspace | None = None
+        self.quota_obj: Quota | None = None
+        self._my_workspaces = Workspace.objects.filter(memberships__user=user)
+        quotas = (
+            Quota.objects.filter(workspaces__in=self._my_workspaces).distinct().order_by("name")
+        )
+        self.fields["quota"].widget.choices = [("", "—")] + [
+            (str(q.pk), f"{q.name} ({q.resource_type}, {q.gpu_type})") for q in quotas
+        ]
+        workspaces = list(self._my_workspaces.order_by("name"))
+        self.fields["workspace"].widget.choices = [("", "(automatic)")] + [
+            (str(w.pk), w.name) for w in workspaces
+        ]
+        self.show_workspace = len(workspaces) > 1
+
+    # Field rules -------------------------------------------------------------------------
+
+    def clean_quota(self) -> Quota:
+        raw = self.cleaned_data["quota"].strip()
+        lookup = {"pk": int(raw)} if raw.isdigit() else {"name": raw}
+        quota = Quota.objects.filter(**lookup).first()
+        if quota is None:
+            raise forms.ValidationError(f"Unknown quota {raw[:100]!r}.")
+        if not quota.workspaces.filter(pk__in=self._my_workspaces).exists():
+            raise forms.ValidationError(
+                f"Quota {quota.name} is not bound to any of your workspaces."
+            )
+        return quota
+
+    def clean_image(self) -> str:
+        image = self.cleaned_data["image"].strip()
+        if _WHITESPACE_OR_CONTROL.search(image):
+            raise forms.ValidationError("An image reference cannot contain spaces.")
+        return image
+
+    def clean_command(self) -> str:
+        return self.cleaned_data["command"].strip()
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if re.search(r"[\x00-\x1f\x7f]", name):
+            raise forms.ValidationError("A name cannot contain control characters.")
+        return name
+
+    def clean_idle_resources(self) -> str:
+        return self.cleaned_data["idle_resources"] or IdleResources.OFF.value
+
+    def _clean_default(self, name: str) -> int:
+        value = self.cleaned_data.get(name)
+        return DEFAULTS[name] if value is None else value
+
+    def clean_workers(self) -> int:
+        return self._clean_default("workers")
+
+    def clean_gpus_per_worker(self) -> int:
+        return self._clean_default("gpus_per_worker")
+
+    def clean_cpus_per_worker(self) -> int:
+        return self._clean_default("cpus_per_worker")
+
+    def clean_memory_gb_per_worker(self) -> int:
+        return self._clean_default("memory_gb_per_worker")
+
+    def clean_priority(self) -> int:
+        return self._clean_default("priority")
+
+    # Cross-field rules -------------------------------------------------------------------
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        quota = data.get("quota")
+        if isinstance(quota, Quota):
+            self.quota_obj = quota
+            self.workspace_obj = self._pick_workspace(quota, data.get("workspace") or "")
+            self._check_fits_a_node(quota, data)
+        if not data.get("name") and data.get("image"):
+            data["name"] = default_name(data["image"])[:200]
+        return data
+
+    def _pick_workspace(self, quota: Quota, raw: str) -> Workspace | None:
+        candidates = list(quota.workspaces.filter(pk__in=self._my_workspaces).order_by("name"))
+        raw = raw.strip()
+        if raw:
+            chosen = [w for w in candidates if str(w.pk) == raw or w.name == raw]
+            if len(chosen) != 1:
+                names = ", ".join(w.name for w in candidates)
+                self.add_error(
+                    "workspace", f"Quota {quota.name} is bound to your workspaces: {names}."
+                )
+                return None
+            return chosen[0]
+        if len(candidates) > 1:
+            names = ", ".join(w.name for w in candidates)
+            self.add_error(
+                "workspace",
+                f"Quota {quota.name} is bound to several of your workspaces ({names}); pick one.",
+            )
+            return None
+        return candidates[0]
+
+    def _check_fits_a_node(self, quota: Quota, data: dict[str, Any]) -> None:
+        """A worker must fit on one node of the quota's type, or it could never be placed."""
+        nodes = Node.objects.filter(
+            gpu_type=quota.gpu_type,
+            resource_type=quota.resource_type,
+            state__in=[NodeState.READY, NodeState.NOT_READY],
+        )
+        largest = nodes.aggregate(
+            count=Count("pk"), gpus=Max("gpus"), cpus=Max("cpus"), memory=Max("memory_gb")
+        )
+        kind = f"{quota.resource_type} {quota.gpu_type}"
+        if not largest["count"]:
+            self.add_error(
+                "quota",
+                f"No {kind} nodes are registered, so jobs on quota {quota.name} cannot run.",
+            )
+            return
+        wanted = {
+            "gpus_per_worker": ("gpus", "GPUs"),
+            "cpus_per_worker": ("cpus", "CPUs"),
+            "memory_gb_per_worker": ("memory", "GB of memory"),
+        }
+        too_big = False
+        for field, (key, unit) in wanted.items():
+            value = data.get(field)
+            if value is not None and value > largest[key]:
+                too_big = True
+                self.add_error(
+                    field,
+                    f"No {kind} node has {value} {unit}; the largest has {largest[key]}.",
+                )
+        if too_big or any(data.get(field) is None for field in wanted):
+            return
+        fits = nodes.filter(
+            gpus__gte=data["gpus_per_worker"],
+            cpus__gte=data["cpus_per_worker"],
+            memory_gb__gte=data["memory_gb_per_worker"],
+        ).exists()
+        if not fits:
+            self.add_error(
+                None,
+                f"No single {kind} node has {data['gpus_per_worker']} GPUs, "
+                f"{data['cpus_per_worker']} CPUs and {data['memory_gb_per_worker']} GB at once.",
+            )
+
+    # Result --------------------------------------------------------------------------------
+
+    def spec(self) -> JobSpec:
+        data = self.cleaned_data
+        return JobSpec(
+            name=data["name"],
+            image=data["image"],
+            command=data["command"],
+            workers=data["workers"],
+            gpus_per_worker=data["gpus_per_worker"],
+            cpus_per_worker=data["cpus_per_worker"],
+            memory_gb_per_worker=data["memory_gb_per_worker"],
+            priority=data["priority"],
+            idle_resources=data["idle_resources"],
+            env=data["env"],
+            max_runtime_seconds=data.get("max_runtime_seconds"),
+        )
+
+    def create_job(self) -> Job:
+        """Create the job of a valid form (through the action function)."""
+        if not self.is_valid():
+            raise ValueError("create_job() on an invalid form")
+        return create_job(
+            user=self.user, workspace=self.workspace_obj, quota=self.quota_obj, spec=self.spec()
+        )
+
+
+def initial_from_job(job: Job) -> dict[str, Any]:
+    """Form values that clone an existing job."""
+    return {
+        "quota": str(job.quota_id),
+        "workspace": str(job.workspace_id),
+        "name": job.name,
+        "image": job.image,
+        "command": job.command,
+        "workers": job.workers,
+        "gpus_per_worker": job.gpus_per_worker,
+        "cpus_per_worker": job.cpus_per_worker,
+        "memory_gb_per_worker": job.memory_gb_per_worker,
+        "priority": job.priority,
+        "idle_resources": job.idle_resources,
+        "env": dict(job.env),
+        "max_runtime_seconds": job.max_runtime_seconds,
+    }

@@ -1,0 +1,106 @@
+"""Reading a worker's stored log lines for display and the API.
+
+Sequence numbers are per pod (one worker of one attempt, DESIGN §7), so a reader follows one
+worker at a time with `after=<last seq seen>`. `LogChunk` rows hold consecutive lines
+[seq_start, seq_end] and never overlap (unique per pod and start), which lets a read touch
+only the chunk that contains `after + 1` and the ones after it, both by index range.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from jobs.display import clean_log_line
+from jobs.models import Job, LogChunk, Pod
+
+MAX_LIMIT = 5000
+DEFAULT_LIMIT = 1000
+TAIL_LINES = 500
+
+
+@dataclass(frozen=True)
+class LogLine:
+    seq: int
+    rank: int
+    attempt: int
+    text: str  # raw, as stored
+
+    @property
+    def display(self) -> str:
+        return clean_log_line(self.text)
+
+
+def chunk_lines(seq_start: int, seq_end: int, text: str) -> list[tuple[int, str]]:
+    """Number the lines of one chunk (pure). A trailing newline does not start a new line."""
+    lines = text.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    return [(seq_start + i, line) for i, line in enumerate(lines[: seq_end - seq_start + 1])]
+
+
+def _lines(pod: Pod, chunks) -> list[LogLine]:
+    return [
+        LogLine(seq=seq, rank=pod.rank, attempt=pod.attempt, text=line)
+        for chunk in chunks
+        for seq, line in chunk_lines(chunk.seq_start, chunk.seq_end, chunk.text)
+    ]
+
+
+def read_after(pod: Pod, after: int, limit: int = DEFAULT_LIMIT) -> list[LogLine]:
+    """Up to `limit` lines of `pod` with seq > after, in order (two indexed queries)."""
+    limit = max(1, min(limit, MAX_LIMIT))
+    chunks = LogChunk.objects.filter(pod=pod).only("seq_start", "seq_end", "text")
+    # The chunk that straddles `after`, if any: the last one starting at or before it.
+    head = list(chunks.filter(seq_start__lte=after, seq_end__gt=after).order_by("-seq_start")[:1])
+    # Every chunk holds at least one line, so `limit` chunks are enough for `limit` lines.
+    rest = list(chunks.filter(seq_start__gt=after).order_by("seq_start")[:limit])
+    lines = [line for line in _lines(pod, head + rest) if line.seq > after]
+    return lines[:limit]
+
+
+def read_tail(pod: Pod, count: int = TAIL_LINES) -> list[LogLine]:
+    """The last `count` lines of `pod`."""
+    # Ranges first (no text): load only as many chunks as the last `count` lines need.
+    needed, ids = 0, []
+    for pk, start, end in (
+        LogChunk.objects.filter(pod=pod)
+        .order_by("-seq_start")
+        .values_list("pk", "seq_start", "seq_end")[:count]
+    ):
+        ids.append(pk)
+        needed += end - start + 1
+        if needed >= count:
+            break
+    chunks = LogChunk.objects.filter(pk__in=ids).only("seq_start", "seq_end", "text")
+    return _lines(pod, chunks.order_by("seq_start"))[-count:]
+
+
+def pick_pod(job: Job, *, rank: int | None, attempt: int | None) -> Pod | None:
+    """The worker whose log to show: the given rank and attempt, by default rank 0 of the
+    newest attempt that has workers."""
+    pods = Pod.objects.filter(job=job)
+    if attempt is None:
+        latest = pods.order_by("-attempt").values_list("attempt", flat=True).first()
+        attempt = latest if latest is not None else job.attempt
+    return pods.filter(attempt=attempt, rank=rank or 0).first()
+
+
+def settle_seconds() -> int:
+    """How long after a job ends its last log lines may still arrive (agents batch them)."""
+    return 3 * settings.AGENT_HEARTBEAT_INTERVAL
+
+
+def logs_complete(
+    *, job_final: bool, finished_at: datetime | None, now: datetime, caught_up: bool, settle: int
+) -> bool:
+    """Whether a follower of this job's logs can stop polling (pure).
+
+    Only once the job is final, the reader has everything stored, and the agents had time to
+    deliver the lines they still buffered when the workers exited.
+    """
+    if not (job_final and caught_up):
+        return False
+    if finished_at is None:
+        return True
+    return now - finished_at >= timedelta(seconds=settle)

@@ -1,0 +1,31 @@
+"""The scheduler: a pure `plan()` over a snapshot, and the cycle that applies it (DESIGN §5).
+
+`jobs.scheduler.plan.plan` decides; `jobs.scheduler.cycle.run_cycle` loads, locks and writes.
+Import the cycle from its module: this package stays importable without Django set up, so the
+simulator and benchmarks can use the pure core alone.
+"""
+
+from jobs.scheduler.model import (
+    Admission,
+    JobSnap,
+    NodeSnap,
+    Placement,
+    Plan,
+    QueueDecision,
+    QuotaSnap,
+    Snapshot,
+)
+from jobs.scheduler.plan import PlanOptions, plan
+
+__all__ = [
+    "Admission",
+    "JobSnap",
+    "NodeSnap",
+    "Placement",
+    "Plan",
+    "PlanOptions",
+    "QueueDecision",
+    "QuotaSnap",
+    "Snapshot",
+    "plan",
+]

@@ -1,0 +1,371 @@
+"""One scheduling cycle: the imperative shell around `plan()` (DESIGN §5).
+
+    lock → load snapshot (5 queries) → plan() → apply, all in ONE transaction.
+
+Serialisation: on PostgreSQL `pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)` is the first
+statement of the cycle's transaction and is released by its commit, so two cycles (two
+Celery workers, beat plus an on-commit trigger) never plan on the same free GPUs: the second
+one's snapshot is read after the first one's pods are committed. On SQLite a process-wide
+lock keeps threads apart and the IMMEDIATE transaction mode (console.settings) takes the
+database write lock at BEGIN, which keeps other processes apart.
+
+Races with writers outside the lock (a user's stop, an agent's report) are settled row by
+row. Status changes are the bulk form of `lifecycle.transition`: the rows to move are
+locked (`SELECT … FOR UPDATE`, ordered by id), only those still in the status the snapshot
+saw are moved (UPDATE … WHERE status = <seen>) and get a JobEvent, in the same transaction.
+A job that lost (stopped meanwhile) is skipped and its pods are not created; the user's
+UPDATE that comes second matches no row and `request_stop` turns into a graceful stop.
+Capacity is only ever freed outside the lock, so a slightly old snapshot is conservative.
+
+Queries per cycle do not grow with the number of jobs: 5 reads, one lock, one UPDATE of
+statuses, one INSERT of events, one of pods, one UPDATE of queue reasons and positions
+(plus one statement per further 500 rows changed).
+"""
+
+import logging
+import threading
+from collections import Counter, defaultdict
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agents.models import GpuDevice, Node, NodeState
+from jobs.lifecycle import IllegalTransition
+from jobs.models import Job, JobEvent, Pod
+from jobs.scheduler.model import JobSnap, NodeSnap, Plan, QuotaSnap, Snapshot
+from jobs.scheduler.plan import plan
+from jobs.statuses import (
+    ACTIVE_POD_STATUSES,
+    Actor,
+    IdleResources,
+    JobStatus,
+    PodStatus,
+    is_allowed,
+)
+from quotas.models import Quota
+
+log = logging.getLogger(__name__)
+
+# Any constant works as long as nothing else in the database uses it: "GPUSCHED" in ASCII.
+SCHEDULER_LOCK_KEY = 0x4750555343484544
+_process_lock = threading.RLock()
+# Rows per UPDATE of waiting jobs (5 parameters each; SQLite allows 32,766 per statement).
+_UPDATE_BATCH = 500
+_LOCK_BATCH = 2000  # ids per SELECT … FOR UPDATE (SQLite limits query parameters)
+
+_WAITING = (JobStatus.PENDING, JobStatus.INQUEUE)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    admitted: tuple[int, ...] = ()
+    pods_created: int = 0
+    newly_queued: tuple[int, ...] = ()  # Pending → Inqueue
+    waiting: int = 0  # jobs left waiting after this cycle
+    reasons_updated: int = 0  # Inqueue jobs whose reason or position changed
+    conflicts: tuple[int, ...] = ()  # jobs another writer moved first
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class WaitingRow(NamedTuple):
+    """What the shell needs of a waiting job beyond its JobSnap."""
+
+    id: int
+    status: str
+    attempt: int
+    status_reason: str
+    queue_position: int | None
+    gpus_per_worker: int
+    cpus_per_worker: int
+    memory_gb_per_worker: int
+
+
+@contextmanager
+def _serialised():
+    if connection.vendor == "postgresql":
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEDULER_LOCK_KEY])
+            yield
+    else:
+        local = _process_lock if connection.vendor == "sqlite" else nullcontext()
+        with local, transaction.atomic():
+            yield
+
+
+def run_cycle(now: datetime | None = None) -> CycleResult:
+    """Admit what fits, queue the rest with reasons. Safe to run anywhere, any number of
+    times, concurrently: it is level-triggered and serialised."""
+    now = now or timezone.now()
+    with _serialised():
+        snapshot, rows = load_snapshot()
+        decided = plan(snapshot, now)
+        result = apply_plan(decided, rows, now)
+    if result.admitted or result.conflicts:
+        log.info(
+            "scheduler: admitted %d job(s), %d waiting, %d lost a race (first: %s)",
+            len(result.admitted),
+            result.waiting,
+            len(result.conflicts),
+            list(result.admitted[:5]),
+        )
+    return result
+
+
+def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
+    """Read everything plan() needs in five queries, whatever the number of jobs."""
+    busy: dict[int, set[int]] = defaultdict(set)
+    node_cpus: Counter[int] = Counter()
+    node_memory: Counter[int] = Counter()
+    quota_use: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    job_pods: Counter[int] = Counter()
+    # A GPU is busy while any live worker holds it, whatever its job's status: a stopped
+    # job's worker keeps its GPUs until it has exited.
+    active = Pod.objects.filter(status__in=[s.value for s in ACTIVE_POD_STATUSES]).values_list(
+        "job_id", "node_id", "gpu_indices", "gpus", "cpus", "memory_gb", "charged_quota_id"
+    )
+    for job_id, node_id, indices, gpus, cpus, memory_gb, quota_id in active:
+        job_pods[job_id] += 1
+        use = quota_use[quota_id]
+        use[0] += gpus
+        use[1] += cpus
+        use[2] += memory_gb
+        if node_id is not None:
+            busy[node_id].update(indices or ())
+            node_cpus[node_id] += cpus
+            node_memory[node_id] += memory_gb
+
+    unhealthy: dict[int, set[int]] = defaultdict(set)
+    for node_id, index in GpuDevice.objects.filter(healthy=False).values_list("node_id", "index"):
+        unhealthy[node_id].add(index)
+
+    nodes = []
+    fields = ("id", "name", "gpu_type", "resource_type", "gpus", "cpus", "memory_gb")
+    for row in Node.objects.values_list(*fields, "state", "cordoned").order_by("id"):
+        node_id, name, gpu_type, resource_type, gpus, cpus, memory_gb, state, cordoned = row
+        taken = busy.get(node_id, set()) | unhealthy.get(node_id, set())
+        why = "cordoned" if cordoned else ("" if state == NodeState.READY else state)
+        nodes.append(
+            NodeSnap(
+                id=node_id,
+                name=name,
+                gpu_type=gpu_type,
+                resource_type=resource_type,
+                free_gpu_indices=tuple(i for i in range(gpus) if i not in taken),
+                gpus=gpus,
+                free_cpus=max(cpus - node_cpus[node_id], 0),
+                free_memory_gb=max(memory_gb - node_memory[node_id], 0),
+                schedulable=not why,
+                unschedulable_reason=why,
+            )
+        )
+
+    quotas = []
+    qfields = ("id", "name", "tenant_id", "resource_type", "gpu_type", "gpus", "cpus", "memory_gb")
+    for (
+        qid,
+        name,
+        tenant_id,
+        resource_type,
+        gpu_type,
+        gpus,
+        cpus,
+        memory_gb,
+    ) in Quota.objects.values_list(*qfields).order_by("id"):
+        used = quota_use.get(qid, [0, 0, 0])
+        quotas.append(
+            QuotaSnap(
+                id=qid,
+                name=name,
+                tenant_id=tenant_id,
+                resource_type=resource_type,
+                gpu_type=gpu_type,
+                gpus=gpus,
+                used_gpus=used[0],
+                cpus=cpus,
+                memory_gb=memory_gb,
+                used_cpus=used[1],
+                used_memory_gb=used[2],
+            )
+        )
+
+    jobs, rows = [], {}
+    waiting = Job.objects.filter(status__in=_WAITING, stop_requested_at__isnull=True).values_list(
+        "id",
+        "quota_id",
+        "workers",
+        "gpus_per_worker",
+        "cpus_per_worker",
+        "memory_gb_per_worker",
+        "priority",
+        "created_at",
+        "status",
+        "idle_resources",
+        "attempt",
+        "status_reason",
+        "queue_position",
+    )
+    for jid, qid, workers, g, c, m, prio, created, status, idle, attempt, reason, pos in waiting:
+        jobs.append(
+            JobSnap(
+                id=jid,
+                quota_id=qid,
+                workers=workers,
+                gpus_per_worker=g,
+                cpus_per_worker=c,
+                memory_gb_per_worker=m,
+                priority=prio,
+                submitted_at=created,
+                status=JobStatus(status),
+                idle_resources=IdleResources(idle),
+                active_pods=job_pods.get(jid, 0),
+            )
+        )
+        rows[jid] = WaitingRow(jid, status, attempt, reason, pos, g, c, m)
+    snapshot = Snapshot(nodes=tuple(nodes), quotas=tuple(quotas), jobs=tuple(jobs))
+    return snapshot, rows
+
+
+def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> CycleResult:
+    """Write the plan. Must run inside the cycle's transaction (see `run_cycle`).
+
+    Status changes (admissions → Starting, new waiters Pending → Inqueue) are the bulk form
+    of `lifecycle.transition`: lock the rows (`SELECT … FOR UPDATE`; on SQLite the
+    transaction already holds the write lock), keep only those still in the status the plan
+    was made on, then one UPDATE per 500 rows plus one INSERT of JobEvents. A job that
+    another writer moved first (a user's stop) is a conflict: skipped, no pods. Query count
+    does not grow with the number of jobs (beyond one statement per 500 changed rows).
+    """
+    moves: dict[int, tuple[JobStatus, str, int | None]] = {}  # job → (to, reason, position)
+    for admission in decided.admissions:
+        moves[admission.job_id] = (JobStatus.STARTING, admission.reason, None)
+    for decision in decided.queued:
+        if rows[decision.job_id].status == JobStatus.PENDING:
+            moves[decision.job_id] = (JobStatus.INQUEUE, decision.reason, decision.position)
+    for job_id, (to_status, _, _) in moves.items():
+        if not is_allowed(rows[job_id].status, to_status):
+            raise IllegalTransition(rows[job_id].status, to_status)
+
+    won = _lock_unchanged(rows, list(moves))
+    conflicts = tuple(job_id for job_id in moves if job_id not in won)
+    # (job id, from, to, reason, position) of every status change that goes ahead.
+    changed = [
+        (job_id, rows[job_id].status, to, why, pos)
+        for job_id, (to, why, pos) in moves.items()
+        if job_id in won
+    ]
+    if changed:
+        if _update_waiting(changed, now) != len(changed):
+            # Impossible while the rows are locked; rolling back the cycle is the safe answer.
+            raise RuntimeError("scheduler: locked job rows changed during the cycle")
+        JobEvent.objects.bulk_create(
+            JobEvent(
+                job_id=job_id,
+                attempt=rows[job_id].attempt,
+                from_status=from_status,
+                to_status=to_status,
+                reason=reason,
+                actor=Actor.SCHEDULER,
+            )
+            for job_id, from_status, to_status, reason, _ in changed
+        )
+
+    admitted = tuple(a.job_id for a in decided.admissions if a.job_id in won)
+    pods = [
+        Pod(
+            job_id=admission.job_id,
+            attempt=rows[admission.job_id].attempt,
+            rank=p.rank,
+            node_id=p.node_id,
+            gpu_indices=list(p.gpu_indices),
+            gpus=rows[admission.job_id].gpus_per_worker,
+            cpus=rows[admission.job_id].cpus_per_worker,
+            memory_gb=rows[admission.job_id].memory_gb_per_worker,
+            charged_quota_id=admission.charged_quota_id,
+            in_quota=admission.in_quota,
+            status=PodStatus.STARTING,
+        )
+        for admission in decided.admissions
+        if admission.job_id in won
+        for p in admission.placements
+    ]
+    if pods:
+        Pod.objects.bulk_create(pods)
+
+    # Jobs already Inqueue: refresh reason and position only when they changed. Not a
+    # status change, so no JobEvent (or every cycle would spam the timeline).
+    refreshed = [
+        (d.job_id, JobStatus.INQUEUE, JobStatus.INQUEUE, d.reason, d.position)
+        for d in decided.queued
+        if d.job_id not in moves
+        and (rows[d.job_id].status_reason, rows[d.job_id].queue_position) != (d.reason, d.position)
+    ]
+    # Compare-and-set on status: a job stopped meanwhile is left alone.
+    reasons_updated = _update_waiting(refreshed, now) if refreshed else 0
+    return CycleResult(
+        admitted=admitted,
+        pods_created=len(pods),
+        newly_queued=tuple(c[0] for c in changed if c[2] == JobStatus.INQUEUE),
+        waiting=len(decided.queued),
+        reasons_updated=reasons_updated,
+        conflicts=conflicts,
+    )
+
+
+def _lock_unchanged(rows: dict[int, WaitingRow], job_ids: list[int]) -> set[int]:
+    """Lock the jobs' rows; return those still in the status the snapshot saw."""
+    won: set[int] = set()
+    for i in range(0, len(job_ids), _LOCK_BATCH):
+        chunk = job_ids[i : i + _LOCK_BATCH]
+        # Ordered by id so two lockers of overlapping sets cannot deadlock.
+        current = (
+            Job.objects.select_for_update()
+            .filter(pk__in=chunk)
+            .order_by("pk")
+            .values_list("id", "status")
+        )
+        won.update(job_id for job_id, status in current if status == rows[job_id].status)
+    return won
+
+
+def _update_waiting(items: list[tuple[int, str, str, str, int | None]], now: datetime) -> int:
+    """Set status, reason and position of many waiting jobs, one statement per batch.
+
+    items: (job id, expected status, new status, reason, position). A row changes only if it
+    is still in its expected status (compare-and-set). Returns the number of rows changed.
+    `bulk_update` would do the same with a CASE per row and field, which costs seconds for a
+    few thousand jobs on both databases; a join on a VALUES list costs milliseconds.
+    (UPDATE … FROM needs SQLite 3.33+; Python 3.12 ships 3.40+.)
+    """
+    qn = connection.ops.quote_name
+    table = qn(Job._meta.db_table)
+    col = {f: qn(Job._meta.get_field(f).column) for f in ("id", "status", "status_reason")}
+    position = qn(Job._meta.get_field("queue_position").column)
+    updated_at = qn(Job._meta.get_field("updated_at").column)
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    total = 0
+    with connection.cursor() as cursor:
+        for i in range(0, len(items), _UPDATE_BATCH):
+            chunk = items[i : i + _UPDATE_BATCH]
+            values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
+            cursor.execute(
+                # VALUES columns are column1…column5 on both SQLite and PostgreSQL. No CTE:
+                # Python's sqlite3 reports no rowcount for a statement starting with WITH.
+                f"UPDATE {table} SET {col['status']} = v.new_status, "  # noqa: S608
+                f"{col['status_reason']} = v.new_reason, "
+                f"{position} = CAST(v.new_position AS integer), {updated_at} = %s "
+                "FROM (SELECT column1 AS job_id, column2 AS expected, column3 AS new_status, "
+                "column4 AS new_reason, column5 AS new_position "
+                f"FROM (VALUES {values}) AS vals) AS v "
+                f"WHERE {table}.{col['id']} = v.job_id AND {table}.{col['status']} = v.expected",
+                # Plain str: a StrEnum reaches the driver as its value on every backend.
+                [stamp] + [str(v) if isinstance(v, str) else v for item in chunk for v in item],
+            )
+            total += cursor.rowcount
+    return total

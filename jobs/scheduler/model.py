@@ -1,0 +1,122 @@
+"""Plain data the scheduler works on: a snapshot in, a plan out (DESIGN §5).
+
+Everything here is frozen and free of Django, so `plan()` can be called by the Celery tick,
+the simulator, the benchmarks and the table tests alike. A snapshot is taken once at the
+start of a cycle; the plan is applied by `jobs.scheduler.cycle`.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from jobs.statuses import IdleResources, JobStatus
+
+# Nodes and quotas are matched on this pair: a quota's jobs only run on nodes of its
+# resource type and GPU type (DESIGN §5: never across GPU types).
+type PoolKey = tuple[str, str]  # (resource_type, gpu_type)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnap:
+    id: int
+    name: str
+    gpu_type: str
+    resource_type: str
+    free_gpu_indices: tuple[int, ...]
+    gpus: int  # total GPUs on the node, free or not
+    free_cpus: int
+    free_memory_gb: int
+    schedulable: bool = True  # Ready and not cordoned
+    # Why it takes no new work ("cordoned", "NotReady", …); only for diagnosis.
+    unschedulable_reason: str = ""
+
+    @property
+    def pool(self) -> PoolKey:
+        return (self.resource_type, self.gpu_type)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSnap:
+    id: int
+    name: str
+    tenant_id: int
+    resource_type: str
+    gpu_type: str
+    gpus: int
+    used_gpus: int = 0
+    # Guaranteed CPUs / memory; 0 means the quota does not limit them (quotas.models.Quota).
+    cpus: int = 0
+    memory_gb: int = 0
+    used_cpus: int = 0
+    used_memory_gb: int = 0
+
+    @property
+    def pool(self) -> PoolKey:
+        return (self.resource_type, self.gpu_type)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSnap:
+    id: int
+    quota_id: int
+    workers: int
+    gpus_per_worker: int
+    cpus_per_worker: int
+    memory_gb_per_worker: int
+    priority: int
+    submitted_at: datetime
+    status: JobStatus = JobStatus.PENDING
+    idle_resources: IdleResources = IdleResources.OFF
+    # Workers of an earlier attempt that still hold resources (a restart in progress):
+    # the new attempt waits for them, or the same rank would run twice.
+    active_pods: int = 0
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.workers, self.gpus_per_worker, self.cpus_per_worker, self.memory_gb_per_worker)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    nodes: tuple[NodeSnap, ...] = ()
+    quotas: tuple[QuotaSnap, ...] = ()
+    # Waiting jobs (Pending or Inqueue), in any order: plan() orders them.
+    jobs: tuple[JobSnap, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    rank: int
+    node_id: int
+    gpu_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job_id: int
+    placements: tuple[Placement, ...]
+    charged_quota_id: int
+    in_quota: bool = True
+    reason: str = ""  # "placed on node-0 (GPUs 0-3)": the JobEvent text
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDecision:
+    job_id: int
+    reason: str
+    position: int  # 1-based among the waiting jobs of the same quota, in admission order
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admissions: tuple[Admission, ...] = ()
+    queued: tuple[QueueDecision, ...] = ()
+
+    def admission_for(self, job_id: int) -> Admission | None:
+        return next((a for a in self.admissions if a.job_id == job_id), None)
+
+    def decision_for(self, job_id: int) -> QueueDecision | None:
+        return next((q for q in self.queued if q.job_id == job_id), None)

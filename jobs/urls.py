@@ -1,0 +1,17 @@
+"""Researcher pages, mounted at /jobs/ (console.urls)."""
+
+from django.urls import path
+
+from jobs import views
+
+app_name = "jobs"
+
+urlpatterns = [
+    path("", views.job_list, name="list"),
+    path("new/", views.job_create, name="create"),
+    path("<int:pk>/", views.job_detail, name="detail"),
+    path("<int:pk>/logs/", views.job_logs, name="logs"),
+    path("<int:pk>/logs/raw/", views.job_logs_raw, name="logs-raw"),
+    path("<int:pk>/stop/", views.job_stop, name="stop"),
+    path("<int:pk>/restart/", views.job_restart, name="restart"),
+]

@@ -1,0 +1,228 @@
+"""Researcher pages: job list, create form, detail with workers, events and live logs.
+
+Function views, thin over jobs.forms / jobs.services. With HTMX a page polls a named partial
+of its own template (`page.html#name`) and gets 286 (stop polling) once nothing can change;
+without HTMX every page is plain links and POST-redirect-GET forms.
+"""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from jobs import logview
+from jobs.access import get_job_for_user, visible_jobs
+from jobs.display import is_live
+from jobs.forms import JobForm, initial_from_job
+from jobs.lifecycle import TransitionConflict
+from jobs.models import Job, Pod
+from jobs.paging import BadPageRequest, page_of_jobs, parse_statuses
+from jobs.services import JobNotActive, JobStillActive, request_stop, restart_job
+from jobs.statuses import FINAL_JOB_STATUSES, JobStatus
+
+EVENTS_SHOWN = 200
+
+
+def _partial(request: HttpRequest, template: str, context: dict, *, live: bool) -> HttpResponse:
+    response = render(request, template, context)
+    return response if live else HttpResponseStopPolling(response.content)
+
+
+@login_required
+@require_GET
+def job_list(request: HttpRequest) -> HttpResponse:
+    status_param = request.GET.get("status", "")
+    error = ""
+    jobs = visible_jobs(request.user)
+    try:
+        statuses = parse_statuses(status_param)
+        if statuses:
+            jobs = jobs.filter(status__in=statuses)
+        page, next_cursor = page_of_jobs(jobs, cursor=request.GET.get("cursor"), limit=50)
+    except BadPageRequest as exc:
+        error, page, next_cursor = exc.message, [], None
+    live = any(is_live(job.status) for job in page)
+    context = {
+        "jobs": page,
+        "next_cursor": next_cursor,
+        "status": status_param,
+        "statuses": [s.value for s in JobStatus],
+        "error": error,
+        "live": live,
+    }
+    if request.htmx:
+        return _partial(request, "jobs/list.html#rows", context, live=live)
+    return render(request, "jobs/list.html", context, status=400 if error else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_create(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        form = JobForm(request.POST, user=request.user)
+        if form.is_valid():
+            job = form.create_job()
+            messages.success(request, f"Job #{job.pk} submitted.")
+            return redirect("jobs:detail", pk=job.pk)
+    else:
+        initial = {}
+        clone = request.GET.get("clone", "")
+        if clone.isdigit():
+            initial = initial_from_job(get_job_for_user(request.user, clone))
+        form = JobForm(user=request.user, initial=initial)
+    return render(request, "jobs/new.html", {"form": form})
+
+
+def _int_arg(request: HttpRequest, name: str, default: int | None) -> int | None:
+    raw = request.GET.get(name, "")
+    if raw == "":
+        return default
+    if not raw.lstrip("-").isdigit() or len(raw) > 18:
+        raise ValueError(name)
+    return int(raw)
+
+
+def _log_context(job: Job, pod: Pod | None, lines: list, *, caught_up: bool) -> dict:
+    after = lines[-1].seq if lines else -1
+    return {
+        "log_pod": pod,
+        "log_lines": lines,
+        "log_after": after,
+        "log_complete": logview.logs_complete(
+            job_final=job.status in FINAL_JOB_STATUSES,
+            finished_at=job.finished_at,
+            now=timezone.now(),
+            caught_up=caught_up,
+            settle=logview.settle_seconds(),
+        ),
+    }
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_job_for_user(request.user, pk)
+    pods = list(
+        Pod.objects.filter(job=job)
+        .select_related("node", "charged_quota")
+        .order_by("-attempt", "rank")
+    )
+    event_count = job.events.count()
+    events = list(job.events.select_related("user").order_by("-created_at", "-id")[:EVENTS_SHOWN])
+    events.reverse()
+    live = is_live(job.status)
+    context = {
+        "job": job,
+        "pods": pods,
+        "events": events,
+        "events_hidden": max(event_count - EVENTS_SHOWN, 0),
+        "live": live,
+    }
+    if request.htmx:
+        return _partial(request, "jobs/detail.html#live", context, live=live)
+    try:
+        rank = _int_arg(request, "rank", 0)
+        attempt = _int_arg(request, "attempt", None)
+    except ValueError:
+        return HttpResponseBadRequest("rank and attempt must be integers")
+    pod = logview.pick_pod(job, rank=rank, attempt=attempt)
+    lines = logview.read_tail(pod) if pod else []
+    # The tail holds the newest lines stored; the follower continues after the last one.
+    context |= _log_context(job, pod, lines, caught_up=True)
+    context["log_truncated"] = bool(lines) and lines[0].seq > 0
+    context["workers"] = sorted({(p.attempt, p.rank) for p in pods}, key=lambda w: (-w[0], w[1]))
+    context["log_attempt"] = pod.attempt if pod else job.attempt
+    context["log_rank"] = pod.rank if pod else (rank or 0)
+    return render(request, "jobs/detail.html", context)
+
+
+@login_required
+@require_GET
+def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
+    """New log lines after `?after=<seq>` (HTMX: appended to the page), or a full log page."""
+    job = get_job_for_user(request.user, pk)
+    try:
+        rank = _int_arg(request, "rank", 0)
+        attempt = _int_arg(request, "attempt", None)
+        after = _int_arg(request, "after", -1)
+    except ValueError as exc:
+        return HttpResponseBadRequest(f"{exc} must be an integer")
+    pod = logview.pick_pod(job, rank=rank, attempt=attempt)
+    limit = logview.DEFAULT_LIMIT if request.htmx else logview.MAX_LIMIT
+    lines = logview.read_after(pod, after, limit) if pod else []
+    context = {"job": job} | _log_context(job, pod, lines, caught_up=len(lines) < limit)
+    if not lines:
+        context["log_after"] = after
+    context["log_attempt"] = pod.attempt if pod else attempt or job.attempt
+    context["log_rank"] = pod.rank if pod else rank
+    if request.htmx:
+        return _partial(
+            request, "jobs/detail.html#log-append", context, live=not context["log_complete"]
+        )
+    context["more"] = len(lines) >= limit
+    return render(request, "jobs/logs.html", context)
+
+
+@login_required
+@require_GET
+def job_logs_raw(request: HttpRequest, pk: int) -> HttpResponse:
+    """The stored bytes of one worker's log as a download (never rendered as HTML)."""
+    job = get_job_for_user(request.user, pk)
+    try:
+        rank = _int_arg(request, "rank", 0)
+        attempt = _int_arg(request, "attempt", None)
+    except ValueError as exc:
+        return HttpResponseBadRequest(f"{exc} must be an integer")
+    pod = logview.pick_pod(job, rank=rank, attempt=attempt)
+    texts = (
+        pod.log_chunks.order_by("seq_start").values_list("text", flat=True).iterator(500)
+        if pod
+        else iter(())
+    )
+    response = StreamingHttpResponse(
+        (text if text.endswith("\n") else text + "\n" for text in texts),
+        content_type="text/plain; charset=utf-8",
+    )
+    name = f"job-{job.pk}-attempt-{pod.attempt if pod else 0}-worker-{rank}.log"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@login_required
+@require_POST
+def job_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_job_for_user(request.user, pk)
+    try:
+        request_stop(job, user=request.user)
+    except JobNotActive as exc:
+        messages.error(request, f"Cannot stop job #{job.pk}: {exc}.")
+    except TransitionConflict:
+        messages.error(request, f"Job #{job.pk} changed meanwhile; try again.")
+    else:
+        messages.success(request, f"Stop requested for job #{job.pk}.")
+    return redirect("jobs:detail", pk=job.pk)
+
+
+@login_required
+@require_POST
+def job_restart(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_job_for_user(request.user, pk)
+    if job.status not in FINAL_JOB_STATUSES:
+        messages.error(request, f"Job #{job.pk} is still {job.status}; stop it first.")
+        return redirect("jobs:detail", pk=job.pk)
+    # A restart is a new job: creation rules still apply (see jobs.api.job_restart).
+    form = JobForm(initial_from_job(job), user=request.user)
+    if not form.is_valid():
+        problems = "; ".join(str(m) for msgs in form.errors.values() for m in msgs)
+        messages.error(request, f"Cannot restart job #{job.pk}: {problems}")
+        return redirect("jobs:detail", pk=job.pk)
+    try:
+        new_job = restart_job(job, user=request.user)
+    except JobStillActive as exc:
+        messages.error(request, f"Cannot restart job #{job.pk}: {exc}.")
+        return redirect("jobs:detail", pk=job.pk)
+    messages.success(request, f"Job #{job.pk} restarted as job #{new_job.pk}.")
+    return redirect("jobs:detail", pk=new_job.pk)

@@ -1,0 +1,149 @@
+"""Helpers for the agent API tests: register nodes through the real endpoint, build jobs."""
+
+import json
+import threading
+from collections.abc import Callable
+
+import pytest
+from django.db import connections
+
+from agents.models import Node
+from agents.tokens import issue_bootstrap_token
+from jobs.models import Job, Pod
+from jobs.statuses import JobStatus, PodStatus
+
+API = "/api/v1/agent/"
+
+
+def post(client, endpoint: str, body, token: str | None = None):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    data = body if isinstance(body, str | bytes) else json.dumps(body)
+    return client.post(API + endpoint, data=data, content_type="application/json", headers=headers)
+
+
+def gpu(index: int, **extra) -> dict:
+    return {
+        "index": index,
+        "uuid": f"GPU-{index:04d}",
+        "name": "NVIDIA H200",
+        "memory_total_mb": 143771,
+        **extra,
+    }
+
+
+def facts(gpus: int | list[dict] = 8, **extra) -> dict:
+    """Node facts with `gpus` healthy H200s (a count) or exactly the given GPU dicts."""
+    return {
+        "hostname": "host-a",
+        "agent_version": "0.1.0",
+        "runtime": "process",
+        "resource_type": "Lingjun",
+        "gpu_type": "H200",
+        "cpus": 96,
+        "memory_gb": 1024,
+        "gpus": [gpu(i) for i in range(gpus)] if isinstance(gpus, int) else gpus,
+        **extra,
+    }
+
+
+def register(client, name: str = "n1", **fact_overrides) -> tuple[Node, str]:
+    _, bootstrap = issue_bootstrap_token(None, "test")
+    response = post(
+        client, "register/", {"name": name, "facts": facts(**fact_overrides)}, bootstrap
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    return Node.objects.get(pk=body["node_id"]), body["node_token"]
+
+
+def heartbeat(client, token: str, workers=(), **fact_overrides):
+    return post(
+        client, "heartbeat/", {"facts": facts(**fact_overrides), "workers": list(workers)}, token
+    )
+
+
+def running(pod: Pod) -> dict:
+    return {"pod_id": pod.pk, "attempt": pod.attempt, "state": "running"}
+
+
+def exited(pod: Pod, code: int | None, error: str = "") -> dict:
+    return {
+        "pod_id": pod.pk,
+        "attempt": pod.attempt,
+        "state": "exited",
+        "exit_code": code,
+        "error": error,
+    }
+
+
+def make_job(
+    *,
+    owner,
+    workspace,
+    quota,
+    nodes,
+    command: str = "echo hello",
+    status: JobStatus = JobStatus.STARTING,
+    pod_status: PodStatus = PodStatus.STARTING,
+    gpus: int = 1,
+    env: dict | None = None,
+) -> tuple[Job, list[Pod]]:
+    """A placed job with one worker per entry of `nodes`, as the scheduler would leave it."""
+    job = Job.objects.create(
+        workspace=workspace,
+        quota=quota,
+        owner=owner,
+        name="train",
+        image="pytorch:2.4",
+        command=command,
+        env=env or {},
+        workers=len(nodes),
+        gpus_per_worker=gpus,
+        status=status,
+    )
+    pods = [
+        Pod.objects.create(
+            job=job,
+            attempt=1,
+            rank=rank,
+            node=node,
+            gpu_indices=list(range(gpus)),
+            gpus=gpus,
+            cpus=4,
+            memory_gb=16,
+            charged_quota=quota,
+            status=pod_status,
+        )
+        for rank, node in enumerate(nodes)
+    ]
+    return job, pods
+
+
+@pytest.fixture
+def job_factory(researcher, workspace, quota):
+    def build(nodes, **kwargs):
+        return make_job(owner=researcher, workspace=workspace, quota=quota, nodes=nodes, **kwargs)
+
+    return build
+
+
+def run_together(*calls: Callable[[], object], timeout: float = 60) -> list[tuple[str, object]]:
+    """Start every call at the same moment, each in its own thread and DB connection."""
+    barrier = threading.Barrier(len(calls))
+    results: list[tuple[str, object]] = [("error", TimeoutError("did not finish"))] * len(calls)
+
+    def worker(i: int, call: Callable[[], object]) -> None:
+        try:
+            barrier.wait(timeout=timeout)
+            results[i] = ("ok", call())
+        except Exception as exc:
+            results[i] = ("error", exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return results

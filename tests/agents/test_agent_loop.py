@@ -1,0 +1,193 @@
+"""The agent's loop driven step by step in-process (heartbeat, converge) against a live
+console, with the real process runtime: deterministic, no timing."""
+
+import json
+import time
+
+import pytest
+
+from agents.agent import Agent, AgentConfig
+from agents.models import Node
+from agents.state import AgentConfigError, StateStore
+from agents.tokens import issue_bootstrap_token
+from jobs.models import Job, Pod
+from jobs.services import request_stop
+from jobs.statuses import JobStatus, PodStatus
+from tests.agents.conftest import make_job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAIT = 15.0
+
+
+@pytest.fixture
+def make_agent(live_server, tmp_path):
+    made: list[Agent] = []
+
+    def build(name: str = "loop-node", **extra) -> Agent:
+        _, bootstrap = issue_bootstrap_token(None, "loop")
+        config = AgentConfig(
+            server=live_server.url,
+            name=name,
+            state_dir=tmp_path / name,
+            bootstrap_token=bootstrap,
+            fake_gpus="8xH200",
+            heartbeat_interval=0.2,
+            shutdown_grace=2,
+            **extra,
+        )
+        agent = Agent(config)
+        identity = agent.register_or_load()
+        agent.client.token = identity["node_token"]
+        agent._log_client = agent.client.copy()
+        made.append(agent)
+        return agent
+
+    yield build
+    for agent in made:
+        agent.runtime.shutdown(0)
+        agent.client.close()
+        agent._log_client.close()
+        agent.store.unlock()
+
+
+@pytest.fixture
+def job_on(researcher, workspace, quota):
+    def build(node, command="sleep 600", **extra):
+        return make_job(
+            owner=researcher,
+            workspace=workspace,
+            quota=quota,
+            nodes=[node],
+            command=command,
+            **extra,
+        )
+
+    return build
+
+
+def step(agent: Agent):
+    reply = agent.heartbeat()
+    assert reply is not None
+    agent.converge(reply)
+    return reply
+
+
+def wait_exit(agent: Agent, pod: Pod) -> None:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if any(s.pod_id == pod.pk and not s.running for s in agent.runtime.workers()):
+            return
+        time.sleep(0.02)
+    pytest.fail(f"pod {pod.pk} did not exit")
+
+
+def test_a_pod_is_launched_once_however_often_it_is_desired(make_agent, job_on):
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    _, (pod,) = job_on(node)
+    reply = step(agent)
+    agent.converge(reply)  # the same desired state again
+    step(agent)
+    assert [s.pod_id for s in agent.runtime.workers()] == [pod.pk]
+    assert Pod.objects.get(pk=pod.pk).status == PodStatus.RUNNING
+    saved = json.loads((agent.store.dir / "workers.json").read_text())
+    assert saved == {
+        "launched": {str(pod.pk): {"attempt": 1, "finished": False, "error": "", "final": None}}
+    }
+
+
+def test_a_stop_for_a_pod_never_launched_ends_it_as_ordered(make_agent, job_on):
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    job, (pod,) = job_on(node)
+    request_stop(Job.objects.get(pk=job.pk), reason="stopped by alice")
+    reply = step(agent)
+    assert [o.pod_id for o in reply.stop] == [pod.pk] and reply.run == []
+    step(agent)
+    pod.refresh_from_db()
+    assert pod.status == PodStatus.STOPPED
+    assert Job.objects.get(pk=job.pk).status == JobStatus.STOPPED
+    assert agent.runtime.workers() == []
+
+
+def test_a_pod_waits_for_gpus_an_old_worker_still_holds(make_agent, job_on):
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    old_job, (old,) = job_on(
+        node, command='trap "sleep 0.3; exit 0" TERM; while :; do sleep 0.05; done'
+    )
+    step(agent)
+    request_stop(Job.objects.get(pk=old_job.pk), reason="make room", grace=10)
+    _, (new,) = job_on(node, command="echo new")  # the scheduler reused GPU 0
+    step(agent)
+    assert {s.pod_id for s in agent.runtime.workers()} == {old.pk}  # new one waits
+    wait_exit(agent, old)
+    step(agent)  # reports the old exit; the new pod launches
+    assert new.pk in {s.pod_id for s in agent.runtime.workers()}
+    assert Pod.objects.get(pk=old.pk).status == PodStatus.STOPPED
+
+
+def test_a_pod_asking_for_a_gpu_the_node_lacks_fails(make_agent, job_on):
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    _job, (pod,) = job_on(node)
+    Pod.objects.filter(pk=pod.pk).update(gpu_indices=[9])
+    step(agent)
+    step(agent)
+    pod.refresh_from_db()
+    assert pod.status == PodStatus.FAILED
+    assert pod.error_message == "GPU 9 does not exist on this node (8 GPUs)"
+
+
+def test_exit_is_reported_after_the_last_log_lines(make_agent, job_on):
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    _, (pod,) = job_on(node, command="echo one; echo two; exit 4")
+    step(agent)
+    wait_exit(agent, pod)
+    agent.shipper.flush(timeout=WAIT)
+    step(agent)
+    pod.refresh_from_db()
+    assert (pod.status, pod.exit_code, pod.error_message) == (
+        PodStatus.FAILED,
+        4,
+        "[agent] process runtime: image 'pytorch:2.4' is ignored; the command runs directly "
+        "on this host\none\ntwo",
+    )
+    assert pod.log_next_seq == 3
+    # Reported once: the agent forgets it, and the record says it is finished.
+    assert agent.runtime.workers() == []
+    assert agent.launched[pod.pk].finished
+
+
+def test_an_exit_the_console_did_not_take_is_reported_again(make_agent, job_on):
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    _, (pod,) = job_on(node, command="exit 5")
+    step(agent)
+    wait_exit(agent, pod)
+    step(agent)
+    assert Pod.objects.get(pk=pod.pk).status == PodStatus.FAILED
+    # As if the console had lost that report: the pod is live again in its eyes.
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.RUNNING, exit_code=None)
+    reply = step(agent)  # lists the pod to run; the agent re-reports instead of relaunching
+    assert [s.pod_id for s in reply.run] == [pod.pk]
+    assert agent.runtime.workers() == []
+    step(agent)
+    pod.refresh_from_db()
+    assert (pod.status, pod.exit_code) == (PodStatus.FAILED, 5)
+    assert agent.launched[pod.pk].final["exit_code"] == 5
+
+
+def test_one_agent_per_state_dir(make_agent, tmp_path, live_server):
+    make_agent()
+    with pytest.raises(AgentConfigError, match="another agent is running"):
+        Agent(AgentConfig(server=live_server.url, name="x", state_dir=tmp_path / "loop-node"))
+
+
+def test_an_unreadable_worker_record_stops_the_agent(tmp_path):
+    store = StateStore(tmp_path / "s")
+    store.workers_path.write_text("{not json")
+    with pytest.raises(AgentConfigError, match="cannot read"):
+        store.load_launched()

@@ -1,0 +1,205 @@
+"""POST /api/v1/agent/logs/: each sequence stored once, gaps refused, foreign pods rejected."""
+
+import pytest
+
+from jobs.models import LogChunk, Pod
+from jobs.statuses import JobStatus, PodStatus
+from tests.agents.conftest import post, register
+
+pytestmark = pytest.mark.django_db
+
+
+def lines(start: int, end: int) -> list[str]:
+    return [f"line {i}" for i in range(start, end)]
+
+
+def send(client, token, pod, first_seq, text_lines, attempt=None):
+    batch = {
+        "pod_id": pod.pk,
+        "attempt": attempt or pod.attempt,
+        "first_seq": first_seq,
+        "lines": text_lines,
+    }
+    return post(client, "logs/", {"batches": [batch]}, token)
+
+
+def stored(pod) -> list[str]:
+    chunks = LogChunk.objects.filter(pod=pod).order_by("seq_start")
+    return "".join(c.text for c in chunks).splitlines()
+
+
+@pytest.fixture
+def setup(client, job_factory):
+    node, token = register(client)
+    _, (pod,) = job_factory([node], pod_status=PodStatus.RUNNING, status=JobStatus.RUNNING)
+    return node, token, pod
+
+
+def test_lines_are_stored_and_acknowledged(client, setup):
+    _, token, pod = setup
+    response = send(client, token, pod, 0, lines(0, 5))
+    assert response.status_code == 200
+    assert response.json() == {"acks": {str(pod.pk): 5}, "rejected": {}}
+    (chunk,) = LogChunk.objects.filter(pod=pod)
+    assert (chunk.seq_start, chunk.seq_end, chunk.attempt) == (0, 4, 1)
+    assert chunk.text == "line 0\nline 1\nline 2\nline 3\nline 4\n"
+    assert Pod.objects.get(pk=pod.pk).log_next_seq == 5
+
+
+def test_a_resent_batch_is_stored_once(client, setup):
+    _, token, pod = setup
+    send(client, token, pod, 0, lines(0, 5))
+    response = send(client, token, pod, 0, lines(0, 5))
+    assert response.json()["acks"] == {str(pod.pk): 5}
+    assert LogChunk.objects.filter(pod=pod).count() == 1
+    assert stored(pod) == lines(0, 5)
+
+
+def test_an_overlapping_batch_stores_only_its_new_tail(client, setup):
+    _, token, pod = setup
+    send(client, token, pod, 0, lines(0, 5))
+    response = send(client, token, pod, 3, lines(3, 8))
+    assert response.json()["acks"] == {str(pod.pk): 8}
+    assert stored(pod) == lines(0, 8)
+    assert [(c.seq_start, c.seq_end) for c in LogChunk.objects.filter(pod=pod)] == [
+        (0, 4),
+        (5, 7),
+    ]
+
+
+def test_a_gap_is_not_accepted_and_the_ack_says_where_to_resume(client, setup):
+    _, token, pod = setup
+    send(client, token, pod, 0, lines(0, 5))
+    response = send(client, token, pod, 10, lines(10, 13))
+    assert response.status_code == 200
+    assert response.json()["acks"] == {str(pod.pk): 5}
+    assert stored(pod) == lines(0, 5)
+    # Resending from the acknowledged point fills the log in order.
+    send(client, token, pod, 5, lines(5, 13))
+    assert stored(pod) == lines(0, 13)
+
+
+def test_several_batches_of_one_pod_in_one_request(client, setup):
+    _, token, pod = setup
+    body = {
+        "batches": [
+            {"pod_id": pod.pk, "attempt": 1, "first_seq": 0, "lines": lines(0, 3)},
+            {"pod_id": pod.pk, "attempt": 1, "first_seq": 3, "lines": lines(3, 6)},
+            {"pod_id": pod.pk, "attempt": 1, "first_seq": 9, "lines": lines(9, 10)},
+        ]
+    }
+    response = post(client, "logs/", body, token)
+    assert response.json()["acks"] == {str(pod.pk): 6}
+    assert stored(pod) == lines(0, 6)
+
+
+def test_hostile_text_is_stored_verbatim(client, setup):
+    _, token, pod = setup
+    hostile = ["<script>alert(1)</script>", '<div hx-get="/x">', "\x1b[31mred\x1b[0m", "", "é😀"]
+    send(client, token, pod, 0, hostile)
+    assert LogChunk.objects.get(pod=pod).text == "".join(f"{line}\n" for line in hostile)
+
+
+def test_logs_of_a_finished_pod_are_still_accepted(client, setup):
+    _, token, pod = setup
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.SUCCEEDED)
+    assert send(client, token, pod, 0, lines(0, 2)).json()["acks"] == {str(pod.pk): 2}
+
+
+def test_foreign_unknown_and_stale_pods_are_rejected(client, setup, job_factory):
+    _node, token, pod = setup
+    other, _ = register(client, "other")
+    _, (foreign,) = job_factory([other], pod_status=PodStatus.RUNNING)
+    body = {
+        "batches": [
+            {"pod_id": foreign.pk, "attempt": 1, "first_seq": 0, "lines": ["x"]},
+            {"pod_id": 99999, "attempt": 1, "first_seq": 0, "lines": ["x"]},
+            {"pod_id": pod.pk, "attempt": 2, "first_seq": 0, "lines": ["x"]},
+        ]
+    }
+    response = post(client, "logs/", body, token)
+    assert response.status_code == 200
+    assert response.json() == {
+        "acks": {},
+        "rejected": {
+            str(foreign.pk): "pod is not placed on this node",
+            "99999": "unknown pod",
+            str(pod.pk): "stale attempt 2; the pod is attempt 1",
+        },
+    }
+    assert not LogChunk.objects.exists()
+
+
+def test_auth_is_required(client, setup):
+    _, _, pod = setup
+    response = post(
+        client,
+        "logs/",
+        {"batches": [{"pod_id": pod.pk, "attempt": 1, "first_seq": 0, "lines": ["x"]}]},
+    )
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("batch", "field"),
+    [
+        ({"first_seq": -1, "lines": ["x"]}, "batches.0.first_seq"),
+        ({"first_seq": 0, "lines": []}, "batches.0.lines"),
+        ({"first_seq": 0, "lines": ["a\nb"]}, "batches.0"),
+        ({"first_seq": 0, "lines": ["x" * 40000]}, "batches.0.lines.0"),
+        ({"first_seq": 0, "lines": ["x"] * 1001}, "batches.0.lines"),
+    ],
+)
+def test_invalid_batches_are_400(client, setup, batch, field):
+    _, token, pod = setup
+    response = post(
+        client, "logs/", {"batches": [{"pod_id": pod.pk, "attempt": 1, **batch}]}, token
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == field
+    assert not LogChunk.objects.exists()
+
+
+def test_a_body_over_the_upload_limit_is_413(client, setup, settings):
+    _, token, pod = setup
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = send(client, token, pod, 0, ["x" * 500, "y" * 500])
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
+
+
+@pytest.mark.parametrize("pods", [1, 4])
+def test_query_count_is_constant_per_pod(client, job_factory, django_assert_num_queries, pods):
+    node, token = register(client)
+    _, workers = job_factory([node] * pods, pod_status=PodStatus.RUNNING)
+    body = {
+        "batches": [
+            {"pod_id": w.pk, "attempt": 1, "first_seq": 0, "lines": lines(0, 500)} for w in workers
+        ]
+    }
+    # auth, pods; per pod: savepoint, compare-and-set on log_next_seq, insert, release
+    with django_assert_num_queries(2 + 4 * pods):
+        response = post(client, "logs/", body, token)
+    assert response.status_code == 200
+    assert LogChunk.objects.count() == pods
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_batch_sent_twice_at_once_is_stored_once(researcher, workspace, quota):
+    from django.test import Client
+
+    from tests.agents.conftest import make_job, run_together
+
+    node, token = register(Client())
+    _, (pod,) = make_job(
+        owner=researcher, workspace=workspace, quota=quota, nodes=[node], status=JobStatus.RUNNING
+    )
+
+    def resend():
+        return send(Client(), token, pod, 0, lines(0, 200)).json()["acks"]
+
+    results = run_together(resend, resend, resend)
+    assert [kind for kind, _ in results] == ["ok", "ok", "ok"], results
+    assert all(acks == {str(pod.pk): 200} for _, acks in results)
+    assert stored(pod) == lines(0, 200)
+    assert LogChunk.objects.filter(pod=pod).count() == 1

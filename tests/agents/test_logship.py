@@ -1,0 +1,174 @@
+"""LogShipper against the real logs endpoint (through the Django test client)."""
+
+import pytest
+
+from agents.client import TransportError
+from agents.logship import LogShipper
+from agents.protocol import LogAck, LogBatch
+from jobs.models import LogChunk, Pod
+from jobs.statuses import JobStatus, PodStatus
+from tests.agents.conftest import post, register
+
+pytestmark = pytest.mark.django_db
+
+
+class Console:
+    """The logs endpoint as the shipper's `send`, with an optional outage."""
+
+    def __init__(self, client, token) -> None:
+        self.client = client
+        self.token = token
+        self.down = False
+        self.lose_replies = False
+        self.requests: list[LogBatch] = []
+
+    def send(self, batch: LogBatch) -> LogAck:
+        self.requests.append(batch)
+        if self.down:
+            raise TransportError("connection refused")
+        response = post(self.client, "logs/", batch.model_dump_json(), self.token)
+        assert response.status_code == 200, response.content
+        if self.lose_replies:  # stored, but the agent never hears back
+            raise TransportError("read timeout")
+        return LogAck.model_validate_json(response.content)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def env(client, job_factory):
+    node, token = register(client)
+    _, (pod,) = job_factory([node], pod_status=PodStatus.RUNNING, status=JobStatus.RUNNING)
+    console = Console(client, token)
+    clock = Clock()
+    shipper = LogShipper(console.send, clock=clock)
+    shipper.open(pod.pk, pod.attempt, pod.log_next_seq)
+    return shipper, console, clock, pod
+
+
+def stored(pod) -> list[str]:
+    return "".join(c.text for c in LogChunk.objects.filter(pod=pod)).splitlines()
+
+
+def test_lines_go_out_in_order_and_are_dropped_once_acknowledged(env):
+    shipper, _console, _, pod = env
+    for i in range(5):
+        shipper.append(pod.pk, f"line {i}")
+    assert shipper.ship_once()
+    assert stored(pod) == [f"line {i}" for i in range(5)]
+    assert shipper.drained()
+    assert not shipper.ship_once()  # nothing left to send
+
+
+def test_unacknowledged_lines_are_resent_and_stored_once(env):
+    shipper, console, _, pod = env
+    shipper.append(pod.pk, "a")
+    shipper.append(pod.pk, "b")
+    console.lose_replies = True
+    with pytest.raises(TransportError):
+        shipper.ship_once()
+    console.lose_replies = False
+    shipper.append(pod.pk, "c")
+    console.down = True
+    with pytest.raises(TransportError):
+        shipper.ship_once()
+    console.down = False
+    assert shipper.ship_once()
+    assert [b.batches[0].first_seq for b in console.requests] == [0, 0, 0]
+    assert stored(pod) == ["a", "b", "c"]
+    assert LogChunk.objects.filter(pod=pod).count() == 2
+
+
+def test_batches_are_due_at_1000_lines_or_after_a_second(env):
+    shipper, _, clock, pod = env
+    shipper.append(pod.pk, "first")
+    assert not shipper._due(clock())
+    clock.now = 1.0
+    assert shipper._due(clock())
+    shipper.ship_once()
+    for i in range(999):
+        shipper.append(pod.pk, str(i))
+    assert not shipper._due(clock())
+    shipper.append(pod.pk, "the thousandth")
+    assert shipper._due(clock())
+    batch = shipper.take_batch()
+    assert len(batch.batches[0].lines) == 1000
+
+
+def test_a_closed_stream_ships_at_once_and_is_forgotten_when_acked(env):
+    shipper, _, clock, pod = env
+    shipper.append(pod.pk, "bye")
+    shipper.close(pod.pk)
+    assert shipper._due(clock())
+    shipper.ship_once()
+    assert shipper._streams == {}
+    shipper.append(pod.pk, "after the end")  # nowhere to go: ignored, no error
+    assert shipper.take_batch() is None
+
+
+def test_sequence_starts_at_the_consoles_next_seq(env, client):
+    _shipper, console, _, pod = env
+    Pod.objects.filter(pk=pod.pk).update(log_next_seq=0)
+    post(
+        client,
+        "logs/",
+        {"batches": [{"pod_id": pod.pk, "attempt": 1, "first_seq": 0, "lines": ["earlier"]}]},
+        console.token,
+    )
+    second = LogShipper(console.send)
+    second.open(pod.pk, 1, Pod.objects.get(pk=pod.pk).log_next_seq)
+    second.append(pod.pk, "later")
+    second.ship_once()
+    assert stored(pod) == ["earlier", "later"]
+
+
+def test_a_full_buffer_drops_lines_but_keeps_sequences_contiguous(env):
+    shipper, _console, _, pod = env
+    shipper.max_buffered_bytes = 100
+    shipper._streams[pod.pk].limit = 100
+    for i in range(30):
+        shipper.append(pod.pk, f"line {i:02d}")  # 10 bytes of JSON each
+    shipper.ship_once()
+    shipper.append(pod.pk, "after the outage")
+    shipper.ship_once()
+    lines = stored(pod)
+    assert lines[:10] == [f"line {i:02d}" for i in range(10)]
+    assert lines[10:] == ["[agent] 20 log lines dropped: buffer full", "after the outage"]
+
+
+def test_rejected_pods_are_dropped(env, client, job_factory):
+    shipper, _console, _, pod = env
+    other, _ = register(client, "other")
+    _, (foreign,) = job_factory([other])
+    shipper.open(foreign.pk, 1, 0)
+    shipper.append(foreign.pk, "not mine")
+    shipper.append(pod.pk, "mine")
+    shipper.ship_once()
+    assert list(shipper._streams) == [pod.pk] and shipper.drained()
+    assert not LogChunk.objects.filter(pod=foreign).exists()
+
+
+def test_an_ack_behind_the_buffer_renumbers_with_a_marker(env, client):
+    shipper, _console, _, pod = env
+    Pod.objects.filter(pk=pod.pk).update(log_next_seq=0)
+    stream = shipper._streams[pod.pk]
+    stream.base = 5  # as if lines 0-4 were acknowledged, then the console lost them
+    shipper.append(pod.pk, "x")
+    shipper.ship_once()  # gap: nothing stored, ack 0
+    shipper.ship_once()
+    assert stored(pod) == ["[agent] earlier log lines were lost", "x"]
+
+
+def test_flush_sends_everything(env):
+    shipper, console, _, pod = env
+    for i in range(2500):
+        shipper.append(pod.pk, str(i))
+    assert shipper.flush(timeout=30)
+    assert len(stored(pod)) == 2500
+    assert [len(b.batches[0].lines) for b in console.requests] == [1000, 1000, 500]

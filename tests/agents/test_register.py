@@ -1,0 +1,202 @@
+"""POST /api/v1/agent/register/: bootstrap tokens in every state, node creation, takeover."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from django.db import connections
+from django.test import Client
+from django.utils import timezone
+
+from agents.models import BootstrapToken, GpuDevice, Node, NodeState
+from agents.tokens import issue_bootstrap_token
+from console.tokens import digest_of
+from tests.agents.conftest import facts, heartbeat, post, run_together
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def body(name: str = "n1", **extra) -> dict:
+    return {"name": name, "facts": facts(**extra)}
+
+
+def test_valid_token_registers_the_node_with_its_facts_and_a_hashed_token(client):
+    row, plain = issue_bootstrap_token(None, "rack 3")
+    with time_machine.travel(T0, tick=False):
+        response = post(client, "register/", body(), plain)
+    assert response.status_code == 200, response.content
+    data = response.json()
+    node = Node.objects.get(pk=data["node_id"])
+    assert (node.name, node.gpus, node.gpu_type, node.cpus, node.memory_gb) == (
+        "n1",
+        8,
+        "H200",
+        96,
+        1024,
+    )
+    assert node.state == NodeState.READY
+    assert node.last_heartbeat_at == T0
+    assert node.heartbeat_deadline == T0 + timedelta(seconds=30)
+    token = data["node_token"]
+    assert token.startswith("gqn_")
+    assert node.token_prefix == token.split("_")[1]
+    assert node.token_digest == digest_of(token) and token not in node.token_digest
+    assert GpuDevice.objects.filter(node=node).count() == 8
+    row.refresh_from_db()
+    assert row.used_at == T0
+    assert data["heartbeat_interval"] == 5.0
+    # The new token works for heartbeats at once.
+    assert heartbeat(client, token).status_code == 200
+
+
+def test_single_use_token_cannot_register_twice(client):
+    _, plain = issue_bootstrap_token(None, "once")
+    assert post(client, "register/", body("n1"), plain).status_code == 200
+    response = post(client, "register/", body("n2"), plain)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "token_used"
+    assert not Node.objects.filter(name="n2").exists()
+
+
+def test_reusable_token_registers_several_nodes(client):
+    _, plain = issue_bootstrap_token(None, "fleet", single_use=False)
+    assert post(client, "register/", body("n1"), plain).status_code == 200
+    assert post(client, "register/", body("n2"), plain).status_code == 200
+    assert Node.objects.count() == 2
+
+
+def test_expired_token_is_refused(client):
+    with time_machine.travel(T0, tick=False):
+        _, plain = issue_bootstrap_token(None, "short", ttl=60)
+    with time_machine.travel(T0 + timedelta(seconds=61), tick=False):
+        response = post(client, "register/", body(), plain)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "token_expired"
+    assert not Node.objects.exists()
+
+
+def test_revoked_token_is_refused(client):
+    row, plain = issue_bootstrap_token(None, "revoked")
+    BootstrapToken.objects.filter(pk=row.pk).update(revoked_at=timezone.now())
+    response = post(client, "register/", body(), plain)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "token_revoked"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "Basic abc",
+        "Bearer ",
+        "Bearer garbage",
+        "Bearer gqb_short_secret",
+        "Bearer gqc_abcdef12_not-a-bootstrap-token",
+    ],
+)
+def test_missing_or_malformed_token_is_401(client, header):
+    issue_bootstrap_token(None, "unused")
+    headers = {"Authorization": header} if header else {}
+    response = client.post(
+        "/api/v1/agent/register/", data=body(), content_type="application/json", headers=headers
+    )
+    assert response.status_code == 401
+    error = response.json()["error"]
+    assert error["code"] in {"missing_token", "malformed_token"}
+    assert not Node.objects.exists()
+
+
+def test_wrong_secret_with_a_real_prefix_is_401(client):
+    row, _plain = issue_bootstrap_token(None, "x")
+    forged = f"gqb_{row.prefix}_{'A' * 43}"
+    response = post(client, "register/", body(), forged)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_token"
+    row.refresh_from_db()
+    assert row.used_at is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"name": "../etc", "facts": facts()}, "name"),
+        ({"name": "n1", "facts": facts(), "extra": 1}, "extra"),
+        ({"name": "n1", "facts": facts(cpus=-1)}, "facts.cpus"),
+        ({"name": "n1", "facts": facts(resource_type="Cloud")}, "facts.resource_type"),
+        ({"name": "n1"}, "facts"),
+    ],
+)
+def test_invalid_body_is_400_names_the_field_and_keeps_the_token(client, payload, field):
+    row, plain = issue_bootstrap_token(None, "x")
+    response = post(client, "register/", payload, plain)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid"
+    assert error["field"] == field
+    row.refresh_from_db()
+    assert row.used_at is None  # bad input loses nothing
+    assert post(client, "register/", body(), plain).status_code == 200
+
+
+def test_invalid_json_is_400(client):
+    _, plain = issue_bootstrap_token(None, "x")
+    response = post(client, "register/", b"{not json", plain)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_wrong_method_is_405_json(client):
+    response = client.get("/api/v1/agent/register/")
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_unknown_endpoint_is_404_json(client):
+    response = client.post("/api/v1/agent/nope/", data="{}", content_type="application/json")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_a_missing_trailing_slash_gets_a_hint(client):
+    response = client.post("/api/v1/agent/heartbeat", data="{}", content_type="application/json")
+    assert response.status_code == 404
+    assert response.json()["error"]["message"].endswith("did you mean heartbeat/ ?")
+
+
+def test_register_needs_no_csrf_token():
+    _, plain = issue_bootstrap_token(None, "x")
+    strict = Client(enforce_csrf_checks=True)
+    assert post(strict, "register/", body(), plain).status_code == 200
+
+
+def test_re_registering_a_name_replaces_its_token(client):
+    _, first = issue_bootstrap_token(None, "a")
+    old = post(client, "register/", body("n1"), first).json()
+    Node.objects.filter(name="n1").update(state=NodeState.LOST)
+    _, second = issue_bootstrap_token(None, "b")
+    new = post(client, "register/", body("n1", gpus=4), second).json()
+    assert new["node_id"] == old["node_id"]
+    node = Node.objects.get(name="n1")
+    assert (node.state, node.gpus) == (NodeState.READY, 4)
+    assert heartbeat(client, old["node_token"], gpus=4).status_code == 401
+    assert heartbeat(client, new["node_token"], gpus=4).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_agents_racing_for_one_single_use_token_exactly_one_wins():
+    _, plain = issue_bootstrap_token(None, "race")
+
+    def attempt(name):
+        def call():
+            return post(Client(), "register/", body(name), plain).status_code
+
+        return call
+
+    results = run_together(attempt("a"), attempt("b"), attempt("c"))
+    connections.close_all()
+    codes = sorted(value for kind, value in results if kind == "ok")
+    assert codes == [200, 403, 403], results
+    assert Node.objects.count() == 1

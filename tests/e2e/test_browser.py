@@ -1,0 +1,65 @@
+"""A researcher in a real browser (headless Chromium): log in, submit a job from the form,
+and watch the detail page update itself through HTMX until the job is Completed."""
+
+import os
+import shutil
+
+import pytest
+
+from tests.e2e.conftest import RunningConsole
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("Chromium is required for browser tests (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+def test_submit_from_form_and_watch_it_complete(browser, running_console: RunningConsole):
+    page = browser.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{running_console.url}/login/")
+    page.fill("input[name=username]", running_console.creds["researcher_username"])
+    page.fill("input[name=password]", running_console.creds["researcher_password"])
+    page.click("button[type=submit]")
+    page.wait_for_url("**/jobs/")
+
+    page.goto(f"{running_console.url}/jobs/new/")
+    page.fill("input[name=name]", "browser-job")
+    page.select_option("select[name=quota]", label="vision-h200 (Lingjun, H200)")
+    page.fill("input[name=image]", "busybox:latest")
+    page.fill("textarea[name=command]", "sleep 2; for i in 1 2 3; do echo browser-line-$i; done")
+    page.fill("input[name=gpus_per_worker]", "1")
+    page.fill("input[name=cpus_per_worker]", "1")
+    page.fill("input[name=memory_gb_per_worker]", "1")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/jobs/*/")
+
+    # No reload: the status badge and the log panel update through HTMX polling.
+    page.locator(".badge", has_text="Completed").first.wait_for()
+    page.locator("text=browser-line-3").wait_for()
+    logs = page.locator("#logs").inner_text()
+    assert (
+        logs.index("browser-line-1") < logs.index("browser-line-2") < logs.index("browser-line-3")
+    )
+    page.screenshot(path=str(running_console.var_dir / "job-detail.png"), full_page=True)

@@ -1,0 +1,97 @@
+"""Builders for hand-made snapshots: short to write, explicit about what matters."""
+
+from datetime import UTC, datetime, timedelta
+
+from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, Snapshot
+from jobs.statuses import IdleResources, JobStatus
+
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+LINGJUN = "Lingjun"
+GENERAL = "General-purpose"
+
+
+def node(
+    id: int,
+    *,
+    gpus: int = 8,
+    free: tuple[int, ...] | None = None,
+    gpu_type: str = "H200",
+    resource_type: str = LINGJUN,
+    cpus: int = 128,
+    memory_gb: int = 1024,
+    schedulable: bool = True,
+    why: str = "",
+    name: str | None = None,
+) -> NodeSnap:
+    return NodeSnap(
+        id=id,
+        name=name or f"node-{id}",
+        gpu_type=gpu_type,
+        resource_type=resource_type,
+        free_gpu_indices=tuple(range(gpus)) if free is None else free,
+        gpus=gpus,
+        free_cpus=cpus,
+        free_memory_gb=memory_gb,
+        schedulable=schedulable,
+        unschedulable_reason=why if not schedulable else "",
+    )
+
+
+def quota(
+    id: int = 1,
+    *,
+    name: str = "team-a",
+    gpus: int = 16,
+    used: int = 0,
+    gpu_type: str = "H200",
+    resource_type: str = LINGJUN,
+    **extra,
+) -> QuotaSnap:
+    return QuotaSnap(
+        id=id,
+        name=name,
+        tenant_id=1,
+        resource_type=resource_type,
+        gpu_type=gpu_type,
+        gpus=gpus,
+        used_gpus=used,
+        **extra,
+    )
+
+
+def job(
+    id: int,
+    *,
+    quota: int = 1,
+    workers: int = 1,
+    gpus: int = 1,
+    cpus: int = 4,
+    memory_gb: int = 16,
+    priority: int = 1,
+    at: int = 0,
+    status: JobStatus = JobStatus.PENDING,
+    idle: IdleResources = IdleResources.OFF,
+    active_pods: int = 0,
+) -> JobSnap:
+    """`at` is the submit time in minutes after T0."""
+    return JobSnap(
+        id=id,
+        quota_id=quota,
+        workers=workers,
+        gpus_per_worker=gpus,
+        cpus_per_worker=cpus,
+        memory_gb_per_worker=memory_gb,
+        priority=priority,
+        submitted_at=T0 + timedelta(minutes=at),
+        status=status,
+        idle_resources=idle,
+        active_pods=active_pods,
+    )
+
+
+def snapshot(nodes=(), quotas=None, jobs=()) -> Snapshot:
+    return Snapshot(
+        nodes=tuple(nodes),
+        quotas=tuple(quotas if quotas is not None else [quota()]),
+        jobs=tuple(jobs),
+    )

@@ -1,0 +1,131 @@
+"""Table tests for the small pure pieces of plan(): order, quota fit, wording."""
+
+import pytest
+
+from jobs.scheduler.model import Placement
+from jobs.scheduler.plan import (
+    Usage,
+    admission_order,
+    describe_placements,
+    diagnose_unschedulable_pool,
+    format_indices,
+    quota_shortfall,
+)
+from tests.scheduler.snaps import job, quota
+
+
+@pytest.mark.parametrize(
+    ("jobs", "expected"),
+    [
+        pytest.param([job(1, at=5), job(2, at=1), job(3, at=3)], [2, 3, 1], id="fifo-by-submit"),
+        pytest.param(
+            [job(1, at=0, priority=1), job(2, at=9, priority=5), job(3, at=5, priority=5)],
+            [3, 2, 1],
+            id="priority-first-then-fifo",
+        ),
+        pytest.param([job(7, at=0), job(3, at=0), job(5, at=0)], [3, 5, 7], id="id-breaks-ties"),
+        pytest.param(
+            [job(1, priority=-1), job(2, priority=0), job(3, priority=10)],
+            [3, 2, 1],
+            id="negative-priorities",
+        ),
+        pytest.param([], [], id="empty"),
+    ],
+)
+def test_admission_order(jobs, expected):
+    assert [j.id for j in admission_order(jobs)] == expected
+
+
+@pytest.mark.parametrize(
+    ("q", "used", "j", "expected"),
+    [
+        pytest.param(quota(gpus=16), Usage(gpus=12), job(1, gpus=4), None, id="exactly-fills"),
+        pytest.param(
+            quota(gpus=16),
+            Usage(gpus=14),
+            job(1, gpus=4),
+            "quota team-a: 14/16 GPUs in use, job needs 4",
+            id="full",
+        ),
+        pytest.param(
+            quota(gpus=16),
+            Usage(),
+            job(1, workers=3, gpus=8),
+            "quota team-a has 16 GPUs in all; job needs 24",
+            id="bigger-than-quota",
+        ),
+        pytest.param(quota(gpus=0), Usage(), job(1, gpus=0), None, id="cpu-only-job"),
+        pytest.param(
+            quota(gpus=16, cpus=32),
+            Usage(gpus=0, cpus=30),
+            job(1, gpus=1, cpus=4),
+            "quota team-a: 30/32 CPUs in use, job needs 4",
+            id="cpu-guarantee",
+        ),
+        pytest.param(
+            quota(gpus=16, cpus=0),
+            Usage(cpus=10_000),
+            job(1, gpus=1, cpus=4),
+            None,
+            id="cpus-0-means-unlimited",
+        ),
+        pytest.param(
+            quota(gpus=16, memory_gb=64),
+            Usage(memory_gb=0),
+            job(1, workers=2, memory_gb=40),
+            "quota team-a has 64 GB memory in all; job needs 80",
+            id="memory-guarantee",
+        ),
+    ],
+)
+def test_quota_shortfall(q, used, j, expected):
+    assert quota_shortfall(q, used, j) == expected
+
+
+@pytest.mark.parametrize(
+    ("indices", "text"),
+    [
+        ((0, 1, 2, 3), "0-3"),
+        ((0,), "0"),
+        ((0, 2, 3, 5), "0,2-3,5"),
+        ((7, 6, 5, 0), "0,5-7"),
+        ((), ""),
+    ],
+)
+def test_format_indices(indices, text):
+    assert format_indices(indices) == text
+
+
+@pytest.mark.parametrize(
+    ("placements", "text"),
+    [
+        ([Placement(0, 1, (0, 1, 2, 3))], "placed on node-0 (GPUs 0-3)"),
+        ([Placement(0, 1, (5,))], "placed on node-0 (GPU 5)"),
+        ([Placement(0, 1, ())], "placed on node-0 (no GPUs)"),
+        (
+            [Placement(0, 1, (0, 1, 2, 3)), Placement(1, 1, (4, 5, 6, 7))],
+            "placed 2 workers on node-0 (GPUs 0-7)",
+        ),
+        (
+            [Placement(0, 1, tuple(range(8))), Placement(1, 2, tuple(range(8)))],
+            "placed 2 workers on node-0 (GPUs 0-7), node-1 (GPUs 0-7)",
+        ),
+    ],
+)
+def test_describe_placements(placements, text):
+    assert describe_placements(tuple(placements), {1: "node-0", 2: "node-1"}) == text
+
+
+@pytest.mark.parametrize(
+    ("counts", "text"),
+    [
+        (None, "no Lingjun H200 nodes in the cluster"),
+        ({"cordoned": 2}, "no schedulable Lingjun H200 node (2 cordoned)"),
+        (
+            {"NotReady": 1, "cordoned": 1, "Lost": 1},
+            "no schedulable Lingjun H200 node (1 Lost, 1 NotReady, 1 cordoned)",
+        ),
+    ],
+)
+def test_diagnose_unschedulable_pool(counts, text):
+    assert diagnose_unschedulable_pool(("Lingjun", "H200"), counts) == text

@@ -1,0 +1,174 @@
+"""Live logs: hostile text stays text, the follower advances with ?after= and stops at the end."""
+
+import re
+from datetime import timedelta
+
+import time_machine
+from django.urls import reverse
+from django.utils import timezone
+
+from jobs.models import Pod
+from jobs.statuses import JobStatus
+from tests.web.conftest import HTMX, Tree, add_log, finish, place
+
+HOSTILE = [
+    "<script>alert('owned')</script>",
+    '<div hx-get="/admin/evil" hx-trigger="load" hx-swap-oob="true" id="job-live">x</div>',
+    "\x1b[31mred error\x1b[0m done",
+    '"><img src=x onerror=alert(1)>',
+]
+
+
+def _hostile_job(job, node):
+    pod = place(job, node)[0]
+    add_log(pod, 0, ["starting", *HOSTILE])
+    return pod
+
+
+def _assert_inert(html: str) -> None:
+    tree = Tree(html)
+    # No element the log could have created: no script, no injected htmx attribute, no img.
+    assert not [e for e in tree.elements if e.tag == "script" and "alert" in e.text]
+    assert not [e for e in tree.elements if e.attrs.get("hx-get") == "/admin/evil"]
+    assert not [e for e in tree.elements if e.tag == "img"]
+    # The text is there, escaped, inside an element htmx will not process.
+    for needle in ("<script>alert('owned')</script>", 'hx-get="/admin/evil"', "red error done"):
+        holders = tree.containing(needle)
+        assert holders, needle
+        assert all(h.inside("hx-disable") for h in holders), needle
+    assert "\x1b" not in html
+    assert "&lt;script&gt;" in html
+
+
+def test_detail_page_renders_hostile_log_lines_inert(member_client, job, node):
+    _hostile_job(job, node)
+    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    _assert_inert(html)
+    log = Tree(html).by_id("log-lines")
+    assert log is not None and "hx-disable" in log.attrs
+
+
+def test_log_partial_renders_hostile_lines_inert(member_client, job, node):
+    _hostile_job(job, node)
+    response = member_client.get(reverse("jobs:logs", args=[job.pk]) + "?after=-1", **HTMX)
+    assert response.status_code == 200
+    # The partial is appended into #log-lines (hx-disable) on the page; wrap it the same way.
+    _assert_inert(f'<div id="log-lines" hx-disable>{response.text}</div>')
+
+
+def test_full_log_page_renders_hostile_lines_inert(member_client, job, node):
+    _hostile_job(job, node)
+    _assert_inert(member_client.get(reverse("jobs:logs", args=[job.pk])).text)
+
+
+def test_raw_download_keeps_the_bytes_as_plain_text(member_client, job, node):
+    _hostile_job(job, node)
+    response = member_client.get(reverse("jobs:logs-raw", args=[job.pk]))
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response["Content-Disposition"].startswith("attachment;")
+    body = b"".join(response.streaming_content).decode()
+    assert body == "\n".join(["starting", *HOSTILE]) + "\n"
+
+
+def test_follower_appends_new_lines_and_advances_its_cursor(member_client, job, node):
+    pod = place(job, node)[0]
+    add_log(pod, 0, ["line-0", "line-1"])
+    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    poller = Tree(html).by_id("log-poller")
+    assert "after=1" in poller.attrs["hx-get"] and poller.attrs["hx-swap"] == "beforeend"
+    assert poller.attrs["hx-target"] == "#log-lines"
+
+    add_log(pod, 2, ["line-2", "line-3"])
+    response = member_client.get(poller.attrs["hx-get"], **HTMX)
+    assert response.status_code == 200
+    tree = Tree(response.text)
+    assert [e.text for e in tree.elements if e.attrs.get("class") == "log-line"] == [
+        "line-2",
+        "line-3",
+    ]
+    assert [e.text for e in tree.elements if e.attrs.get("class") == "seq"] == ["2", "3"]
+    new_poller = tree.by_id("log-poller")
+    assert new_poller.attrs["hx-swap-oob"] == "true"
+    assert "after=3" in new_poller.attrs["hx-get"]
+
+    # Nothing new: no lines, same cursor, keeps polling while the job runs.
+    response = member_client.get(new_poller.attrs["hx-get"], **HTMX)
+    assert response.status_code == 200
+    assert 'class="log-line"' not in response.text and "after=3" in response.text
+
+
+def test_follower_reads_a_cursor_in_the_middle_of_a_chunk(member_client, job, node):
+    pod = place(job, node)[0]
+    add_log(pod, 0, [f"l{i}" for i in range(10)])
+    add_log(pod, 10, ["l10"])
+    url = reverse("jobs:logs", args=[job.pk]) + f"?attempt={pod.attempt}&rank=0&after=6"
+    lines = re.findall(r"l\d+", member_client.get(url, **HTMX).text)
+    assert lines == ["l7", "l8", "l9", "l10"]
+
+
+def test_follower_stops_with_286_once_final_and_settled(member_client, job, node):
+    pod = place(job, node)[0]
+    add_log(pod, 0, ["only line"])
+    Pod.objects.filter(pk=pod.pk).update(status="Succeeded", exit_code=0)
+    from jobs.lifecycle import transition
+    from jobs.statuses import Actor
+
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        transition(job, JobStatus.COMPLETED, reason="done", actor=Actor.AGENT)
+        url = reverse("jobs:logs", args=[job.pk]) + "?after=0"
+        # Just finished: late lines may still be on their way, keep polling.
+        assert member_client.get(url, **HTMX).status_code == 200
+        clock.shift(timedelta(seconds=60))
+        response = member_client.get(url, **HTMX)
+        assert response.status_code == 286
+        poller = Tree(response.text).by_id("log-poller")
+        assert "hx-get" not in poller.attrs and "hx-trigger" not in poller.attrs
+        # A reader that is behind still gets its lines first.
+        behind = member_client.get(reverse("jobs:logs", args=[job.pk]) + "?after=-1", **HTMX)
+        assert behind.status_code == 286 and "only line" in behind.text
+
+
+def test_finished_job_page_has_no_log_poller(member_client, job, node):
+    with time_machine.travel(timezone.now() - timedelta(hours=1), tick=False):
+        finish(job, node)
+    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    assert "hx-get" not in Tree(html).by_id("log-poller").attrs
+
+
+def test_worker_tabs_select_the_log(member_client, researcher, workspace, quota, node):
+    from tests.web.conftest import submit
+
+    job = submit(researcher, workspace, quota, workers=2)
+    pods = place(job, node)
+    add_log(pods[0], 0, ["from rank zero"])
+    add_log(pods[1], 0, ["from rank one"])
+    url = reverse("jobs:detail", args=[job.pk])
+    assert "from rank zero" in member_client.get(url).text
+    html = member_client.get(url + "?rank=1").text
+    assert "from rank one" in html and "from rank zero" not in html
+    assert member_client.get(url + "?rank=x").status_code == 400
+
+
+def test_bad_log_parameters_are_400(member_client, job):
+    url = reverse("jobs:logs", args=[job.pk])
+    assert member_client.get(url + "?after=abc").status_code == 400
+    assert member_client.get(url + "?rank=1e9").status_code == 400
+
+
+def test_tail_shows_the_newest_lines_across_chunks(member_client, job, node):
+    from jobs.logview import read_tail
+
+    pod = place(job, node)[0]
+    add_log(pod, 0, [f"old-{i}" for i in range(600)])
+    add_log(pod, 600, [f"new-{i}" for i in range(3)])
+    lines = read_tail(pod, 5)
+    assert [(x.seq, x.text) for x in lines] == [
+        (598, "old-598"),
+        (599, "old-599"),
+        (600, "new-0"),
+        (601, "new-1"),
+        (602, "new-2"),
+    ]
+    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    assert "old-102" not in html and "old-103" in html and "new-2" in html
+    assert "Showing the newest lines" in html

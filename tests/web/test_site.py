@@ -1,0 +1,84 @@
+"""Login, logout, health check and the researcher's API token page."""
+
+import re
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from console.models import ApiToken
+from console.tokens import digest_of
+
+
+def test_login_page_and_login(db, researcher):
+    client = Client()
+    assert client.get(reverse("login")).status_code == 200
+    response = client.post(
+        reverse("login"), {"username": "alice", "password": "correct-horse-battery"}
+    )
+    assert response.status_code == 302 and response["Location"] == reverse("jobs:list")
+    assert client.get(reverse("jobs:list")).status_code == 200
+
+
+def test_bad_login_shows_an_error(db, researcher):
+    response = Client().post(reverse("login"), {"username": "alice", "password": "nope"})
+    assert response.status_code == 200 and "didn't match" in response.text
+
+
+def test_logout_is_a_post(member_client):
+    assert member_client.get(reverse("logout")).status_code == 405
+    response = member_client.post(reverse("logout"))
+    assert response.status_code == 302
+    assert member_client.get(reverse("jobs:list")).status_code == 302
+
+
+def test_healthz_checks_the_database(client, db):
+    response = client.get(reverse("healthz"))
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok"}
+    assert client.post(reverse("healthz")).status_code == 405
+
+
+def test_token_page_creates_a_token_shown_once(member_client, researcher):
+    assert member_client.get(reverse("api-token")).status_code == 200
+    response = member_client.post(reverse("api-token"), {"action": "create"})
+    assert response.status_code == 200
+    assert "no-store" in response["Cache-Control"]
+    plain = re.search(r"gqc_[0-9a-f]{8}_[A-Za-z0-9_-]+", response.text).group(0)
+    token = ApiToken.objects.get(user=researcher)
+    assert token.digest == digest_of(plain)
+    # It works for the API, and the page never shows it again.
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    assert api.get(reverse("api-jobs")).status_code == 200
+    assert plain not in member_client.get(reverse("api-token")).text
+
+
+def test_rotating_revokes_the_previous_token(member_client, researcher, api_token):
+    member_client.post(reverse("api-token"), {"action": "create"})
+    assert ApiToken.objects.filter(user=researcher, revoked_at__isnull=True).count() == 1
+    old = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
+    assert old.get(reverse("api-jobs")).status_code == 401
+
+
+def test_revoke_only_own_tokens(member_client, researcher, outsider):
+    mine, _ = ApiToken.issue(researcher)
+    theirs, _ = ApiToken.issue(outsider)
+    member_client.post(reverse("api-token"), {"action": "revoke", "token": str(theirs.pk)})
+    theirs.refresh_from_db()
+    assert theirs.revoked_at is None
+    member_client.post(reverse("api-token"), {"action": "revoke", "token": str(mine.pk)})
+    mine.refresh_from_db()
+    assert mine.revoked_at is not None
+
+
+@pytest.mark.parametrize("data", [{}, {"action": "drop"}, {"action": "revoke", "token": "x"}])
+def test_token_page_rejects_bad_posts(member_client, data):
+    assert member_client.post(reverse("api-token"), data).status_code == 400
+    assert ApiToken.objects.count() == 0
+
+
+def test_token_page_needs_csrf(researcher):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(researcher)
+    assert client.post(reverse("api-token"), {"action": "create"}).status_code == 403
+    assert ApiToken.objects.count() == 0
