@@ -150,7 +150,7 @@ class Pod(models.Model):
             # most one attempt at a time (old attempts must be final before a new one runs).
             models.UniqueConstraint(
                 fields=["job", "rank"],
-                condition=Q(status__in=[s.value for s in ACTIVE_POD_STATUSES]),
+                condition=Q(status__in=sorted(s.value for s in ACTIVE_POD_STATUSES)),
                 name="pod_one_active_copy_per_rank",
             ),
             models.CheckConstraint(condition=Q(gpus__gte=0), name="pod_gpus_non_negative"),
@@ -159,12 +159,12 @@ class Pod(models.Model):
             # The scheduler's usage query and the agent's desired-state query.
             models.Index(
                 fields=["node"],
-                condition=Q(status__in=[s.value for s in ACTIVE_POD_STATUSES]),
+                condition=Q(status__in=sorted(s.value for s in ACTIVE_POD_STATUSES)),
                 name="pod_active_by_node",
             ),
             models.Index(
                 fields=["charged_quota"],
-                condition=Q(status__in=[s.value for s in ACTIVE_POD_STATUSES]),
+                condition=Q(status__in=sorted(s.value for s in ACTIVE_POD_STATUSES)),
                 name="pod_active_by_quota",
             ),
         ]
