@@ -16,6 +16,7 @@ that pod afterwards (it could not apply the report), the agent reports the exit 
 than launching the pod again.
 """
 
+import dataclasses
 import logging
 import os
 import socket
@@ -26,6 +27,13 @@ from pathlib import Path
 from agents.client import AgentClient, ApiError, TransportError
 from agents.gpus import GpuSource
 from agents.logship import LogShipper
+from agents.progress import (
+    BadCheckpointDir,
+    checkpoint_dir,
+    progress_file,
+    read_progress,
+    scan_checkpoints,
+)
 from agents.protocol import (
     MAX_ERROR_TAIL,
     GpuReport,
@@ -106,6 +114,8 @@ class Agent:
         self._gpu_count = 0
         self._waiting: set[int] = set()  # pods whose launch waits for busy GPUs (logged once)
         self._ship_stop = threading.Event()
+        # pod id → (progress file, checkpoint folder) of workers launched by this run.
+        self._ft_paths: dict[int, tuple[Path, Path]] = {}
 
     # --- callbacks from other threads ---
 
@@ -186,6 +196,7 @@ class Agent:
             if record.finished:
                 continue
             state = held.get(pod_id)
+            progress, checkpoints = self._progress_of(pod_id, running=bool(state and state.running))
             if state is not None and state.running:
                 reports.append(
                     WorkerReport(
@@ -193,6 +204,8 @@ class Agent:
                         attempt=record.attempt,
                         state="running",
                         container_id=state.container_id,
+                        progress=progress,
+                        checkpoints=checkpoints,
                     )
                 )
                 continue
@@ -215,10 +228,19 @@ class Agent:
                     exit_code=code,
                     error=error[-MAX_ERROR_TAIL:],
                     container_id=container,
+                    checkpoints=checkpoints,  # a save on SIGTERM lands just before the exit
                 )
             )
             exited.append(pod_id)
         return reports, exited
+
+    def _progress_of(self, pod_id: int, *, running: bool):
+        """The worker's newest progress (while it runs) and committed checkpoints."""
+        paths = self._ft_paths.get(pod_id)
+        if paths is None:
+            return None, []
+        progress = read_progress(paths[0]) if running else None
+        return progress, scan_checkpoints(paths[1])
 
     def heartbeat(self, *, attempts: int = 2) -> HeartbeatReply | None:
         _, exited = self._reports()
@@ -245,6 +267,7 @@ class Agent:
                     "container_id": report.container_id,
                 }
                 self.runtime.forget(pod_id)
+                self._ft_paths.pop(pod_id, None)
             self.store.save_launched(self.launched)
         return reply
 
@@ -313,11 +336,24 @@ class Agent:
         self.shipper.open(spec.pod_id, spec.attempt, spec.log_next_seq)
         log.info("launching pod %s (job %s rank %s)", spec.pod_id, spec.job_id, spec.rank)
         try:
-            self.runtime.launch(LaunchSpec.from_worker_spec(spec))
-        except LaunchError as exc:
+            self.runtime.launch(self._with_ft_env(spec))
+        except (LaunchError, BadCheckpointDir) as exc:
             record.error = f"launch failed: {exc}"
             self.shipper.append(spec.pod_id, f"[agent] {record.error}")
             self.shipper.close(spec.pod_id)
+
+    def _with_ft_env(self, spec: WorkerSpec) -> LaunchSpec:
+        """The launch spec plus PROGRESS_FILE, CHECKPOINT_DIR and RESUME_FROM (agents.sdk)."""
+        progress = progress_file(self.store.dir, spec.pod_id, spec.attempt)
+        folder = checkpoint_dir(self.store.dir, spec.job_id, spec.checkpoint_subdir)
+        progress.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        self._ft_paths[spec.pod_id] = (progress, folder)
+        launch = LaunchSpec.from_worker_spec(spec)
+        env = {**launch.env, "PROGRESS_FILE": str(progress), "CHECKPOINT_DIR": str(folder)}
+        if spec.resume_from:
+            env["RESUME_FROM"] = spec.resume_from
+        return dataclasses.replace(launch, env=env)
 
     # --- the loop ---
 

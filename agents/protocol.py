@@ -91,6 +91,30 @@ class RegisterRequest(_FromAgent):
     facts: NodeFacts
 
 
+MAX_CHECKPOINTS_REPORTED = 8
+MetricName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:/-]{1,64}$")]
+
+
+class ProgressReport(_FromAgent):
+    """The newest progress the worker wrote through the SDK (agents.sdk.progress)."""
+
+    step: Annotated[int, Field(ge=0, le=2**62)]
+    total: Annotated[int, Field(ge=0, le=2**62)] | None = None
+    phase: Annotated[str, StringConstraints(max_length=100)] = ""
+    metrics: Annotated[
+        dict[MetricName, Annotated[float, Field(allow_inf_nan=False)]], Field(max_length=32)
+    ] = {}
+
+
+class CheckpointReport(_FromAgent):
+    """A committed checkpoint (complete manifest) found in the job's checkpoint dir."""
+
+    step: Annotated[int, Field(ge=0, le=2**62)]
+    path: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+    size_bytes: Annotated[int, Field(ge=0, le=2**62)] = 0
+    checksum: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{0,100}$")] = ""
+
+
 class WorkerReport(_FromAgent):
     pod_id: PodId
     attempt: Attempt
@@ -98,6 +122,9 @@ class WorkerReport(_FromAgent):
     exit_code: ExitCode | None = None
     error: Annotated[str, StringConstraints(max_length=MAX_ERROR_TAIL)] = ""  # log tail
     container_id: Annotated[str, StringConstraints(max_length=100)] = ""
+    # Additive (fault tolerance): older agents send neither.
+    progress: ProgressReport | None = None
+    checkpoints: Annotated[list[CheckpointReport], Field(max_length=MAX_CHECKPOINTS_REPORTED)] = []
 
     @model_validator(mode="after")
     def _exit_code_only_when_exited(self) -> "WorkerReport":
@@ -172,6 +199,13 @@ class WorkerSpec(_FromConsole):
     cpus: Annotated[int, Field(ge=0)] = 0
     memory_gb: Annotated[int, Field(ge=0)] = 0
     log_next_seq: Seq = 0
+    # Additive (fault tolerance): where the worker resumes from (newest committed checkpoint
+    # when its attempt was created) and its checkpoint folder under the agent's checkpoint
+    # root (empty: job-<job id>). Older agents ignore both.
+    resume_from: Annotated[str, StringConstraints(max_length=1000)] = ""
+    checkpoint_subdir: Annotated[
+        str, StringConstraints(pattern=r"^$|^[A-Za-z0-9_.-]{1,100}(/[A-Za-z0-9_.-]{1,100}){0,7}$")
+    ] = ""
 
 
 class StopOrder(_FromConsole):

@@ -1,23 +1,36 @@
-"""What the agent needs from a worker runtime (DESIGN §7): `process` now, `docker` later.
+"""What the agent needs from a worker runtime (DESIGN §7): `process` and `docker`.
 
 A runtime launches workers, stops them (SIGTERM, then SIGKILL after the grace), and tells the
 agent what it holds. It pushes output lines and exits through two callbacks so the agent can
 ship logs and send a heartbeat at once; everything else is polled (`workers()`), which keeps
 the agent level-triggered.
+
+Workers outlive the agent: after a crash the next agent `adopt`s what is still there (docker:
+containers by label; process: session leaders by their environment marker) and reads their
+output again from the start, skipping the lines a previous run already shipped. Output lines
+are counted the same way on every read (agents.lines), so "skip N lines" is exact.
 """
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from agents.protocol import WorkerSpec
 
-LineSink = Callable[[int, str], None]  # (pod_id, line without its newline)
+# (pod_id, line without its newline, source): source=True for the worker's own output,
+# False for a line the agent adds (image pull progress, "stopping: sending SIGTERM"…).
+LineSink = Callable[[int, str, bool], None]
 ExitSink = Callable[[int], None]  # pod_id
 
 # Identifies a worker's processes (or container) as belonging to a pod attempt, so that an
 # agent restarting after a crash can find what a previous run left behind.
 WORKER_MARKER = "GPU_WORKER_ID"
+# Paths a worker writes its checkpoints and progress to (agents.progress reads them).
+CHECKPOINT_ENV = "CHECKPOINT_DIR"
+PROGRESS_ENV = "PROGRESS_FILE"
+TAIL_LINES = 20
+TAIL_CHARS = 4000
 
 
 class LaunchError(Exception):
@@ -37,6 +50,7 @@ class LaunchSpec:
     gpu_indices: tuple[int, ...] = ()
     cpus: int = 0
     memory_gb: int = 0
+    node: str = ""  # the node's name (container labels)
 
     @classmethod
     def from_worker_spec(cls, spec: WorkerSpec) -> "LaunchSpec":
@@ -68,6 +82,7 @@ class WorkerState:
     exit_code: int | None = None
     error: str = ""  # tail of the output when the worker failed
     container_id: str = ""
+    starting: bool = False  # still being prepared (image pull): not reported yet
 
 
 def worker_marker(pod_id: int, attempt: int) -> str:
@@ -112,8 +127,38 @@ class Runtime(Protocol):
     def forget(self, pod_id: int) -> None:
         """Drop an exited worker once its exit has been reported."""
 
+    def adopt(self, skip: Mapping[int, int]) -> dict[int, int]:
+        """Take over the workers a previous agent run left (running or exited, not yet
+        forgotten); `skip[pod_id]` output lines of each were already shipped. Returns
+        {pod_id: attempt} of what was adopted."""
+
     def kill_leftovers(self, markers: set[str]) -> int:
         """Kill workers a previous agent run left behind (by marker); returns how many."""
 
     def shutdown(self, grace_seconds: float) -> None:
         """Stop every worker with the grace and wait until all have exited."""
+
+
+class SourceLines:
+    """One worker's output lines: skips those a previous agent run shipped, keeps the tail
+    for the error message, and passes the rest on as source lines."""
+
+    def __init__(self, pod_id: int, sink: LineSink, skip: int = 0) -> None:
+        self.pod_id = pod_id
+        self._sink = sink
+        self._skip = skip
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def __call__(self, line: str) -> None:
+        self.tail.append(line)
+        if self._skip > 0:
+            self._skip -= 1
+            return
+        self._sink(self.pod_id, line, True)
+
+    def agent(self, line: str) -> None:
+        self.tail.append(line)
+        self._sink(self.pod_id, line, False)
+
+    def error_tail(self) -> str:
+        return "\n".join(self.tail)[-TAIL_CHARS:]

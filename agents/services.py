@@ -38,6 +38,7 @@ from agents.protocol import (
 )
 from agents.tokens import NODE_KIND
 from console.tokens import make_token
+from jobs.faulttolerance.reports import note_log_lines, store_worker_extras, worker_ft_fields
 from jobs.models import LogChunk, Pod, PodDesired
 from jobs.podsync import apply_worker_state
 from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
@@ -201,6 +202,7 @@ def worker_spec(pod: Pod) -> WorkerSpec:
         cpus=pod.cpus,
         memory_gb=pod.memory_gb,
         log_next_seq=pod.log_next_seq,
+        **worker_ft_fields(pod),
     )
 
 
@@ -257,6 +259,9 @@ def record_heartbeat(node: Node, hb: Heartbeat, now: datetime) -> HeartbeatReply
     upsert_gpus(node.pk, hb.facts.gpus, known_count=node.gpus)
 
     pods = _load_pods(node.pk, (w.pod_id for w in hb.workers))
+    # Progress and checkpoints first: a checkpoint saved on SIGTERM must be known before
+    # the exit reported in this same heartbeat restarts the job from it.
+    store_worker_extras(pods, hb.workers, now)
     changed = False
     touched: list[int] = []
     fenced: dict[int, StopOrder] = {}
@@ -321,10 +326,7 @@ def _reject_reason(node_id: int, pod: Pod | None, attempt: int) -> str:
 def store_logs(node: Node, batch: LogBatch, now: datetime) -> LogAck:
     """Store each sequence number once and acknowledge the next expected one per pod."""
     ids = {b.pod_id for b in batch.batches}
-    pods = {
-        p.pk: p
-        for p in Pod.objects.filter(pk__in=ids).only("id", "node_id", "attempt", "log_next_seq")
-    }
+    pods = {p.pk: p for p in Pod.objects.filter(pk__in=ids).select_related("job")}
     acks: dict[int, int] = {}
     rejected: dict[int, str] = {}
     for b in batch.batches:
@@ -351,6 +353,7 @@ def store_logs(node: Node, batch: LogBatch, now: datetime) -> LogAck:
                     )
             if claimed:
                 current = end
+                note_log_lines(pod, fresh, now)
             else:  # a concurrent request stored these first; ack what the row says now
                 current = Pod.objects.values_list("log_next_seq", flat=True).get(pk=pod.pk)
         acks[pod.pk] = current

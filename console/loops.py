@@ -58,6 +58,7 @@ def start_loops() -> dict[str, Loop]:
     from django.conf import settings
 
     from agents.monitor import run_monitor_cycle
+    from jobs.monitor import run_job_monitor
     from jobs.scheduler.cycle import run_cycle
 
     with _lock:
@@ -65,16 +66,19 @@ def start_loops() -> dict[str, Loop]:
             for loop in (
                 Loop("scheduler", run_cycle, settings.SCHEDULER_INTERVAL),
                 Loop("monitor", run_monitor_cycle, settings.MONITOR_INTERVAL),
+                Loop("job-monitor", run_job_monitor, settings.MONITOR_INTERVAL),
             ):
                 _loops[loop.loop_name] = loop
                 loop.start()
     return dict(_loops)
 
 
-def stop_loops(timeout: float = 10.0) -> None:
+def stop_loops(names: list[str] | None = None, timeout: float = 10.0) -> None:
+    """Stop the named loops (default: all) and wait for their current cycle to end."""
     with _lock:
-        loops = list(_loops.values())
-        _loops.clear()
+        loops = [loop for name, loop in _loops.items() if names is None or name in names]
+        for loop in loops:
+            del _loops[loop.loop_name]
     for loop in loops:
         loop.stop()
     for loop in loops:

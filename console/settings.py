@@ -181,7 +181,18 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"quiet_agent": {"()": "console.logfilters.QuietAgentRequests"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "server": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["quiet_agent"],
+        },
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "django.server": {"handlers": ["server"], "level": "INFO", "propagate": False},
+    },
 }

@@ -41,8 +41,26 @@ CREATE_FIELDS: dict[str, tuple[type, ...]] = {
     "idle_resources": (str, NoneType),
     "env": (dict, str, NoneType),
     "max_runtime_seconds": (int, NoneType),
+    # Automatic Fault Tolerance (same names as the form's fields).
+    "fault_tolerance": (bool, NoneType),
+    "run_type": (str, NoneType),
+    "max_restarts": (int, NoneType),
+    "restart_policy": (str, NoneType),
+    "hang_detection": (bool, NoneType),
+    "hang_timeout": (int, NoneType),
+    "hang_action": (str, NoneType),
+    "checkpoint_dir": (str, NoneType),
 }
-_TYPE_NAMES = {int: "an integer", str: "a string", dict: "an object", NoneType: "null"}
+_TYPE_NAMES = {
+    int: "an integer",
+    str: "a string",
+    dict: "an object",
+    bool: "a boolean",
+    NoneType: "null",
+}
+
+
+CHECKPOINTS_SHOWN = 50
 
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:
@@ -64,7 +82,8 @@ def _check_types(body: dict[str, Any]) -> None:
             errors[key] = [f"Unknown field {key!r}."]
             continue
         types = CREATE_FIELDS[key]
-        if isinstance(value, bool) or not isinstance(value, types):
+        # bool is an int in Python: accepted only where a boolean is meant.
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             expected = " or ".join(_TYPE_NAMES[t] for t in types)
             errors[key] = [f"{key} must be {expected}."]
     if errors:
@@ -104,6 +123,8 @@ def _job_with_pods(user, pk: int) -> Job:
         .select_related("node", "charged_quota")
         .order_by("attempt", "rank")
     )
+    job.restart_list = list(job.restarts.order_by("created_at", "id"))
+    job.checkpoint_list = list(job.checkpoints.order_by("-step", "-id")[:CHECKPOINTS_SHOWN])
     return job
 
 

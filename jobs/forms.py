@@ -12,6 +12,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Count, Max
 
 from agents.models import Node, NodeState
+from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
 from jobs.models import Job
 from jobs.services import JobSpec, create_job
 from jobs.statuses import IdleResources
@@ -25,6 +26,8 @@ LIMITS = {
     "memory_gb_per_worker": (1, 8192),
     "priority": (1, 9),
     "max_runtime_seconds": (60, 90 * 86400),
+    "max_restarts": (0, 100),
+    "hang_timeout": (5, 30 * 86400),
 }
 DEFAULTS = {
     "workers": 1,
@@ -32,7 +35,11 @@ DEFAULTS = {
     "cpus_per_worker": 4,
     "memory_gb_per_worker": 16,
     "priority": 1,
+    "max_restarts": 3,
+    "hang_timeout": 1800,
 }
+# A checkpoint folder is relative to the agent's checkpoint root: plain path segments.
+CHECKPOINT_DIR = re.compile(r"[A-Za-z0-9_.-]{1,100}(/[A-Za-z0-9_.-]{1,100}){0,7}")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_ENV_VARS = 200
 MAX_ENV_VALUE = 32 * 1024
@@ -136,6 +143,45 @@ class JobForm(forms.Form):
     max_runtime_seconds = _bounded(
         "max_runtime_seconds", "Max runtime (seconds)", help_text="Empty: no limit."
     )
+    # Automatic Fault Tolerance (DESIGN §6), stored in Job.fault_tolerance / Job.ft_config.
+    fault_tolerance = forms.BooleanField(required=False, label="Automatic Fault Tolerance")
+    run_type = forms.ChoiceField(
+        choices=[(v.value, v.value) for v in RunType],
+        required=False,
+        initial=RunType.SYNCHRONOUS.value,
+        label="Run type",
+        help_text="Synchronous: any worker failure restarts the whole job. "
+        "Asynchronous: only the failed worker restarts.",
+    )
+    max_restarts = _bounded(
+        "max_restarts",
+        "Max restarts",
+        help_text="Failure restarts; preemptions and lost nodes do not count.",
+    )
+    restart_policy = forms.ChoiceField(
+        choices=[(v.value, v.value) for v in RestartPolicy],
+        required=False,
+        initial=RestartPolicy.EXIT_CODE_AND_ERROR_MSG.value,
+        label="Restart policy",
+        help_text="ExitCodeAndErrorMsg restarts only retryable failures (NCCL, CUDA, ECC, "
+        "lost node, OOM); OnFailure restarts on any failure.",
+    )
+    hang_detection = forms.BooleanField(required=False, label="Job hang detection")
+    hang_timeout = _bounded(
+        "hang_timeout", "Hang timeout (seconds)", help_text="No new progress step for this long."
+    )
+    hang_action = forms.ChoiceField(
+        choices=[(v.value, v.value) for v in HangAction],
+        required=False,
+        initial=HangAction.RESTART.value,
+        label="On hang",
+    )
+    checkpoint_dir = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Checkpoint folder",
+        help_text="Relative to the node's checkpoint root; default job-<id>.",
+    )
 
     def __init__(self, data=None, *, user, **kwargs) -> None:
         super().__init__(data, **kwargs)
@@ -205,6 +251,44 @@ class JobForm(forms.Form):
 
     def clean_priority(self) -> int:
         return self._clean_default("priority")
+
+    def clean_max_restarts(self) -> int:
+        return self._clean_default("max_restarts")
+
+    def clean_hang_timeout(self) -> int:
+        return self._clean_default("hang_timeout")
+
+    def clean_run_type(self) -> str:
+        return self.cleaned_data["run_type"] or RunType.SYNCHRONOUS.value
+
+    def clean_restart_policy(self) -> str:
+        return self.cleaned_data["restart_policy"] or RestartPolicy.EXIT_CODE_AND_ERROR_MSG.value
+
+    def clean_hang_action(self) -> str:
+        return self.cleaned_data["hang_action"] or HangAction.RESTART.value
+
+    def clean_checkpoint_dir(self) -> str:
+        value = self.cleaned_data["checkpoint_dir"].strip().strip("/")
+        if not value:
+            return ""
+        parts = value.split("/")
+        if not CHECKPOINT_DIR.fullmatch(value) or any(p in (".", "..") for p in parts):
+            raise forms.ValidationError(
+                "Use a relative folder of letters, digits, '.', '_' and '-' (no '..')."
+            )
+        return value
+
+    def ft_config(self) -> FtConfig:
+        data = self.cleaned_data
+        return FtConfig(
+            enabled=bool(data.get("fault_tolerance")),
+            run_type=RunType(data["run_type"]),
+            max_restarts=data["max_restarts"],
+            policy=RestartPolicy(data["restart_policy"]),
+            hang_detection=bool(data.get("hang_detection")),
+            hang_timeout=data["hang_timeout"],
+            hang_action=HangAction(data["hang_action"]),
+        )
 
     # Cross-field rules -------------------------------------------------------------------
 
@@ -301,6 +385,9 @@ class JobForm(forms.Form):
             idle_resources=data["idle_resources"],
             env=data["env"],
             max_runtime_seconds=data.get("max_runtime_seconds"),
+            fault_tolerance=bool(data.get("fault_tolerance")),
+            ft_config=self.ft_config().to_dict(),
+            checkpoint_dir=data.get("checkpoint_dir") or "",
         )
 
     def create_job(self) -> Job:
@@ -328,4 +415,20 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "idle_resources": job.idle_resources,
         "env": dict(job.env),
         "max_runtime_seconds": job.max_runtime_seconds,
+        **ft_initial(job),
+    }
+
+
+def ft_initial(job: Job) -> dict[str, Any]:
+    """The fault-tolerance form fields of an existing job (clone, restart)."""
+    config = FtConfig.from_job(job.fault_tolerance, job.ft_config or {})
+    return {
+        "fault_tolerance": config.enabled,
+        "run_type": config.run_type.value,
+        "max_restarts": config.max_restarts,
+        "restart_policy": config.policy.value,
+        "hang_detection": config.hang_detection,
+        "hang_timeout": config.hang_timeout,
+        "hang_action": config.hang_action.value,
+        "checkpoint_dir": job.checkpoint_dir,
     }

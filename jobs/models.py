@@ -45,6 +45,19 @@ class Job(models.Model):
     ft_config = models.JSONField(default=dict, blank=True)
     checkpoint_dir = models.CharField(max_length=500, blank=True)
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Restart budgets counted separately (DESIGN §9): `restart_count` holds failure restarts
+    # (they consume `max_restarts`); preemptions and node losses never exhaust it.
+    preemption_count = models.PositiveIntegerField(default=0)
+    node_loss_count = models.PositiveIntegerField(default=0)
+    # Crash-loop backoff: the scheduler leaves a Pending restart alone until this time.
+    restart_not_before = models.DateTimeField(null=True, blank=True)
+    # Hang detection (jobs.monitor): when the job is declared hung unless it makes progress
+    # first. Set only while it runs with hang detection on; pushed forward by new progress
+    # steps or, without progress reports, by new distinct log lines.
+    hang_deadline = models.DateTimeField(null=True, blank=True)
+    # The newest committed checkpoint when the current attempt was created: its workers get
+    # it as RESUME_FROM (fixed per attempt, so every worker resumes from the same one).
+    resume_from = models.CharField(max_length=1000, blank=True)
 
     status = models.CharField(max_length=12, choices=_choices(JobStatus), default=JobStatus.PENDING)
     status_reason = models.TextField(blank=True)
@@ -80,6 +93,12 @@ class Job(models.Model):
             ),
             models.Index(fields=["workspace", "-created_at"], name="job_workspace_recent"),
             models.Index(fields=["status"], name="job_status"),
+            # The hang monitor's query: `hang_deadline < now` among jobs that have one.
+            models.Index(
+                fields=["hang_deadline"],
+                name="job_hang_deadline",
+                condition=Q(hang_deadline__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -134,7 +153,11 @@ class Pod(models.Model):
     progress_total = models.BigIntegerField(null=True, blank=True)
     progress_phase = models.CharField(max_length=100, blank=True)
     progress_metrics = models.JSONField(default=dict, blank=True)
-    progress_at = models.DateTimeField(null=True, blank=True)
+    progress_at = models.DateTimeField(null=True, blank=True)  # console time of a new step
+    progress_rate = models.FloatField(null=True, blank=True)  # steps/s between the last two
+    # Hashes of the last distinct log lines (jobs.faulttolerance.hang.distinct_lines): a
+    # repeated identical line is not progress.
+    recent_line_hashes = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -236,3 +259,45 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} step {self.step}"
+
+
+class RestartKind(models.TextChoices):
+    FAILURE = "failure", "Failure"
+    HANG = "hang", "Hang"
+    PREEMPTION = "preemption", "Preemption"
+    NODE_LOST = "node_lost", "Node lost"
+
+
+class RestartRecord(models.Model):
+    """One Automatic Fault Tolerance restart (like PAI's restart records): why, which worker
+    on which node, and how long until the new attempt ran."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="restarts")
+    from_attempt = models.PositiveIntegerField()
+    to_attempt = models.PositiveIntegerField()
+    created_at = models.DateTimeField()
+    kind = models.CharField(max_length=12, choices=RestartKind.choices)
+    worker_rank = models.PositiveIntegerField(null=True, blank=True)
+    node_name = models.CharField(max_length=200, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    error_excerpt = models.TextField(blank=True)
+    rule = models.CharField(max_length=100, blank=True)
+    reason = models.TextField(blank=True)
+    whole_job = models.BooleanField(default=True)  # False: Asynchronous, one worker only
+    restarts_used = models.PositiveIntegerField(default=0)
+    restarts_max = models.PositiveIntegerField(default=0)
+    backoff_seconds = models.FloatField(default=0)
+    running_at = models.DateTimeField(null=True, blank=True)  # the new attempt ran
+
+    class Meta:
+        ordering = ["job", "created_at", "id"]
+        indexes = [models.Index(fields=["job", "to_attempt"], name="restart_job_attempt")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: attempt {self.from_attempt} → {self.to_attempt} ({self.kind})"
+
+    @property
+    def restart_seconds(self) -> float | None:
+        if self.running_at is None:
+            return None
+        return max((self.running_at - self.created_at).total_seconds(), 0.0)

@@ -132,18 +132,46 @@ def apply_worker_state(
                 last_report_at=now,
             )
         if changed:
-            reconcile_job(pod.job_id)
+            if running and pod.attempt > 1:
+                _async_restart_ran(pod, now)
+            reconcile_job(pod.job_id, now=now)
     return bool(changed)
+
+
+def _async_restart_ran(pod: Pod, now: datetime) -> None:
+    """An Asynchronous restart's new worker runs: its restart record is complete."""
+    from jobs.models import RestartRecord
+
+    RestartRecord.objects.filter(
+        job_id=pod.job_id, to_attempt=pod.attempt, whole_job=False, running_at__isnull=True
+    ).update(running_at=now)
 
 
 def pod_status_from_exit(exit_code: int | None) -> PodStatus:
     return PodStatus.SUCCEEDED if exit_code == 0 else PodStatus.FAILED
 
 
+def current_pods(job: Job) -> list[Pod]:
+    """The job's current copy of each worker: per rank, its newest pod of an attempt up to
+    the job's. (Asynchronous restarts replace one rank at a time, so ranks may differ.)"""
+    newest: dict[int, Pod] = {}
+    for pod in Pod.objects.filter(job_id=job.pk, attempt__lte=job.attempt).select_related("node"):
+        if pod.rank not in newest or pod.attempt > newest[pod.rank].attempt:
+            newest[pod.rank] = pod
+    return [newest[rank] for rank in sorted(newest)]
+
+
 def reconcile_job(job_id: int, *, now: datetime | None = None) -> list[JobChange]:
-    """Bring the job status in line with its current attempt's workers (idempotent)."""
+    """Bring the job status in line with its current workers (idempotent).
+
+    A failure or a lost worker of a job with Automatic Fault Tolerance is handed to
+    `jobs.faulttolerance.restart` instead of ending the job Failed; a job that just became
+    Preempted is restarted there too."""
+    from jobs.faulttolerance import restart
+
+    now = now or timezone.now()
     job = Job.objects.get(pk=job_id)
-    pods = list(Pod.objects.filter(job_id=job_id, attempt=job.attempt))
+    pods = current_pods(job)
     views = [
         PodView(
             p.rank,
@@ -162,9 +190,23 @@ def reconcile_job(job_id: int, *, now: datetime | None = None) -> list[JobChange
     )
     applied: list[JobChange] = []
     for change in changes:
+        if change.to_status == JobStatus.FAILED and job.stop_requested_at is None:
+            failed = [p for p in pods if p.status in (PodStatus.FAILED, PodStatus.LOST)]
+            if failed:
+                try:
+                    with transaction.atomic():
+                        outcome = restart.handle_failure(job, failed[0], now=now)
+                except TransitionConflict:
+                    break
+                if outcome is not None:
+                    if outcome.to_status is not None:
+                        applied.append(JobChange(outcome.to_status, outcome.reason))
+                    break
         fields = {}
         if change.exit_code is not None:
             fields["exit_code"] = change.exit_code
+        if change.to_status == JobStatus.RUNNING:
+            fields["hang_deadline"] = _first_hang_deadline(job, now)
         try:
             transition(
                 job, change.to_status, reason=change.reason, actor=Actor.AGENT, now=now, **fields
@@ -172,12 +214,31 @@ def reconcile_job(job_id: int, *, now: datetime | None = None) -> list[JobChange
         except TransitionConflict:
             break  # someone else moved the job; the next report re-derives
         applied.append(change)
+        if change.to_status == JobStatus.RUNNING:
+            restart.mark_running(job.pk, job.attempt, now)
         if change.to_status == JobStatus.FAILED:
             # The rest of the gang is useless without the failed worker: stop it.
             Pod.objects.filter(job_id=job_id, status__in=list(ACTIVE_POD_STATUSES)).update(
                 desired=PodDesired.STOP,
                 stop_as=PodStatus.STOPPED,
                 stop_reason=f"job failed: {change.reason}",
-                stop_requested_at=now or timezone.now(),
+                stop_requested_at=now,
             )
+        if change.to_status == JobStatus.PREEMPTED:
+            try:
+                with transaction.atomic():
+                    outcome = restart.handle_preempted(job, now=now)
+            except TransitionConflict:
+                break
+            if outcome is not None:
+                applied.append(JobChange(JobStatus.PENDING, outcome.reason))
     return applied
+
+
+def _first_hang_deadline(job: Job, now: datetime) -> datetime | None:
+    """The hang clock starts when the attempt runs (only with hang detection on)."""
+    from jobs.faulttolerance.hang import deadline_after
+    from jobs.faulttolerance.restart import config_of
+
+    config = config_of(job)
+    return deadline_after(now, config.hang_timeout) if config.hang_detection else None

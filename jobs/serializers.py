@@ -26,8 +26,62 @@ def pod_json(pod: Pod) -> dict[str, Any]:
         "charged_quota": pod.charged_quota.name,
         "in_quota": pod.in_quota,
         "status": pod.status,
+        "status_reason": pod.status_reason,
         "exit_code": pod.exit_code,
+        "progress": progress_json(pod),
     }
+
+
+def progress_json(pod: Pod) -> dict[str, Any] | None:
+    if pod.progress_step is None:
+        return None
+    return {
+        "step": pod.progress_step,
+        "total": pod.progress_total,
+        "phase": pod.progress_phase,
+        "metrics": dict(pod.progress_metrics or {}),
+        "at": _time(pod.progress_at),
+    }
+
+
+def restart_json(record) -> dict[str, Any]:
+    return {
+        "from_attempt": record.from_attempt,
+        "to_attempt": record.to_attempt,
+        "at": _time(record.created_at),
+        "kind": record.kind,
+        "whole_job": record.whole_job,
+        "worker_rank": record.worker_rank,
+        "node": record.node_name or None,
+        "exit_code": record.exit_code,
+        "error_excerpt": record.error_excerpt,
+        "rule": record.rule,
+        "reason": record.reason,
+        "restarts_used": record.restarts_used,
+        "restarts_max": record.restarts_max,
+        "backoff_seconds": record.backoff_seconds,
+        "running_at": _time(record.running_at),
+        "restart_seconds": record.restart_seconds,
+    }
+
+
+def checkpoint_json(checkpoint) -> dict[str, Any]:
+    return {
+        "attempt": checkpoint.attempt,
+        "step": checkpoint.step,
+        "path": checkpoint.path,
+        "size_bytes": checkpoint.size_bytes,
+        "checksum": checkpoint.checksum,
+        "committed": checkpoint.committed,
+        "created_at": _time(checkpoint.created_at),
+    }
+
+
+def ft_json(job: Job) -> dict[str, Any]:
+    from jobs.faulttolerance.policy import FtConfig
+
+    config = FtConfig.from_job(job.fault_tolerance, job.ft_config or {})
+    return {"enabled": config.enabled, **config.to_dict()}
 
 
 def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
@@ -67,9 +121,20 @@ def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
         "started_at": _time(job.started_at),
         "finished_at": _time(job.finished_at),
         "cloned_from": job.cloned_from_id,
+        "fault_tolerance": ft_json(job),
+        "checkpoint_dir": job.checkpoint_dir,
+        "preemption_count": job.preemption_count,
+        "node_loss_count": job.node_loss_count,
+        "restart_not_before": _time(job.restart_not_before),
+        "hang_deadline": _time(job.hang_deadline),
+        "resume_from": job.resume_from,
     }
     if pods is not None:
         body["pods"] = [pod_json(p) for p in pods]
+    if hasattr(job, "restart_list"):
+        body["restarts"] = [restart_json(r) for r in job.restart_list]
+    if hasattr(job, "checkpoint_list"):
+        body["checkpoints"] = [checkpoint_json(c) for c in job.checkpoint_list]
     return body
 
 

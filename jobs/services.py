@@ -41,6 +41,10 @@ class JobSpec:
     idle_resources: str = IdleResources.OFF
     env: dict[str, str] = field(default_factory=dict)
     max_runtime_seconds: int | None = None
+    # Automatic Fault Tolerance (jobs.faulttolerance.policy.FtConfig.to_dict()).
+    fault_tolerance: bool = False
+    ft_config: dict = field(default_factory=dict)
+    checkpoint_dir: str = ""
 
 
 def create_job(*, user, workspace, quota, spec: JobSpec) -> Job:
@@ -60,6 +64,9 @@ def create_job(*, user, workspace, quota, spec: JobSpec) -> Job:
             priority=spec.priority,
             idle_resources=spec.idle_resources,
             max_runtime_seconds=spec.max_runtime_seconds,
+            fault_tolerance=spec.fault_tolerance,
+            ft_config=spec.ft_config,
+            checkpoint_dir=spec.checkpoint_dir,
             status=JobStatus.PENDING,
             status_reason="submitted; waiting for the scheduler",
         )
@@ -83,6 +90,14 @@ def _stop_pods(job: Job, *, reason: str, stop_as: PodStatus, grace: int | None =
     )
 
 
+# How the workers of a job stopped for each reason end (SCENARIOS.md pod statuses).
+_POD_STATUS_FOR_STOP = {
+    JobStatus.STOPPED: PodStatus.STOPPED,
+    JobStatus.TERMINATED: PodStatus.TERMINATED,
+    JobStatus.PREEMPTED: PodStatus.PREEMPTED,
+}
+
+
 def request_stop(
     job: Job,
     *,
@@ -92,17 +107,16 @@ def request_stop(
     final_status: JobStatus = JobStatus.STOPPED,
     grace: int | None = None,
 ) -> Job:
-    """Stop gracefully (Stopped) or at once (Terminated, grace 0).
+    """Stop gracefully (Stopped), at once (Terminated, grace 0), or for preemption
+    (Preempted: the scheduler reclaims the GPUs; workers get SIGTERM and the grace).
 
     A job without workers (Pending, Inqueue) ends at once. A placed job keeps its status,
     shown as "Stopping…", until every worker has exited; then the pod reconciler ends it with
     `final_status`. Races with the scheduler are retried on the status they lost to.
     """
     who = f"by {user.get_username()}" if user else f"by the {actor}"
-    reason = reason or (
-        f"stopped {who}" if final_status == JobStatus.STOPPED else f"terminated {who}"
-    )
-    pod_status = PodStatus.STOPPED if final_status == JobStatus.STOPPED else PodStatus.TERMINATED
+    reason = reason or f"{final_status.lower()} {who}"
+    pod_status = _POD_STATUS_FOR_STOP[final_status]
     if final_status == JobStatus.TERMINATED:
         grace = 0
     for _ in range(5):

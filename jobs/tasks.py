@@ -19,7 +19,11 @@ def schedule_tick() -> dict:
 
 @shared_task(name="jobs.monitor_tick", ignore_result=True)
 def monitor_tick() -> dict:
-    """Run the node/hang monitor's cycle, when the monitor is installed."""
+    """Run the node monitor's cycle (when installed) and the job monitor (hangs, max
+    runtime; jobs.monitor)."""
+    from jobs.monitor import run_job_monitor
+
+    run_job_monitor()
     try:
         module = importlib.import_module("agents.monitor")
     except ModuleNotFoundError as exc:

@@ -1,6 +1,6 @@
 """One scheduling cycle: the imperative shell around `plan()` (DESIGN §5).
 
-    lock → load snapshot (5 queries) → plan() → apply, all in ONE transaction.
+    lock → load snapshot (7 queries) → plan() → apply, all in ONE transaction.
 
 Serialisation: on PostgreSQL `pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)` is the first
 statement of the cycle's transaction and is released by its commit, so two cycles (two
@@ -17,9 +17,13 @@ A job that lost (stopped meanwhile) is skipped and its pods are not created; the
 UPDATE that comes second matches no row and `request_stop` turns into a graceful stop.
 Capacity is only ever freed outside the lock, so a slightly old snapshot is conservative.
 
-Queries per cycle do not grow with the number of jobs: 5 reads, one lock, one UPDATE of
-statuses, one INSERT of events, one of pods, one UPDATE of queue reasons and positions
-(plus one statement per further 500 rows changed).
+Queries per cycle do not grow with the number of waiting jobs: 7 reads, one lock, one
+UPDATE of statuses, one INSERT of events, one of pods, one UPDATE of queue reasons and
+positions (plus one statement per further 500 rows changed). Preemptions (rare) cost a few
+statements per victim: each goes through `jobs.services.request_stop(final_status=
+PREEMPTED)` inside the cycle's transaction, so its workers get SIGTERM and the grace, and
+the job ends Preempted once they have exited; the preemptor is placed in a later cycle,
+after the victims' pods are final (their GPUs stay busy in every snapshot until then).
 """
 
 import logging
@@ -30,16 +34,19 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from agents.models import GpuDevice, Node, NodeState
-from jobs.lifecycle import IllegalTransition
-from jobs.models import Job, JobEvent, Pod
-from jobs.scheduler.model import JobSnap, NodeSnap, Plan, QuotaSnap, Snapshot
-from jobs.scheduler.plan import plan
+from jobs.lifecycle import IllegalTransition, TransitionConflict
+from jobs.models import Checkpoint, Job, JobEvent, Pod
+from jobs.scheduler.model import JobSnap, NodeSnap, Plan, QuotaSnap, RunningSnap, Snapshot
+from jobs.scheduler.plan import PlanOptions, plan
 from jobs.statuses import (
     ACTIVE_POD_STATUSES,
+    PLACED_JOB_STATUSES,
     Actor,
     IdleResources,
     JobStatus,
@@ -68,6 +75,7 @@ class CycleResult:
     waiting: int = 0  # jobs left waiting after this cycle
     reasons_updated: int = 0  # Inqueue jobs whose reason or position changed
     conflicts: tuple[int, ...] = ()  # jobs another writer moved first
+    preempted: tuple[int, ...] = ()  # victims whose graceful preemption was requested
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -105,7 +113,7 @@ def run_cycle(now: datetime | None = None) -> CycleResult:
     now = now or timezone.now()
     with _serialised():
         snapshot, rows = load_snapshot()
-        decided = plan(snapshot, now)
+        decided = plan(snapshot, now, plan_options())
         result = apply_plan(decided, rows, now)
     if result.admitted or result.conflicts:
         log.info(
@@ -118,24 +126,51 @@ def run_cycle(now: datetime | None = None) -> CycleResult:
     return result
 
 
+def plan_options() -> PlanOptions:
+    """Scheduler knobs from settings (optional; defaults in PlanOptions)."""
+    defaults = PlanOptions()
+    return PlanOptions(
+        min_runtime_before_reclaim_s=getattr(
+            settings, "SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM", defaults.min_runtime_before_reclaim_s
+        ),
+        reserve_after_s=getattr(settings, "SCHEDULER_RESERVE_AFTER", defaults.reserve_after_s),
+    )
+
+
 def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
-    """Read everything plan() needs in five queries, whatever the number of jobs."""
+    """Read everything plan() needs in seven queries, whatever the number of jobs."""
     busy: dict[int, set[int]] = defaultdict(set)
     node_cpus: Counter[int] = Counter()
     node_memory: Counter[int] = Counter()
-    quota_use: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    quota_use: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     job_pods: Counter[int] = Counter()
+    # Per job with live workers: charged quota, in quota, (node, GPUs) per worker, last start.
+    holders: dict[int, list] = {}
     # A GPU is busy while any live worker holds it, whatever its job's status: a stopped
     # job's worker keeps its GPUs until it has exited.
     active = Pod.objects.filter(status__in=[s.value for s in ACTIVE_POD_STATUSES]).values_list(
-        "job_id", "node_id", "gpu_indices", "gpus", "cpus", "memory_gb", "charged_quota_id"
+        "job_id",
+        "node_id",
+        "gpu_indices",
+        "gpus",
+        "cpus",
+        "memory_gb",
+        "charged_quota_id",
+        "in_quota",
+        "started_at",
     )
-    for job_id, node_id, indices, gpus, cpus, memory_gb, quota_id in active:
+    for job_id, node_id, indices, gpus, cpus, memory_gb, quota_id, in_quota, started in active:
         job_pods[job_id] += 1
         use = quota_use[quota_id]
         use[0] += gpus
         use[1] += cpus
         use[2] += memory_gb
+        if not in_quota:
+            use[3] += gpus
+        held = holders.setdefault(job_id, [quota_id, in_quota, [], None])
+        held[2].append((node_id, gpus))
+        if started and (held[3] is None or started > held[3]):
+            held[3] = started
         if node_id is not None:
             busy[node_id].update(indices or ())
             node_cpus[node_id] += cpus
@@ -177,8 +212,9 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
         gpus,
         cpus,
         memory_gb,
-    ) in Quota.objects.values_list(*qfields).order_by("id"):
-        used = quota_use.get(qid, [0, 0, 0])
+        preemption,
+    ) in Quota.objects.values_list(*qfields, "preemption").order_by("id"):
+        used = quota_use.get(qid, [0, 0, 0, 0])
         quotas.append(
             QuotaSnap(
                 id=qid,
@@ -192,11 +228,18 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
                 memory_gb=memory_gb,
                 used_cpus=used[1],
                 used_memory_gb=used[2],
+                borrowed_gpus=used[3],
+                preemption=preemption,
             )
         )
 
     jobs, rows = [], {}
-    waiting = Job.objects.filter(status__in=_WAITING, stop_requested_at__isnull=True).values_list(
+    # A fault-tolerance restart backing off after a crash (restart_not_before) waits.
+    waiting = Job.objects.filter(
+        Q(restart_not_before__isnull=True) | Q(restart_not_before__lte=timezone.now()),
+        status__in=_WAITING,
+        stop_requested_at__isnull=True,
+    ).values_list(
         "id",
         "quota_id",
         "workers",
@@ -210,8 +253,12 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
         "attempt",
         "status_reason",
         "queue_position",
+        "name",
+        "updated_at",
     )
-    for jid, qid, workers, g, c, m, prio, created, status, idle, attempt, reason, pos in waiting:
+    for row in waiting:
+        jid, qid, workers, g, c, m, prio, created, status, idle, attempt, reason, pos = row[:13]
+        name, updated = row[13:]
         jobs.append(
             JobSnap(
                 id=jid,
@@ -225,11 +272,54 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
                 status=JobStatus(status),
                 idle_resources=IdleResources(idle),
                 active_pods=job_pods.get(jid, 0),
+                name=name,
+                # A restart attempt waits from when it went back to Pending.
+                waiting_since=updated if attempt > 1 and status == JobStatus.PENDING else None,
             )
         )
         rows[jid] = WaitingRow(jid, status, attempt, reason, pos, g, c, m)
-    snapshot = Snapshot(nodes=tuple(nodes), quotas=tuple(quotas), jobs=tuple(jobs))
+    snapshot = Snapshot(
+        nodes=tuple(nodes),
+        quotas=tuple(quotas),
+        jobs=tuple(jobs),
+        running=_load_running(holders),
+    )
     return snapshot, rows
+
+
+def _load_running(holders: dict[int, list]) -> tuple[RunningSnap, ...]:
+    """Placed jobs holding GPUs, with their newest committed checkpoint (2 queries)."""
+    placed = [s.value for s in PLACED_JOB_STATUSES]
+    checkpoints = dict(
+        Checkpoint.objects.filter(committed=True, job__status__in=placed)
+        .values("job_id")
+        .annotate(last=Max("created_at"))
+        .values_list("job_id", "last")
+    )
+    running = []
+    fields = ("id", "quota_id", "priority", "started_at", "stop_requested_at", "name")
+    for jid, qid, prio, job_started, stop_at, name in Job.objects.filter(
+        status__in=placed
+    ).values_list(*fields):
+        held = holders.get(jid)
+        if held is None:
+            continue  # no live worker: holds nothing
+        charged, in_quota, by_node, pod_started = held
+        running.append(
+            RunningSnap(
+                id=jid,
+                quota_id=qid,
+                charged_quota_id=charged,
+                in_quota=in_quota,
+                priority=prio,
+                gpus_by_node=tuple(by_node),
+                started_at=pod_started or job_started,
+                last_checkpoint_at=checkpoints.get(jid),
+                stopping=stop_at is not None,
+                name=name,
+            )
+        )
+    return tuple(running)
 
 
 def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> CycleResult:
@@ -308,14 +398,38 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     ]
     # Compare-and-set on status: a job stopped meanwhile is left alone.
     reasons_updated = _update_waiting(refreshed, now) if refreshed else 0
+    preempted = _preempt(decided)
     return CycleResult(
         admitted=admitted,
+        preempted=preempted,
         pods_created=len(pods),
         newly_queued=tuple(c[0] for c in changed if c[2] == JobStatus.INQUEUE),
         waiting=len(decided.queued),
         reasons_updated=reasons_updated,
         conflicts=conflicts,
     )
+
+
+def _preempt(decided: Plan) -> tuple[int, ...]:
+    """Ask each victim to stop gracefully as Preempted (a handful per cycle at most)."""
+    if not decided.preemptions:
+        return ()
+    from jobs.services import JobNotActive, request_stop  # services imports the triggers
+
+    victims = Job.objects.in_bulk([p.job_id for p in decided.preemptions])
+    done = []
+    for p in decided.preemptions:
+        job = victims.get(p.job_id)
+        if job is None:
+            continue
+        try:
+            request_stop(
+                job, actor=Actor.SCHEDULER, final_status=JobStatus.PREEMPTED, reason=p.reason
+            )
+        except (JobNotActive, TransitionConflict):
+            continue  # it ended meanwhile: its GPUs are being freed anyway
+        done.append(p.job_id)
+    return tuple(done)
 
 
 def _lock_unchanged(rows: dict[int, WaitingRow], job_ids: list[int]) -> set[int]:

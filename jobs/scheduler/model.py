@@ -48,10 +48,39 @@ class QuotaSnap:
     memory_gb: int = 0
     used_cpus: int = 0
     used_memory_gb: int = 0
+    # Of used_gpus: GPUs lent out, i.e. held by pods charged here but not in quota.
+    borrowed_gpus: int = 0
+    preemption: str = "Never"  # or "LowerPriority": priority preemption inside the quota
 
     @property
     def pool(self) -> PoolKey:
         return (self.resource_type, self.gpu_type)
+
+    @property
+    def guaranteed_gpus(self) -> int:
+        """GPUs held by this quota's own guaranteed (in-quota) pods."""
+        return self.used_gpus - self.borrowed_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class RunningSnap:
+    """A placed job (Starting/Running) that holds GPUs: a possible preemption victim."""
+
+    id: int
+    quota_id: int  # the job's own quota
+    charged_quota_id: int  # whose capacity its pods use
+    in_quota: bool
+    priority: int
+    # (node id, GPUs held there) per worker; a node may appear once per worker.
+    gpus_by_node: tuple[tuple[int, int], ...]
+    started_at: datetime | None = None
+    last_checkpoint_at: datetime | None = None  # newest committed checkpoint
+    stopping: bool = False  # a stop or preemption is under way: its GPUs are being released
+    name: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return sum(g for _, g in self.gpus_by_node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +98,13 @@ class JobSnap:
     # Workers of an earlier attempt that still hold resources (a restart in progress):
     # the new attempt waits for them, or the same rank would run twice.
     active_pods: int = 0
+    name: str = ""
+    # Since when it waits in this attempt (None: since submitted_at). Starvation rule input.
+    waiting_since: datetime | None = None
+
+    @property
+    def label(self) -> str:
+        return f"job {self.name}" if self.name else f"job #{self.id}"
 
     @property
     def total_gpus(self) -> int:
@@ -85,6 +121,8 @@ class Snapshot:
     quotas: tuple[QuotaSnap, ...] = ()
     # Waiting jobs (Pending or Inqueue), in any order: plan() orders them.
     jobs: tuple[JobSnap, ...] = ()
+    # Placed jobs holding GPUs (only needed for reclaim and priority preemption).
+    running: tuple[RunningSnap, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +149,17 @@ class QueueDecision:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemption:
+    job_id: int  # the victim
+    for_job_id: int  # the waiting job it makes room for
+    reason: str  # "reclaimed by team-b for job b2"
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     admissions: tuple[Admission, ...] = ()
     queued: tuple[QueueDecision, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
 
     def admission_for(self, job_id: int) -> Admission | None:
         return next((a for a in self.admissions if a.job_id == job_id), None)

@@ -76,9 +76,12 @@ class PoolIndex:
         self._sorted_counts: list[int] | None = None  # sorted bucket keys, rebuilt lazily
         for pos, node in enumerate(self.nodes):
             self._insert(pos, node)
-        # Shapes known not to fit. Valid because capacity only shrinks inside one plan;
-        # a step that frees capacity (preemption) must clear it.
+        # Shapes known not to fit. Valid because capacity only shrinks inside one plan
+        # (preemption frees GPUs only in a later cycle, once the victims have exited).
         self.infeasible: set[Shape] = set()
+        self.pos_of = {node.snap.id: pos for pos, node in enumerate(self.nodes)}
+        # Nodes held back for a starving head job or a preemptor: no one else gets them.
+        self.reserved: set[int] = set()
 
     # -- bucket maintenance -------------------------------------------------------------
     def _insert(self, pos: int, node: NodeState) -> None:
@@ -138,6 +141,48 @@ class PoolIndex:
             if total >= workers:
                 return workers
         return total
+
+    def placeable_with(self, freed: dict[int, int], gpus: int, workers: int) -> bool:
+        """Would `workers` of `gpus` GPUs fit by GPU count once `freed` (node id → GPUs)
+        are released? Used to check a preemptor's eligibility after subtracting victims."""
+        if gpus == 0:
+            return bool(self.nodes)
+        total = self.placeable_by_gpus(gpus, 1 << 30)
+        for node_id, extra in freed.items():
+            pos = self.pos_of.get(node_id)
+            if pos is None or pos in self.reserved:
+                continue  # unschedulable or held for someone else
+            free = len(self.nodes[pos].free)
+            total += (free + extra) // gpus - free // gpus
+        return total >= workers
+
+    def reserve(self, node_ids) -> None:
+        """Take nodes out of play for the rest of this plan (capacity only shrinks)."""
+        for node_id in node_ids:
+            pos = self.pos_of.get(node_id)
+            if pos is not None and pos not in self.reserved:
+                self._remove(pos, self.nodes[pos])
+                self.reserved.add(pos)
+
+    def reserve_for(self, shape: Shape) -> list[int]:
+        """Reserve the nodes a starving gang will start on once they drain: the emptiest
+        first, until their whole size hosts every worker. Returns the node ids."""
+        workers, gpus, _, _ = shape
+        if not gpus:
+            return []
+        picked: list[int] = []
+        hosts = 0
+        for free in self._free_counts(0, descending=True):
+            for pos in list(self._in_bucket(free)):
+                node = self.nodes[pos]
+                if node.snap.gpus < gpus:
+                    continue
+                picked.append(node.snap.id)
+                hosts += node.snap.gpus // gpus
+                if hosts >= workers:
+                    self.reserve(picked)
+                    return picked
+        return []  # the pool can never host it: nothing to hold
 
     def find(self, shape: Shape) -> list[tuple[int, int]] | None:
         """Where the whole gang would go: [(node position, workers)], or None. No change."""

@@ -7,10 +7,21 @@ Cut into small pieces with their own table tests, composed in `plan()`:
 - `diagnose_placement`: why it does not fit, in words a researcher can act on;
 - `describe_placements`: the admission's event text.
 
-This version admits guaranteed jobs only (idle resources and preemption come later) and
-backfills greedily: a job that cannot be placed does not hold back later, smaller jobs.
-`PlanOptions.backfill=False` is the hook for a reservation rule: the first job that cannot
-be placed then holds its pool for itself.
+- `choose_victims` (preempt.py): reclaim of lent capacity and priority preemption.
+
+Per job, in admission order: a guaranteed try (its own quota's guarantee, the quota's
+charged capacity, a gang placement); `Acceptable` then tries idle capacity, `Only Idle
+Resources` only that; a guaranteed job that still waits may preempt (reclaim borrowers of
+its quota, or lower-priority jobs of a `LowerPriority` quota). A preemptor is not placed in
+the same plan: it waits until its victims have exited and their GPUs are released.
+
+No head-of-line starvation (the rule): backfill is greedy, so a small job that fits never
+waits behind a big one that cannot start. But once a waiting guaranteed job has waited
+`reserve_after_s` (default 10 minutes), it holds what it waits for: if short of quota, no
+later job of its quota starts *in quota* (idle borrowing, which is reclaimable, still may);
+if short of a placement, the first such job of each pool reserves the emptiest nodes that
+will host its whole gang, and nothing else is placed on them, so they only drain. Backfill
+continues on every other node: it cannot delay the reserved job.
 """
 
 from collections.abc import Iterable
@@ -24,26 +35,37 @@ from jobs.scheduler.model import (
     Placement,
     Plan,
     PoolKey,
+    Preemption,
     QueueDecision,
     QuotaSnap,
+    RunningSnap,
     Snapshot,
 )
 from jobs.scheduler.placement import CapacityIndex, PoolIndex
+from jobs.scheduler.preempt import choose_victims, reclaimable
 from jobs.statuses import IdleResources
 
 
 @dataclass(frozen=True, slots=True)
 class PlanOptions:
     backfill: bool = True
+    min_runtime_before_reclaim_s: float = 0.0
+    # Starvation rule (module docstring): a job waiting this long holds its quota / nodes.
+    reserve_after_s: float = 600.0
 
 
 @dataclass(slots=True)
 class Usage:
-    """What a quota's guaranteed jobs hold, counting admissions made earlier in this plan."""
+    """What is charged to a quota, counting admissions made earlier in this plan."""
 
-    gpus: int = 0
+    gpus: int = 0  # all pods charged to the quota, in quota or borrowed
     cpus: int = 0
     memory_gb: int = 0
+    borrowed: int = 0  # of `gpus`: lent to idle jobs (not in quota)
+
+    @property
+    def guaranteed(self) -> int:
+        return self.gpus - self.borrowed
 
 
 def _n(count: int, noun: str) -> str:
@@ -68,7 +90,7 @@ def admission_order(jobs: Iterable[JobSnap]) -> list[JobSnap]:
 # -- quota fit ------------------------------------------------------------------------------
 def quota_shortfall(quota: QuotaSnap, used: Usage, job: JobSnap) -> str | None:
     """Why the job does not fit its quota's guarantee now, or None if it does."""
-    checks = [("GPUs", quota.gpus, used.gpus, job.total_gpus)]
+    checks = [("GPUs", quota.gpus, used.guaranteed, job.total_gpus)]
     if quota.cpus:  # 0 = the quota does not limit CPUs
         checks.append(("CPUs", quota.cpus, used.cpus, job.workers * job.cpus_per_worker))
     if quota.memory_gb:
@@ -156,11 +178,25 @@ class _Working:
     """Mutable state of one plan() call; nothing outlives it."""
 
     options: PlanOptions
+    now: datetime
     quotas: dict[int, QuotaSnap]
     usage: dict[int, Usage]
     capacity: CapacityIndex
+    # Lingjun lenders by (tenant, pool): the quota's own first, then by id.
+    lenders: dict[tuple[int, PoolKey], list[QuotaSnap]]
+    # Placed jobs by the quota they are charged to (reclaim) and by their own quota.
+    charged_to: dict[int, list[RunningSnap]]
+    own: dict[int, list[RunningSnap]]
     # First job of each pool that could not be placed: what a reservation rule holds for.
     blocked_by: dict[PoolKey, int] = field(default_factory=dict)
+    # Starvation holds: quota id → the job waiting longest for its guarantee.
+    holds: dict[int, JobSnap] = field(default_factory=dict)
+    reserved_for: dict[PoolKey, int] = field(default_factory=dict)  # pool → starving job
+    # Quotas that need lent capacity back: they lend nothing more in this plan.
+    reclaiming: set[int] = field(default_factory=set)
+    victims: set[int] = field(default_factory=set)  # chosen or waited for in this plan
+    preemptions: list[Preemption] = field(default_factory=list)
+    no_victims: set[tuple] = field(default_factory=set)  # (quota, priority, shape) that failed
     # Placement diagnoses by (pool, shape): a long queue of same-sized jobs that cannot
     # fit is diagnosed once, not once per job.
     diagnoses: dict[tuple, str] = field(default_factory=dict)
@@ -172,22 +208,43 @@ class _Short:
 
     quota: QuotaSnap
     pool: PoolIndex | None = None  # None: short of quota; else: no placement in this pool
+    lent: bool = False  # fits the guarantee, but the quota's capacity is lent out
+
+
+def _index(snapshot: Snapshot) -> tuple[dict, dict, dict]:
+    lenders: dict[tuple[int, PoolKey], list[QuotaSnap]] = {}
+    for q in sorted(snapshot.quotas, key=attrgetter("id")):
+        if q.resource_type == "Lingjun":
+            lenders.setdefault((q.tenant_id, q.pool), []).append(q)
+    charged_to: dict[int, list[RunningSnap]] = {}
+    own: dict[int, list[RunningSnap]] = {}
+    for r in snapshot.running:
+        charged_to.setdefault(r.charged_quota_id, []).append(r)
+        own.setdefault(r.quota_id, []).append(r)
+    return lenders, charged_to, own
 
 
 def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) -> Plan:
-    """Decide which waiting jobs start where, and why the others wait.
+    """Decide which waiting jobs start where, who is preempted, and why the others wait.
 
     Reasons are worded against the state *after* this plan's admissions: that is what the
     next snapshot will show, so an unchanged cluster yields unchanged reasons and the cycle
     writes nothing. (Usage only grows within a plan, so a job short of quota or GPUs when
-    it was looked at is still short at the end.) `now` is part of the contract (minimum
-    runtimes, reclaim ages) though this version's rules do not depend on time.
+    it was looked at is still short at the end.)
     """
+    lenders, charged_to, own = _index(snapshot)
     state = _Working(
         options=options or PlanOptions(),
+        now=now,
         quotas={q.id: q for q in snapshot.quotas},
-        usage={q.id: Usage(q.used_gpus, q.used_cpus, q.used_memory_gb) for q in snapshot.quotas},
+        usage={
+            q.id: Usage(q.used_gpus, q.used_cpus, q.used_memory_gb, q.borrowed_gpus)
+            for q in snapshot.quotas
+        },
         capacity=CapacityIndex(snapshot.nodes),
+        lenders=lenders,
+        charged_to=charged_to,
+        own=own,
     )
     order = admission_order(snapshot.jobs)
     admissions: list[Admission] = []
@@ -196,10 +253,7 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         result = _evaluate(job, state)
         if isinstance(result, Admission):
             admissions.append(result)
-            used = state.usage[job.quota_id]
-            used.gpus += job.total_gpus
-            used.cpus += job.workers * job.cpus_per_worker
-            used.memory_gb += job.workers * job.memory_gb_per_worker
+            _book(state, job, result)
         else:
             waits[job.id] = result
 
@@ -211,32 +265,65 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
             positions[job.quota_id] = positions.get(job.quota_id, 0) + 1
             reason = wait if isinstance(wait, str) else _word(wait, job, state)
             queued.append(QueueDecision(job.id, reason, positions[job.quota_id]))
-    return Plan(admissions=tuple(admissions), queued=tuple(queued))
+    return Plan(
+        admissions=tuple(admissions), queued=tuple(queued), preemptions=tuple(state.preemptions)
+    )
+
+
+def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
+    used = state.usage[admission.charged_quota_id]
+    used.gpus += job.total_gpus
+    used.cpus += job.workers * job.cpus_per_worker
+    used.memory_gb += job.workers * job.memory_gb_per_worker
+    if not admission.in_quota:
+        used.borrowed += job.total_gpus
 
 
 def _evaluate(job: JobSnap, state: _Working) -> Admission | str | _Short:
-    """One job: an admission, or why it waits. Books capacity when admitted."""
+    """One job: an admission, or why it waits. Capacity is booked by the caller."""
     quota = state.quotas.get(job.quota_id)
     if quota is None:
         return f"quota #{job.quota_id} no longer exists"
-    if job.idle_resources == IdleResources.ONLY:
-        return "waits for idle resources; lending idle capacity is not enabled yet"
     if job.active_pods:
         return f"waiting for {_n(job.active_pods, 'worker')} of the previous attempt to exit"
-    if quota_shortfall(quota, state.usage[quota.id], job):
+    if job.idle_resources == IdleResources.ONLY:
+        return _borrow(job, quota, state)
+    result = _guaranteed(job, quota, state)
+    if isinstance(result, Admission):
+        return result
+    if job.idle_resources == IdleResources.ACCEPTABLE:
+        # Whichever comes first: the guarantee was not free, so idle capacity it is.
+        idle = _borrow(job, quota, state)
+        if isinstance(idle, Admission):
+            return idle
+    elif isinstance(result, _Short):
+        waiting = _preempt(job, quota, result, state)
+        if waiting:
+            return waiting
+    if isinstance(result, _Short):
+        _hold(job, quota, result, state)
+    return result
+
+
+def _guaranteed(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str | _Short:
+    used = state.usage[quota.id]
+    if quota_shortfall(quota, used, job):
         return _Short(quota)
+    holder = state.holds.get(quota.id)
+    if holder is not None:
+        return f"waiting behind {holder.label}, which has waited longest for quota {quota.name}"
+    if used.gpus + job.total_gpus > quota.gpus:
+        return _Short(quota, lent=True)
     key = quota.pool
     pool = state.capacity.pool(key)
     if pool is None or pool.size == 0:
         return diagnose_unschedulable_pool(key, state.capacity.unschedulable.get(key))
     if not state.options.backfill and key in state.blocked_by:
         return f"waiting behind job #{state.blocked_by[key]}, which is first in line"
-    shape = job.shape
-    chosen = pool.find(shape)
-    if chosen is None:
+    placements = _place(job, pool, state)
+    if placements is None:
         state.blocked_by.setdefault(key, job.id)
         return _Short(quota, pool)
-    placements = pool.take(chosen, shape)
     return Admission(
         job_id=job.id,
         placements=placements,
@@ -246,13 +333,159 @@ def _evaluate(job: JobSnap, state: _Working) -> Admission | str | _Short:
     )
 
 
+def _place(job: JobSnap, pool: PoolIndex, state: _Working) -> tuple[Placement, ...] | None:
+    shape = job.shape
+    chosen = pool.find(shape)
+    return None if chosen is None else pool.take(chosen, shape)
+
+
+# -- idle resources -------------------------------------------------------------------------
+def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaSnap]]):
+    """Quotas whose unused capacity an idle job of `quota` may use (DESIGN §5): its own on
+    General-purpose; on Lingjun every quota of the same tenant, resource and GPU type, its
+    own first. Never across tenants or GPU types."""
+    if quota.resource_type != "Lingjun":
+        return [quota]
+    others = [q for q in lingjun.get((quota.tenant_id, quota.pool), ()) if q.id != quota.id]
+    return [quota, *others]
+
+
+def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
+    need = job.total_gpus
+    lenders = lenders_for(quota, state.lenders)
+    room = {q.id: q.gpus - state.usage[q.id].gpus for q in lenders}
+    able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
+    if not able:
+        best = max(lenders, key=lambda q: (room[q.id], -q.id))
+        free = f"{max(room[best.id], 0)} unused"
+        if best.id in state.reclaiming:
+            free += ", being reclaimed"
+        if len(lenders) == 1:
+            return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}"
+        return (
+            f"idle resources: no {quota.gpu_type} quota of this tenant has {need} GPUs unused "
+            f"(most: {best.name}, {free})"
+        )
+    key = quota.pool
+    pool = state.capacity.pool(key)
+    if pool is None or pool.size == 0:
+        return diagnose_unschedulable_pool(key, state.capacity.unschedulable.get(key))
+    placements = _place(job, pool, state)
+    if placements is None:
+        return f"idle resources: {_diagnose(pool, job, state)}"
+    lender = able[0]
+    return Admission(
+        job_id=job.id,
+        placements=placements,
+        charged_quota_id=lender.id,
+        in_quota=False,
+        reason=f"{describe_placements(placements, state.capacity.names)}; "
+        f"idle resources of quota {lender.name} (not in quota)",
+    )
+
+
+# -- preemption -----------------------------------------------------------------------------
+def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> str | None:
+    """Reclaim or priority-preempt for a guaranteed job. Returns its waiting reason, or
+    None when no set of victims would make room."""
+    memo = (quota.id, job.priority, job.shape)
+    if memo in state.no_victims:
+        return None
+    lower = quota.preemption == "LowerPriority"
+    if short.pool is None and not short.lent and not lower:
+        return None  # short of its own guarantee: only priority preemption helps
+    min_runtime = state.options.min_runtime_before_reclaim_s
+    candidates: list[RunningSnap] = []
+    protected = 0
+    for r in state.charged_to.get(quota.id, ()):
+        if r.id in state.victims:
+            continue
+        if not r.in_quota:
+            if reclaimable(r, state.now, min_runtime):
+                candidates.append(r)
+            else:
+                protected += 1
+        elif lower and r.quota_id == quota.id and r.priority < job.priority:
+            candidates.append(r)
+    pool = state.capacity.pool(quota.pool)
+    if not candidates or pool is None:
+        state.no_victims.add(memo)
+        if protected:
+            return (
+                f"quota {quota.name}: capacity lent to idle jobs; "
+                f"{_n(protected, 'borrower')} protected by the minimum runtime before reclaim"
+            )
+        return None
+    used = state.usage[quota.id]
+    need = job.total_gpus
+
+    def eligible(victims) -> bool:
+        freed = sum(v.gpus for v in victims)
+        freed_guaranteed = sum(v.gpus for v in victims if v.in_quota)
+        if used.guaranteed - freed_guaranteed + need > quota.gpus:
+            return False
+        if used.gpus - freed + need > quota.gpus:
+            return False
+        by_node: dict[int, int] = {}
+        for v in victims:
+            for node_id, g in v.gpus_by_node:
+                by_node[node_id] = by_node.get(node_id, 0) + g
+        return pool.placeable_with(by_node, job.gpus_per_worker, job.workers)
+
+    choice = choose_victims(job, candidates, eligible, state.now)
+    if choice is None:
+        state.no_victims.add(memo)
+        return None
+    for v in choice.victims:
+        state.victims.add(v.id)
+        if v.in_quota:
+            why = f"preempted by higher-priority {job.label} in quota {quota.name}"
+        else:
+            why = f"reclaimed by {quota.name} for {job.label}"
+        if not v.stopping:
+            state.preemptions.append(Preemption(v.id, job.id, why))
+    # Freed GPUs are for this job: nothing else is placed on those nodes in this plan.
+    pool.reserve({node_id for v in choice.victims for node_id, _ in v.gpus_by_node})
+    state.reclaiming.add(quota.id)
+    return f"waiting for {_n(len(choice.victims), 'preempted job')} to release their GPUs"
+
+
+# -- starvation -----------------------------------------------------------------------------
+def _hold(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> None:
+    """The starvation rule (module docstring): a job that waited long holds what it needs."""
+    since = job.waiting_since or job.submitted_at
+    if (state.now - since).total_seconds() < state.options.reserve_after_s:
+        return
+    if short.pool is None:
+        state.holds.setdefault(quota.id, job)
+    elif short.pool.key not in state.reserved_for:
+        # Only the first long waiter of a pool reserves: two reservations could deadlock.
+        state.reserved_for[short.pool.key] = job.id
+        short.pool.reserve_for(job.shape)
+
+
+def _diagnose(pool: PoolIndex, job: JobSnap, state: _Working) -> str:
+    memo = (pool.key, job.shape)
+    if memo not in state.diagnoses:
+        state.diagnoses[memo] = diagnose_placement(pool, job)
+    return state.diagnoses[memo]
+
+
 def _word(short: _Short, job: JobSnap, state: _Working) -> str:
     # Checked in the same order as _evaluate, on the final state: a job that found no
     # placement may be short of quota by now (a smaller job of its quota backfilled).
-    text = quota_shortfall(short.quota, state.usage[short.quota.id], job)
-    if text or short.pool is None:
-        return text or f"quota {short.quota.name} is full"
-    memo = (short.pool.key, job.shape)
-    if memo not in state.diagnoses:
-        state.diagnoses[memo] = diagnose_placement(short.pool, job)
-    return state.diagnoses[memo]
+    used = state.usage[short.quota.id]
+    text = quota_shortfall(short.quota, used, job)
+    if text:
+        return text
+    if short.lent or short.pool is None:
+        q = short.quota
+        if used.gpus + job.total_gpus > q.gpus:
+            return (
+                f"quota {q.name}: {used.gpus}/{q.gpus} GPUs in use "
+                f"({used.borrowed} lent to idle jobs), job needs {job.total_gpus}"
+            )
+        if short.pool is None:
+            return f"quota {q.name} is full"
+        return f"quota {q.name}: capacity was lent out"
+    return _diagnose(short.pool, job, state)

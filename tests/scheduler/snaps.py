@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, Snapshot
+from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 from jobs.statuses import IdleResources, JobStatus
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -45,12 +45,13 @@ def quota(
     used: int = 0,
     gpu_type: str = "H200",
     resource_type: str = LINGJUN,
+    tenant: int = 1,
     **extra,
 ) -> QuotaSnap:
     return QuotaSnap(
         id=id,
         name=name,
-        tenant_id=1,
+        tenant_id=tenant,
         resource_type=resource_type,
         gpu_type=gpu_type,
         gpus=gpus,
@@ -72,6 +73,7 @@ def job(
     status: JobStatus = JobStatus.PENDING,
     idle: IdleResources = IdleResources.OFF,
     active_pods: int = 0,
+    name: str = "",
 ) -> JobSnap:
     """`at` is the submit time in minutes after T0."""
     return JobSnap(
@@ -86,12 +88,40 @@ def job(
         status=status,
         idle_resources=idle,
         active_pods=active_pods,
+        name=name,
     )
 
 
-def snapshot(nodes=(), quotas=None, jobs=()) -> Snapshot:
+def running(
+    id: int,
+    *,
+    on: dict[int, int],
+    quota: int = 1,
+    charged: int | None = None,
+    in_quota: bool = False,
+    priority: int = 1,
+    started: int | None = 0,
+    checkpoint: int | None = None,
+    stopping: bool = False,
+) -> RunningSnap:
+    """A placed job: `on` = {node id: GPUs}; `started`/`checkpoint` in minutes after T0."""
+    return RunningSnap(
+        id=id,
+        quota_id=quota,
+        charged_quota_id=charged if charged is not None else quota,
+        in_quota=in_quota,
+        priority=priority,
+        gpus_by_node=tuple(on.items()),
+        started_at=None if started is None else T0 + timedelta(minutes=started),
+        last_checkpoint_at=None if checkpoint is None else T0 + timedelta(minutes=checkpoint),
+        stopping=stopping,
+    )
+
+
+def snapshot(nodes=(), quotas=None, jobs=(), running=()) -> Snapshot:
     return Snapshot(
         nodes=tuple(nodes),
         quotas=tuple(quotas if quotas is not None else [quota()]),
         jobs=tuple(jobs),
+        running=tuple(running),
     )

@@ -121,8 +121,8 @@ def test_stop_committed_while_the_cycle_plans_wins(quota, researcher, workspace,
     planned, stopped = threading.Event(), threading.Event()
     real_plan = cycle_module.plan
 
-    def plan_and_wait(snapshot, now):
-        decided = real_plan(snapshot, now)
+    def plan_and_wait(snapshot, now, *options):
+        decided = real_plan(snapshot, now, *options)
         planned.set()
         assert stopped.wait(10), "the stop never happened"
         return decided

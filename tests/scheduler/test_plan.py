@@ -4,7 +4,7 @@ import pytest
 
 from jobs.scheduler.model import Placement, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
-from jobs.statuses import IdleResources, JobStatus
+from jobs.statuses import JobStatus
 from tests.scheduler.snaps import GENERAL, T0, job, node, quota, snapshot
 
 
@@ -162,16 +162,6 @@ def test_admitted_jobs_do_not_take_a_position():
     result = plan(snapshot([node(0, free=(0,))], jobs=jobs), T0)
     assert [a.job_id for a in result.admissions] == [2]
     assert [(q.job_id, q.position) for q in result.queued] == [(1, 1), (3, 2)]
-
-
-def test_only_idle_resources_jobs_wait():
-    snap = snapshot(
-        [node(0)], jobs=[job(1, idle=IdleResources.ONLY), job(2, idle=IdleResources.ACCEPTABLE)]
-    )
-    assert outcome(snap) == {
-        1: "#1 waits for idle resources; lending idle capacity is not enabled yet",
-        2: "admitted: placed on node-0 (GPU 0)",
-    }
 
 
 def test_new_attempt_waits_for_old_workers_to_exit():

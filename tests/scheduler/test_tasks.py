@@ -25,7 +25,7 @@ def test_schedule_tick_takes_no_arguments():
     assert schedule_tick.apply(args=(1,)).failed()
 
 
-def test_monitor_tick_calls_the_monitor_when_installed(monkeypatch):
+def test_monitor_tick_calls_the_monitor_when_installed(db, monkeypatch):
     calls = []
     fake = types.ModuleType("agents.monitor")
     fake.run_monitor_cycle = lambda: calls.append("ran")
@@ -34,7 +34,7 @@ def test_monitor_tick_calls_the_monitor_when_installed(monkeypatch):
     assert calls == ["ran"]
 
 
-def test_monitor_tick_without_a_monitor_is_a_no_op(monkeypatch):
+def test_monitor_tick_without_a_monitor_is_a_no_op(db, monkeypatch):
     monkeypatch.setitem(sys.modules, "agents.monitor", None)  # import fails as if absent
     assert monitor_tick.apply().get() == {"ran": False}
 

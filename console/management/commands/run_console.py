@@ -33,6 +33,10 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--fake-gpus", default="8xH200")
         parser.add_argument("--node-name", default="local-gpu-0")
+        # The fake node looks like a real 8xH200 server (2 sockets, 2 TB) so that jobs sized
+        # for one can be placed; the process runtime does not enforce CPU or memory limits.
+        parser.add_argument("--node-cpus", type=int, default=112)
+        parser.add_argument("--node-memory-gb", type=int, default=2048)
         parser.add_argument("--no-agent", action="store_true", help="do not start a local agent")
 
     def handle(self, *args, **options) -> None:
@@ -62,8 +66,10 @@ class Command(BaseCommand):
             pass
         finally:
             self.stdout.write("Stopping…")
-            # The web server keeps serving while the agent stops its workers, so their
-            # final statuses and last log lines still reach the console.
+            # No new placements on a node that is going away; the web server keeps serving
+            # while the agent stops its workers, so their final statuses and last log lines
+            # still reach the console.
+            stop_loops(["scheduler"])
             if agent is not None:
                 self._stop_agent(agent)
             stop_loops()
@@ -94,6 +100,10 @@ class Command(BaseCommand):
             "process",
             "--fake-gpus",
             options["fake_gpus"],
+            "--cpus",
+            str(options["node_cpus"]),
+            "--memory-gb",
+            str(options["node_memory_gb"]),
         ]
         # Its own process group, so Ctrl-C in the terminal reaches us first and we stop it
         # in order (workers get their SIGTERM and grace) instead of all at once.

@@ -1,0 +1,483 @@
+"""The docker runtime: one container per worker, through the Docker Engine API (DESIGN §7).
+
+The agent builds every container's configuration itself from an allowlist
+(`container_config`, checked again by `check_config` right before creation): never
+privileged, no host namespaces, no extra devices or capabilities, no Docker socket, and the
+only bind mount is the job's checkpoint folder under the operator-configured root (symlinks
+resolved first). GPUs are attached by device request of the assigned indices.
+
+Containers carry labels (node, job, pod, attempt = epoch, rank) and a deterministic name, so
+the engine itself refuses a second container for one pod attempt, and a restarted agent
+finds its containers by label (`adopt`) instead of trusting a local file alone (DESIGN §9).
+Logs are read from the engine from the start and counted with agents.lines; an adopted
+container's already shipped lines are skipped, and an interrupted log stream is re-opened
+the same way, so no line is lost or repeated.
+
+Image pulls run in the worker's own thread (a slow pull never delays heartbeats) and their
+progress goes to the worker's log; a failed pull fails the worker with the engine's reason.
+"""
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import DeviceRequest, Mount
+from docker.utils import parse_repository_tag
+
+from agents.lines import LineSplitter
+from agents.runtime import (
+    CHECKPOINT_ENV,
+    PROGRESS_ENV,
+    ExitSink,
+    LaunchError,
+    LaunchSpec,
+    LineSink,
+    SourceLines,
+    WorkerState,
+    injected_env,
+)
+
+log = logging.getLogger(__name__)
+
+LABEL = "io.gpu-console"
+CHECKPOINT_MOUNT = "/checkpoints"
+READER_JOIN_TIMEOUT = 10.0
+# What the agent may put into a container's configuration; anything else is refused.
+ALLOWED_KEYS = frozenset(
+    {
+        "image",
+        "command",
+        "name",
+        "labels",
+        "environment",
+        "working_dir",
+        "device_requests",
+        "nano_cpus",
+        "mem_limit",
+        "shm_size",
+        "mounts",
+        "init",
+        "security_opt",
+        "cap_drop",
+        "privileged",
+    }
+)
+
+
+class UnsafeConfig(LaunchError):
+    """A container configuration outside the allowlist (a bug, never a user's choice)."""
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    node: str
+    checkpoint_root: Path | None = None  # operator-configured; None: no checkpoint volume
+    gpus: bool = True  # attach GPUs by device request (the engine needs the NVIDIA toolkit)
+
+
+def container_name(node: str, pod_id: int, attempt: int) -> str:
+    return f"gpu-{node}-pod{pod_id}-a{attempt}"[:200]
+
+
+def checkpoint_folder(root: Path, job_id: int) -> Path:
+    """The job's checkpoint folder under the root, created if missing, symlinks resolved;
+    refused when it resolves outside the root."""
+    real_root = Path(root).resolve(strict=True)
+    folder = real_root / f"job-{job_id}"
+    folder.mkdir(mode=0o770, exist_ok=True)
+    real = folder.resolve(strict=True)
+    if not real.is_relative_to(real_root) or real == real_root:
+        raise UnsafeConfig(f"checkpoint folder {folder} resolves to {real}, outside {real_root}")
+    return real
+
+
+def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | None) -> dict:
+    """The complete create arguments for one worker's container (pure)."""
+    env = {**spec.env, **injected_env(spec)}
+    if opts.gpus and spec.gpu_indices:
+        # The container sees only its GPUs, numbered from 0.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(spec.gpu_indices)))
+    labels = {
+        f"{LABEL}.managed": "true",
+        f"{LABEL}.node": opts.node,
+        f"{LABEL}.job": str(spec.job_id),
+        f"{LABEL}.pod": str(spec.pod_id),
+        f"{LABEL}.attempt": str(spec.attempt),
+        f"{LABEL}.epoch": str(spec.attempt),
+        f"{LABEL}.rank": str(spec.rank),
+        f"{LABEL}.gpus": ",".join(str(i) for i in spec.gpu_indices),
+    }
+    config: dict = {
+        "image": spec.image,
+        "command": ["/bin/sh", "-c", spec.command],
+        "name": container_name(opts.node, spec.pod_id, spec.attempt),
+        "labels": labels,
+        "environment": env,
+        "init": True,  # signals reach the command; zombies are reaped
+        "privileged": False,
+        "security_opt": ["no-new-privileges"],
+    }
+    if opts.gpus and spec.gpu_indices:
+        config["device_requests"] = [
+            DeviceRequest(
+                driver="nvidia",
+                device_ids=[str(i) for i in spec.gpu_indices],
+                capabilities=[["gpu"]],
+            )
+        ]
+    if spec.cpus:
+        config["nano_cpus"] = spec.cpus * 10**9
+    if spec.memory_gb:
+        config["mem_limit"] = f"{spec.memory_gb}g"
+        config["shm_size"] = f"{max(1, spec.memory_gb // 2)}g"  # data loaders share via /dev/shm
+    if checkpoints is not None:
+        config["mounts"] = [Mount(CHECKPOINT_MOUNT, str(checkpoints), type="bind")]
+        env[CHECKPOINT_ENV] = CHECKPOINT_MOUNT
+        env[PROGRESS_ENV] = f"{CHECKPOINT_MOUNT}/.progress/rank-{spec.rank}.jsonl"
+    return config
+
+
+def check_config(config: Mapping, checkpoint_root: Path | None) -> None:
+    """Refuse anything outside the allowlist; raises UnsafeConfig."""
+    extra = set(config) - ALLOWED_KEYS
+    if extra:
+        raise UnsafeConfig(f"container option(s) not allowed: {', '.join(sorted(extra))}")
+    if config.get("privileged") is not False:
+        raise UnsafeConfig("containers are never privileged")
+    if set(config.get("security_opt", [])) - {"no-new-privileges"}:
+        raise UnsafeConfig("only the no-new-privileges security option is allowed")
+    for request in config.get("device_requests", []):
+        if request.get("Driver") != "nvidia" or not request.get("DeviceIDs"):
+            raise UnsafeConfig("only NVIDIA GPUs by explicit index may be requested")
+    mounts = config.get("mounts", [])
+    if mounts and checkpoint_root is None:
+        raise UnsafeConfig("no checkpoint root is configured: nothing may be mounted")
+    for mount in mounts:
+        if mount.get("Type") != "bind" or mount.get("Target") != CHECKPOINT_MOUNT:
+            raise UnsafeConfig(f"only the checkpoint folder may be mounted, not {mount}")
+        source = Path(mount.get("Source", "")).resolve()
+        root = Path(checkpoint_root).resolve()
+        if not source.is_relative_to(root) or source == root or "docker.sock" in str(source):
+            raise UnsafeConfig(f"bind mount {source} is not under the checkpoint root {root}")
+
+
+@dataclass
+class _Worker:
+    pod_id: int
+    attempt: int
+    gpu_indices: tuple[int, ...]
+    lines: SourceLines
+    container_id: str = ""
+    starting: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: bool = False
+    kill_at: float | None = None
+    timers: list[threading.Timer] = field(default_factory=list)
+    exit_code: int | None = None
+    error: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(
+        self,
+        opts: DockerOptions,
+        on_line: LineSink,
+        on_exit: ExitSink,
+        *,
+        base_url: str | None = None,
+    ) -> None:
+        self.opts = opts
+        self._on_line = on_line
+        self._on_exit = on_exit
+        base_url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        try:
+            # One client for calls, one without a read timeout for streams that idle.
+            self.client = docker.DockerClient(base_url=base_url)
+            self.stream_api = docker.APIClient(base_url=base_url, timeout=None)
+            self.client.ping()
+        except (DockerException, requests.RequestException) as exc:
+            raise LaunchError(f"cannot reach the Docker engine: {exc}") from exc
+        self.api = self.client.api
+        self._workers: dict[int, _Worker] = {}
+        self._lock = threading.Lock()
+
+    def engine_has_nvidia(self) -> bool:
+        return "nvidia" in (self.client.info().get("Runtimes") or {})
+
+    # --- launching ---
+
+    def launch(self, spec: LaunchSpec) -> None:
+        with self._lock:
+            if spec.pod_id in self._workers:
+                raise LaunchError(f"pod {spec.pod_id} is already running here")
+            worker = _Worker(
+                pod_id=spec.pod_id,
+                attempt=spec.attempt,
+                gpu_indices=spec.gpu_indices,
+                lines=SourceLines(spec.pod_id, self._on_line),
+            )
+            self._workers[spec.pod_id] = worker
+        threading.Thread(
+            target=self._prepare, args=(worker, spec), name=f"pod-{spec.pod_id}-start", daemon=True
+        ).start()
+
+    def _prepare(self, worker: _Worker, spec: LaunchSpec) -> None:
+        try:
+            if spec.gpu_indices and not self.opts.gpus:
+                worker.lines.agent(
+                    "[agent] GPUs are not attached: this agent runs with --docker-gpus off"
+                )
+            checkpoints = None
+            if self.opts.checkpoint_root is not None:
+                checkpoints = checkpoint_folder(self.opts.checkpoint_root, spec.job_id)
+            config = container_config(spec, self.opts, checkpoints)
+            check_config(config, self.opts.checkpoint_root)
+            self._ensure_image(worker, spec.image)
+            container = self._create(config)
+            worker.container_id = container.id
+            if container.status == "created":
+                container.start()
+        except (LaunchError, DockerException, requests.RequestException, OSError) as exc:
+            message = str(exc) if isinstance(exc, LaunchError) else f"cannot start: {exc}"
+            worker.lines.agent(f"[agent] {message}")
+            self._finish(worker, None, message)
+            return
+        worker.starting = False
+        self._watch(worker)
+
+    def _create(self, config: dict):
+        try:
+            return self.client.containers.create(**config)
+        except APIError as exc:
+            if exc.status_code != 409:
+                raise
+            # Same name: a container of this pod attempt exists (we crashed after creating
+            # it). Take it over rather than starting a second one.
+            return self.client.containers.get(config["name"])
+
+    def _ensure_image(self, worker: _Worker, image: str) -> None:
+        try:
+            self.api.inspect_image(image)
+            return
+        except ImageNotFound:
+            pass
+        repo, tag = parse_repository_tag(image)
+        worker.lines.agent(f"[agent] pulling image {image}")
+        last: dict[str, str] = {}
+        try:
+            for event in self.stream_api.pull(repo, tag=tag or "latest", stream=True, decode=True):
+                if "error" in event:
+                    raise LaunchError(f"image pull failed: {image}: {event['error']}")
+                status, layer = event.get("status", ""), event.get("id", "")
+                if status and last.get(layer) != status:  # each step once, not every tick
+                    last[layer] = status
+                    worker.lines.agent(
+                        f"[agent] pull {image}: {layer + ': ' if layer else ''}{status}"
+                    )
+        except (APIError, requests.RequestException) as exc:
+            reason = getattr(exc, "explanation", None) or str(exc)
+            raise LaunchError(f"image pull failed: {image}: {reason}") from exc
+        try:
+            self.api.inspect_image(image)
+        except ImageNotFound:
+            raise LaunchError(f"image pull failed: {image}: not found after pulling") from None
+
+    # --- watching: logs and exit ---
+
+    def _watch(self, worker: _Worker) -> None:
+        reader = threading.Thread(
+            target=self._follow, args=(worker,), name=f"pod-{worker.pod_id}-out", daemon=True
+        )
+        reader.start()
+        threading.Thread(
+            target=self._wait, args=(worker, reader), name=f"pod-{worker.pod_id}-wait", daemon=True
+        ).start()
+
+    def _follow(self, worker: _Worker) -> None:
+        """Stream the container's output to its end. An interrupted stream is opened again
+        from the start and the lines already seen are skipped."""
+        seen = 0
+        while True:
+            index = 0
+
+            def emit(line: str) -> None:
+                nonlocal index, seen
+                index += 1
+                if index > seen:
+                    seen += 1
+                    worker.lines(line)
+
+            splitter = LineSplitter(emit)
+            try:
+                stream = self.stream_api.logs(
+                    worker.container_id, stdout=True, stderr=True, stream=True, follow=True
+                )
+                for chunk in stream:
+                    splitter.feed(chunk)
+                splitter.finish()
+                return
+            except NotFound:
+                return
+            except (DockerException, requests.RequestException) as exc:
+                if worker.done.is_set():
+                    return
+                log.warning("pod %s: log stream interrupted (%s); reopening", worker.pod_id, exc)
+                time.sleep(1)
+
+    def _wait(self, worker: _Worker, reader: threading.Thread) -> None:
+        code, error = None, ""
+        while True:
+            try:
+                code = int(self.stream_api.wait(worker.container_id)["StatusCode"])
+                break
+            except NotFound:
+                error = "the container disappeared"
+                break
+            except (DockerException, requests.RequestException) as exc:
+                log.warning("pod %s: waiting failed (%s); retrying", worker.pod_id, exc)
+                time.sleep(1)
+        with worker.lock:
+            for timer in worker.timers:
+                timer.cancel()
+        reader.join(READER_JOIN_TIMEOUT)
+        if code not in (None, 0):
+            error = worker.lines.error_tail()
+        self._finish(worker, code, error)
+
+    def _finish(self, worker: _Worker, code: int | None, error: str) -> None:
+        worker.exit_code = code
+        worker.error = error
+        worker.starting = False
+        worker.done.set()
+        log.info("pod %s exited with code %s", worker.pod_id, code)
+        self._on_exit(worker.pod_id)
+
+    # --- stopping ---
+
+    def stop(self, pod_id: int, grace_seconds: float) -> None:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+        if worker is None:
+            return
+        grace = max(0.0, float(grace_seconds))
+        kill_at = time.monotonic() + grace
+        with worker.lock:
+            if worker.done.is_set():
+                return
+            if not worker.stopping:
+                worker.stopping = True
+                worker.lines.agent(f"[agent] stopping: sending SIGTERM, grace {grace:g}s")
+                self._signal(worker, "SIGTERM")
+            if worker.kill_at is not None and kill_at >= worker.kill_at:
+                return
+            worker.kill_at = kill_at
+            if grace == 0:
+                self._signal(worker, "SIGKILL")
+                return
+            timer = threading.Timer(grace, self._kill_after_grace, args=(worker, grace))
+            timer.daemon = True
+            worker.timers.append(timer)
+            timer.start()
+
+    def _signal(self, worker: _Worker, sig: str) -> None:
+        if not worker.container_id:  # still pulling: it will not start
+            return
+        with contextlib.suppress(DockerException, requests.RequestException):
+            self.api.kill(worker.container_id, signal=sig)
+
+    def _kill_after_grace(self, worker: _Worker, grace: float) -> None:
+        with worker.lock:
+            if worker.done.is_set():
+                return
+            worker.lines.agent(f"[agent] grace of {grace:g}s ran out: sending SIGKILL")
+            self._signal(worker, "SIGKILL")
+
+    # --- state ---
+
+    def workers(self) -> list[WorkerState]:
+        with self._lock:
+            workers = list(self._workers.values())
+        return [
+            WorkerState(
+                pod_id=w.pod_id,
+                attempt=w.attempt,
+                running=not w.done.is_set(),
+                gpu_indices=w.gpu_indices,
+                exit_code=w.exit_code if w.done.is_set() else None,
+                error=w.error if w.done.is_set() else "",
+                container_id=w.container_id[:64],
+                starting=w.starting and not w.done.is_set(),
+            )
+            for w in workers
+        ]
+
+    def forget(self, pod_id: int) -> None:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+            if worker is None or not worker.done.is_set():
+                return
+            del self._workers[pod_id]
+        if worker.container_id:
+            with contextlib.suppress(DockerException, requests.RequestException):
+                self.api.remove_container(worker.container_id, force=True)
+
+    def wait(self, pod_id: int, timeout: float) -> bool:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+        return worker is None or worker.done.wait(timeout)
+
+    def shutdown(self, grace_seconds: float) -> None:
+        with self._lock:
+            workers = [w for w in self._workers.values() if not w.done.is_set()]
+        for w in workers:
+            self.stop(w.pod_id, grace_seconds)
+        deadline = time.monotonic() + grace_seconds + READER_JOIN_TIMEOUT + 5
+        for w in workers:
+            w.done.wait(max(0.0, deadline - time.monotonic()))
+
+    # --- after an agent restart ---
+
+    def adopt(self, skip: Mapping[int, int]) -> dict[int, int]:
+        filters = {"label": [f"{LABEL}.managed=true", f"{LABEL}.node={self.opts.node}"]}
+        adopted: dict[int, int] = {}
+        for container in self.client.containers.list(all=True, filters=filters):
+            labels = container.labels
+            try:
+                pod_id, attempt = int(labels[f"{LABEL}.pod"]), int(labels[f"{LABEL}.attempt"])
+                gpus = tuple(int(i) for i in labels.get(f"{LABEL}.gpus", "").split(",") if i)
+            except (KeyError, ValueError):
+                log.warning("container %s has unreadable labels; ignoring it", container.name)
+                continue
+            with self._lock:
+                if pod_id in self._workers:
+                    continue
+                worker = _Worker(
+                    pod_id=pod_id,
+                    attempt=attempt,
+                    gpu_indices=gpus,
+                    lines=SourceLines(pod_id, self._on_line, skip.get(pod_id, 0)),
+                    container_id=container.id,
+                    starting=False,
+                )
+                self._workers[pod_id] = worker
+            if container.status == "created":  # we crashed between create and start
+                with contextlib.suppress(DockerException):
+                    container.start()
+            self._watch(worker)
+            adopted[pod_id] = attempt
+            log.info("adopted container %s (pod %s attempt %s)", container.name, pod_id, attempt)
+        return adopted
+
+    def kill_leftovers(self, markers: set[str]) -> int:
+        return 0  # every container of this node is adopted by label; none is left over

@@ -1,0 +1,126 @@
+"""Console side of progress, checkpoints and log activity reported by agents (DESIGN §6).
+
+Called by `agents.services` while it handles a heartbeat or a log batch, with pods already
+loaded (job joined). Fencing: only a live worker of a placed job may speak, and only while it
+is meant to run (or its job is being stopped as a whole, so a save on SIGTERM still counts);
+a worker of an old attempt, a worker the console already ordered away for a restart, or one
+on a node that came back after its workers were declared lost is ignored.
+
+Writes: the pod's progress is a plain UPDATE by id (the newest report wins); the hang
+deadline is `UPDATE job SET hang_deadline=… WHERE id=… AND status='Running' AND
+hang_deadline IS NOT NULL` (only a running job with hang detection has one); checkpoints
+are inserted once per (job, path) (unique constraint, conflicts ignored).
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from jobs.faulttolerance.hang import deadline_after, distinct_lines
+from jobs.faulttolerance.restart import config_of
+from jobs.models import Checkpoint, Job, Pod, PodDesired
+from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
+
+
+def may_report(pod: Pod) -> bool:
+    """Whether this worker's progress, checkpoints and log activity count for its job."""
+    job = pod.job
+    if pod.status not in ACTIVE_POD_STATUSES or pod.attempt > job.attempt:
+        return False
+    if job.status not in (JobStatus.STARTING, JobStatus.RUNNING):
+        return False
+    return pod.desired == PodDesired.RUN or job.stop_requested_at is not None
+
+
+def _push_hang_deadline(job: Job, now: datetime) -> None:
+    config = config_of(job)
+    if not config.hang_detection:
+        return
+    Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, hang_deadline__isnull=False).update(
+        hang_deadline=deadline_after(now, config.hang_timeout)
+    )
+
+
+def store_progress(pod: Pod, progress, now: datetime) -> bool:
+    """A new step moves the pod's progress and the job's hang deadline; the same step again
+    (a heartbeat with nothing new) writes nothing. Returns whether anything was stored."""
+    if progress is None or not may_report(pod):
+        return False
+    if pod.progress_step == progress.step and pod.progress_at is not None:
+        return False
+    rate = pod.progress_rate
+    if pod.progress_step is not None and pod.progress_at is not None:
+        elapsed = (now - pod.progress_at).total_seconds()
+        if progress.step > pod.progress_step and elapsed > 0:
+            rate = (progress.step - pod.progress_step) / elapsed
+    Pod.objects.filter(pk=pod.pk).update(
+        progress_rate=rate,
+        progress_step=progress.step,
+        progress_total=progress.total,
+        progress_phase=progress.phase,
+        progress_metrics=dict(progress.metrics),
+        progress_at=now,
+    )
+    pod.progress_step, pod.progress_at = progress.step, now
+    _push_hang_deadline(pod.job, now)
+    return True
+
+
+def store_checkpoints(pod: Pod, checkpoints: Iterable, now: datetime) -> int:
+    """Record committed checkpoints of the current attempt (once per path)."""
+    reports = list(checkpoints)
+    if not reports or not may_report(pod):
+        return 0
+    known = set(
+        Checkpoint.objects.filter(
+            job_id=pod.job_id, path__in=[c.path for c in reports]
+        ).values_list("path", flat=True)
+    )
+    rows = [
+        Checkpoint(
+            job_id=pod.job_id,
+            attempt=pod.attempt,
+            step=c.step,
+            path=c.path,
+            size_bytes=c.size_bytes,
+            checksum=c.checksum,
+            committed=True,
+        )
+        for c in reports
+        if c.path not in known
+    ]
+    if rows:
+        Checkpoint.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def store_worker_extras(pods: dict[int, Pod], reports: Iterable, now: datetime) -> None:
+    """Progress and checkpoints of one heartbeat, before its exits are applied (so a
+    checkpoint saved on SIGTERM is known before the job restarts from it)."""
+    for report in reports:
+        pod = pods.get(report.pod_id)
+        if pod is None or pod.attempt != report.attempt:
+            continue
+        if report.checkpoints:
+            store_checkpoints(pod, report.checkpoints, now)
+        if report.progress is not None:
+            store_progress(pod, report.progress, now)
+
+
+def note_log_lines(pod: Pod, lines: Iterable[str], now: datetime) -> None:
+    """Without progress reports a job's hang clock moves on new distinct log lines only (a
+    repeated identical warning is not progress). Remembers the recent distinct lines."""
+    if pod.progress_at is not None or not may_report(pod):
+        return
+    new, memory = distinct_lines(pod.recent_line_hashes or [], lines)
+    if memory != (pod.recent_line_hashes or []):
+        Pod.objects.filter(pk=pod.pk).update(recent_line_hashes=memory)
+        pod.recent_line_hashes = memory
+    if new:
+        _push_hang_deadline(pod.job, now)
+
+
+def worker_ft_fields(pod: Pod) -> dict:
+    """What a worker spec carries for fault tolerance: where to resume from and where its
+    checkpoints go (relative to the agent's checkpoint root)."""
+    job = pod.job
+    return {"resume_from": job.resume_from, "checkpoint_subdir": job.checkpoint_dir}

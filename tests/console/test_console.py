@@ -1,0 +1,94 @@
+"""Settings, demo data, in-process loops and logging of the console shell."""
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from console.demo import ensure_demo_data
+from console.logfilters import QuietAgentRequests
+from console.loops import Loop
+from console.models import ApiToken
+from console.tokens import matches, split_prefix
+from quotas.models import Quota, Workspace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _settings_check(**env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE"}}
+    clean.pop("SECRET_KEY", None)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "console.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_production_refuses_to_start_without_secret_key():
+    result = _settings_check(CONSOLE_ENV="production", ALLOWED_HOSTS="console.example.com")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+
+def test_bad_boolean_setting_fails_loudly():
+    result = _settings_check(DEBUG="maybe")
+    assert result.returncode != 0
+    assert "DEBUG must be a boolean" in result.stderr
+
+
+@pytest.mark.django_db
+def test_demo_data_is_created_once_and_reused(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    first = ensure_demo_data()
+    counts = (Workspace.objects.count(), Quota.objects.count(), ApiToken.objects.count())
+    second = ensure_demo_data()
+    assert second == first
+    assert (Workspace.objects.count(), Quota.objects.count(), ApiToken.objects.count()) == counts
+    assert counts == (2, 3, 1)
+    token = ApiToken.objects.get()
+    assert token.prefix == split_prefix(first.api_token, "gqc")
+    assert matches(first.api_token, token.digest)
+    assert first.api_token not in token.digest
+    assert oct((tmp_path / "demo-credentials.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_loop_runs_on_wake_and_survives_errors():
+    calls = []
+    ran_twice = threading.Event()
+
+    def work() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first cycle fails")
+        ran_twice.set()
+
+    loop = Loop("probe", work, interval=3600)
+    loop.start()
+    try:
+        loop.woken.set()
+        assert ran_twice.wait(5), "the loop did not run again after a failing cycle"
+    finally:
+        loop.stop()
+        loop.join(5)
+    assert not loop.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("message", "status", "kept"),
+    [
+        ('"POST /api/v1/agent/heartbeat/ HTTP/1.1" 200 45', 200, False),
+        ('"POST /api/v1/agent/heartbeat/ HTTP/1.1" 401 80', 401, True),
+        ('"GET /jobs/ HTTP/1.1" 200 1000', 200, True),
+    ],
+)
+def test_quiet_agent_requests_filter(message, status, kept):
+    record = logging.LogRecord("django.server", logging.INFO, "", 0, message, (), None)
+    record.status_code = status
+    assert QuietAgentRequests().filter(record) is kept
