@@ -85,6 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds workers get after SIGTERM when the agent itself stops (default 10)",
     )
+    p.add_argument(
+        "--docker-url",
+        default=os.environ.get("DOCKER_HOST"),
+        help="Docker Engine API URL (env DOCKER_HOST; default the local socket)",
+    )
+    p.add_argument(
+        "--docker-gpus",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="attach GPUs to containers by device request (auto: when the engine has the "
+        "NVIDIA runtime)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -115,6 +127,8 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         memory_gb=args.memory_gb,
         heartbeat_interval=args.heartbeat_interval,
         shutdown_grace=args.shutdown_grace,
+        docker_url=args.docker_url,
+        docker_gpus=args.docker_gpus,
     )
 
 

@@ -70,7 +70,7 @@ class NodeAdmin(admin.ModelAdmin):
         "created_at",
     ]
     inlines = [GpuDeviceInline]
-    actions = ["cordon", "uncordon"]
+    actions = ["cordon", "uncordon", "revoke_tokens"]
 
     def has_add_permission(self, request) -> bool:
         return False  # nodes register themselves with a bootstrap token
@@ -101,6 +101,18 @@ class NodeAdmin(admin.ModelAdmin):
     def uncordon(self, request, queryset) -> None:
         changed = queryset.filter(cordoned=True).update(cordoned=False)
         self.message_user(request, f"Uncordoned {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Revoke the node tokens (the agents must register again)")
+    def revoke_tokens(self, request, queryset) -> None:
+        changed = queryset.filter(token_revoked_at__isnull=True).update(
+            token_revoked_at=timezone.now()
+        )
+        self.message_user(
+            request,
+            f"Revoked the token of {changed} node(s); their agents are refused from now on "
+            "and need a new bootstrap token.",
+            messages.SUCCESS,
+        )
 
 
 class BootstrapTokenAddForm(forms.ModelForm):

@@ -6,10 +6,13 @@ desired state, converge on it (launch what should run, stop what should not). A 
 wakes the loop for an immediate heartbeat, after its last log lines are acknowledged.
 
 Duplicate workers are the trap to avoid (DESIGN §9): the agent writes a pod into
-`<state-dir>/workers.json` *before* launching it and never launches a recorded pod again. A
-recorded pod the runtime no longer holds (the agent crashed and restarted) is reported as
-exited with the error "worker process disappeared", after killing what the previous run
-left behind. Re-adopting running containers by label comes with the Docker runtime.
+`<state-dir>/workers.json` *before* launching it and never launches a recorded pod again.
+After a crash the new agent first reloads its log journals (agents.logship), then adopts
+what the runtime still has (docker: containers by label, even ones missing from
+workers.json; process: worker processes by their marker) and resumes their logs after the
+last journaled line. A recorded pod the runtime no longer has is reported as exited with
+the error "worker process disappeared". Adopted workers are reported as they are; the
+console fences those of an epoch (attempt) it no longer wants, and the agent stops them.
 
 An exit is reported until a heartbeat carrying it succeeds; should the console still list
 that pod afterwards (it could not apply the report), the agent reports the exit again rather
@@ -21,22 +24,26 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from agents.client import AgentClient, ApiError, TransportError
-from agents.gpus import GpuSource
+from agents.gpus import GpuSource, worker_gpu_usage
 from agents.logship import LogShipper
 from agents.progress import (
     BadCheckpointDir,
     checkpoint_dir,
+    checkpoint_root,
     progress_file,
     read_progress,
+    resolve_resume,
     scan_checkpoints,
 )
 from agents.protocol import (
     MAX_ERROR_TAIL,
     GpuReport,
+    GpuUsage,
     Heartbeat,
     HeartbeatReply,
     LogAck,
@@ -54,6 +61,7 @@ log = logging.getLogger(__name__)
 
 AGENT_VERSION = "0.1.0"
 DEFAULT_INTERVAL = 5.0
+GPU_METRICS_EVERY = 30.0  # seconds between a worker's GPU samples
 EXIT_LOG_WAIT = 2.0  # at most this long for an exited worker's last lines before reporting
 
 
@@ -70,6 +78,8 @@ class AgentConfig:
     memory_gb: int | None = None
     heartbeat_interval: float | None = None  # None: the console's
     shutdown_grace: float = 10.0
+    docker_url: str | None = None  # default: DOCKER_HOST or the local socket
+    docker_gpus: str = "auto"  # attach GPUs by device request: auto (NVIDIA runtime), on, off
 
 
 def _memory_gb() -> int:
@@ -79,10 +89,31 @@ def _memory_gb() -> int:
         return 0
 
 
-def make_runtime(name: str, work_root: Path, on_line, on_exit) -> Runtime:
-    if name == "process":
-        return ProcessRuntime(work_root, on_line, on_exit)
-    raise AgentConfigError(f"the {name!r} runtime is not available in this agent yet")
+def make_runtime(config: AgentConfig, state_dir: Path, on_line, on_exit) -> Runtime:
+    if config.runtime == "process":
+        return ProcessRuntime(state_dir / "work", on_line, on_exit)
+    if config.runtime != "docker":
+        raise AgentConfigError(f"unknown runtime {config.runtime!r}")
+    from agents.runtime_docker import DockerOptions, DockerRuntime
+
+    root = checkpoint_root(state_dir)  # the only host folder bind-mounted into containers
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        runtime = DockerRuntime(
+            DockerOptions(node=config.name, checkpoint_root=root),
+            on_line,
+            on_exit,
+            base_url=config.docker_url,
+        )
+    except LaunchError as exc:
+        raise AgentConfigError(str(exc)) from exc
+    gpus = config.docker_gpus == "on" or (
+        config.docker_gpus == "auto" and runtime.engine_has_nvidia()
+    )
+    if not gpus:
+        log.warning("GPUs are not attached to containers (--docker-gpus %s)", config.docker_gpus)
+    runtime.opts = DockerOptions(node=config.name, checkpoint_root=root, gpus=gpus)
+    return runtime
 
 
 class Agent:
@@ -97,11 +128,15 @@ class Agent:
         self.stop = stop or threading.Event()
         self.wake = threading.Event()
         self.store = StateStore(config.state_dir)
-        self.shipper = LogShipper(self._send_logs)
-        self.runtime = make_runtime(
-            config.runtime, self.store.dir / "work", self.shipper.append, self._on_exit
-        )
         self.store.lock()
+        try:
+            self.shipper = LogShipper(self._send_logs, journal_dir=self.store.dir / "logs")
+            self.runtime = make_runtime(config, self.store.dir, self.shipper.append, self._on_exit)
+        except (AgentConfigError, OSError) as exc:
+            self.store.unlock()
+            if isinstance(exc, OSError):
+                raise AgentConfigError(f"cannot use state dir {self.store.dir}: {exc}") from exc
+            raise
         try:
             self.launched = self.store.load_launched()
         except AgentConfigError:
@@ -112,6 +147,8 @@ class Agent:
         self._log_client: AgentClient | None = None
         self.interval = config.heartbeat_interval or DEFAULT_INTERVAL
         self._gpu_count = 0
+        self._last_gpus: list = []  # the last NVML sample (per-worker GPU metrics)
+        self._gpu_metrics_at: dict[int, float] = {}
         self._waiting: set[int] = set()  # pods whose launch waits for busy GPUs (logged once)
         self._ship_stop = threading.Event()
         # pod id → (progress file, checkpoint folder) of workers launched by this run.
@@ -132,6 +169,7 @@ class Agent:
     def facts(self) -> NodeFacts:
         gpus = self.gpus.sample()
         self._gpu_count = len(gpus)
+        self._last_gpus = gpus
         return NodeFacts(
             hostname=socket.gethostname()[:255],
             agent_version=AGENT_VERSION,
@@ -171,19 +209,38 @@ class Agent:
         return identity
 
     def recover(self) -> None:
-        """Workers recorded by a previous run that this runtime does not hold are gone for
-        this agent: kill what is left of them and report them as disappeared."""
-        held = {s.pod_id for s in self.runtime.workers()}
-        orphans = {p: r for p, r in self.launched.items() if not r.finished and p not in held}
-        if not orphans:
-            return
-        killed = self.runtime.kill_leftovers(
-            {worker_marker(p, r.attempt) for p, r in orphans.items()}
-        )
-        if killed:
-            log.warning("killed %d leftover processes of a previous agent run", killed)
-        for record in orphans.values():
-            record.error = record.error or "worker process disappeared"
+        """Take over what a previous run left: reload the log journals, adopt the workers
+        the runtime still has (resuming their logs after the last journaled line), and
+        report recorded workers that are gone as disappeared."""
+        journals = self.shipper.recover()
+        skip = {pod_id: src for pod_id, (_attempt, src) in journals.items()}
+
+        def prepare(pod_id: int, attempt: int) -> None:
+            self.shipper.open(pod_id, attempt, 0)  # no journal: the console dedupes by seq
+            record = self.launched.get(pod_id)
+            if record is None or record.attempt != attempt:
+                # Not in workers.json (lost state dir, or a crash right after launch):
+                # report it all the same and let the console decide (it fences stale ones).
+                log.warning("adopting pod %s attempt %s, unknown to workers.json", pod_id, attempt)
+                self.launched[pod_id] = LaunchRecord(attempt=attempt)
+            elif record.finished:
+                record.finished = False  # reported, but not forgotten: report it again
+
+        adopted = self.runtime.adopt(skip, prepare)
+        if adopted:
+            log.info("adopted %d workers of a previous agent run", len(adopted))
+        orphans = {p: r for p, r in self.launched.items() if not r.finished and p not in adopted}
+        if orphans:
+            killed = self.runtime.kill_leftovers(
+                {worker_marker(p, r.attempt) for p, r in orphans.items()}
+            )
+            if killed:
+                log.warning("killed %d leftover processes of a previous agent run", killed)
+            for record in orphans.values():
+                record.error = record.error or "worker process disappeared"
+        for pod_id in journals:
+            if pod_id not in adopted:  # ship what is left of it, then drop the journal
+                self.shipper.close(pod_id)
         self.store.save_launched(self.launched)
 
     # --- heartbeat ---
@@ -196,7 +253,9 @@ class Agent:
             if record.finished:
                 continue
             state = held.get(pod_id)
-            progress, checkpoints = self._progress_of(pod_id, running=bool(state and state.running))
+            if state is not None and state.starting:
+                continue  # pulling its image: not running yet, nothing to report
+            progress, checkpoints = self._progress_of(pod_id)
             if state is not None and state.running:
                 reports.append(
                     WorkerReport(
@@ -204,6 +263,7 @@ class Agent:
                         attempt=record.attempt,
                         state="running",
                         container_id=state.container_id,
+                        gpu=self._gpu_usage(pod_id, state.gpu_indices),
                         progress=progress,
                         checkpoints=checkpoints,
                     )
@@ -228,19 +288,28 @@ class Agent:
                     exit_code=code,
                     error=error[-MAX_ERROR_TAIL:],
                     container_id=container,
+                    progress=progress,
                     checkpoints=checkpoints,  # a save on SIGTERM lands just before the exit
                 )
             )
             exited.append(pod_id)
         return reports, exited
 
-    def _progress_of(self, pod_id: int, *, running: bool):
-        """The worker's newest progress (while it runs) and committed checkpoints."""
+    def _gpu_usage(self, pod_id: int, indices) -> GpuUsage | None:
+        """The worker's GPU use from the last NVML sample, every GPU_METRICS_EVERY s."""
+        now = time.monotonic()
+        if now - self._gpu_metrics_at.get(pod_id, -GPU_METRICS_EVERY) < GPU_METRICS_EVERY:
+            return None
+        usage = worker_gpu_usage(indices, self._last_gpus)
+        return GpuUsage(**usage) if usage is not None else None
+
+    def _progress_of(self, pod_id: int):
+        """The worker's newest progress and committed checkpoints (agents.progress)."""
         paths = self._ft_paths.get(pod_id)
         if paths is None:
             return None, []
-        progress = read_progress(paths[0]) if running else None
-        return progress, scan_checkpoints(paths[1])
+        # Read once more after the exit too: the last steps before a worker ends count.
+        return read_progress(paths[0]), scan_checkpoints(paths[1])
 
     def heartbeat(self, *, attempts: int = 2) -> HeartbeatReply | None:
         _, exited = self._reports()
@@ -255,6 +324,11 @@ class Agent:
         except TransportError as exc:
             log.warning("heartbeat failed: %s", exc)
             return None
+        self.shipper.retry_now()  # the console is back: resend buffered lines at once
+        sent_at = time.monotonic()
+        for report in reports:
+            if report.gpu is not None:
+                self._gpu_metrics_at[report.pod_id] = sent_at
         if exited:  # the console has taken these exits: stop reporting them
             by_pod = {r.pod_id: r for r in reports}
             for pod_id in exited:
@@ -287,7 +361,7 @@ class Agent:
         for order in reply.stop:
             state = held.get(order.pod_id)
             if state is not None:
-                if state.running:
+                if state.running and state.attempt == order.attempt:
                     log.info("stopping pod %s: %s", order.pod_id, order.reason)
                     self.runtime.stop(order.pod_id, order.grace_seconds)
             elif order.pod_id not in self.launched:
@@ -339,20 +413,26 @@ class Agent:
             self.runtime.launch(self._with_ft_env(spec))
         except (LaunchError, BadCheckpointDir) as exc:
             record.error = f"launch failed: {exc}"
-            self.shipper.append(spec.pod_id, f"[agent] {record.error}")
+            self.shipper.append(spec.pod_id, f"[agent] {record.error}", False)
             self.shipper.close(spec.pod_id)
 
     def _with_ft_env(self, spec: WorkerSpec) -> LaunchSpec:
         """The launch spec plus PROGRESS_FILE, CHECKPOINT_DIR and RESUME_FROM (agents.sdk)."""
         progress = progress_file(self.store.dir, spec.pod_id, spec.attempt)
         folder = checkpoint_dir(self.store.dir, spec.job_id, spec.checkpoint_subdir)
+        if self.runtime.name == "docker":  # only the checkpoint folder is mounted
+            progress = folder / ".progress" / progress.name
         progress.parent.mkdir(parents=True, exist_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
         self._ft_paths[spec.pod_id] = (progress, folder)
-        launch = LaunchSpec.from_worker_spec(spec)
+        launch = LaunchSpec.from_worker_spec(spec, node=self.cfg.name)
         env = {**launch.env, "PROGRESS_FILE": str(progress), "CHECKPOINT_DIR": str(folder)}
-        if spec.resume_from:
-            env["RESUME_FROM"] = spec.resume_from
+        resume, note = resolve_resume(folder, spec.resume_from, spec.attempt)
+        if resume:
+            env["RESUME_FROM"] = resume
+        if note:
+            log.warning("pod %s: %s", spec.pod_id, note)
+            self.shipper.append(spec.pod_id, f"[agent] {note}")
         return dataclasses.replace(launch, env=env)
 
     # --- the loop ---
@@ -412,15 +492,17 @@ class Agent:
         return status
 
     def shutdown(self, shipping: threading.Thread | None = None) -> None:
-        """Stop every worker gracefully (process workers are our children), ship their last
-        lines, and tell the console how they ended."""
-        running = [s.pod_id for s in self.runtime.workers() if s.running]
-        for pod_id in running:
-            self.launched[pod_id].error = "stopped: the agent shut down"
-        if running:
-            self.store.save_launched(self.launched)
-            log.info("stopping %d workers (grace %ss)", len(running), self.cfg.shutdown_grace)
-        self.runtime.shutdown(self.cfg.shutdown_grace)
+        """Process workers are stopped gracefully (the embedded default: they go with the
+        agent); containers keep running and the next agent adopts them, so restarting or
+        upgrading an agent costs no work. Then ship the last lines and report."""
+        if self.runtime.name == "process":
+            running = [s.pod_id for s in self.runtime.workers() if s.running]
+            for pod_id in running:
+                self.launched[pod_id].error = "stopped: the agent shut down"
+            if running:
+                self.store.save_launched(self.launched)
+                log.info("stopping %d workers (grace %ss)", len(running), self.cfg.shutdown_grace)
+            self.runtime.shutdown(self.cfg.shutdown_grace)
         self._ship_stop.set()
         if shipping is not None:
             shipping.join(timeout=15)
@@ -432,6 +514,7 @@ class Agent:
             except ApiError as exc:
                 log.warning("final heartbeat refused: %s", exc)
             self._log_client.close()
+        self.shipper.close_all()
         self._close()
 
     def _close(self) -> None:

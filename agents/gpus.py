@@ -7,7 +7,9 @@ import contextlib
 import hashlib
 import logging
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+
+from agents.gpuhealth import HealthWatcher
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +172,7 @@ class GpuSource:
         self._nvml = nvml
         self._nvml_ok = nvml_init(nvml)
         self.fake = fake_spec is not None
+        self.health: HealthWatcher | None = None
         if self.fake:
             self._fakes = fake_gpus(fake_spec, node_name)
             self.gpu_type = parse_fake_spec(fake_spec)[1]
@@ -179,6 +182,11 @@ class GpuSource:
         found = self.sample()
         if not self._nvml_ok:
             log.warning("NVML not available and no --fake-gpus given: reporting no GPUs")
+        elif found:
+            try:
+                self.health = HealthWatcher(nvml, len(found)).start()
+            except nvml.NVMLError as exc:
+                log.warning("NVML events not available (%s): no Xid health checks", exc)
         self.gpu_type = gpu_type_from_name(found[0].name) if found else ""
 
     def sample(self) -> list[GpuInfo]:
@@ -186,10 +194,33 @@ class GpuSource:
             return list(self._fakes)
         if not self._nvml_ok:
             return []
-        return read_nvml(self._nvml)
+        devices = read_nvml(self._nvml)
+        marks = self.health.snapshot() if self.health is not None else {}
+        return [
+            replace(d, healthy=False, health_reason=marks[d.index][:200])
+            if d.index in marks and d.healthy
+            else d
+            for d in devices
+        ]
 
     def close(self) -> None:
+        if self.health is not None:
+            self.health.close()
+            self.health = None
         if self._nvml_ok:
             with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlShutdown()
             self._nvml_ok = False
+
+
+def worker_gpu_usage(indices, devices: list[GpuInfo]) -> dict | None:
+    """A worker's GPU use from its assigned devices' last sample (pure); None when it has
+    no GPU or none of them was sampled."""
+    mine = [d for d in devices if d.index in set(indices)]
+    if not mine:
+        return None
+    return {
+        "gpus": len(mine),
+        "utilization": round(sum(d.utilization for d in mine) / len(mine)),
+        "memory_used_mb": sum(d.memory_used_mb for d in mine),
+    }

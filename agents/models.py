@@ -96,3 +96,21 @@ class BootstrapToken(models.Model):
 
     def __str__(self) -> str:
         return f"bootstrap {self.prefix} ({self.note})"
+
+
+class WorkerGpuSample(models.Model):
+    """A running worker's GPU use over time (agents.protocol.GpuUsage), at the console's
+    receive time."""
+
+    pod = models.ForeignKey("jobs.Pod", on_delete=models.CASCADE, related_name="gpu_samples")
+    at = models.DateTimeField()
+    gpus = models.PositiveSmallIntegerField()
+    utilization = models.PositiveSmallIntegerField()
+    memory_used_mb = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["pod", "at"]
+        indexes = [models.Index(fields=["pod", "at"], name="gpu_sample_pod_at")]
+
+    def __str__(self) -> str:
+        return f"pod {self.pod_id} at {self.at:%H:%M:%S}: {self.utilization}%"

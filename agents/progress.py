@@ -86,6 +86,7 @@ def _committed(folder: Path) -> CheckpointReport | None:
             path=str(folder),
             size_bytes=total + len(raw),
             checksum=hashlib.sha256(raw).hexdigest(),
+            attempt=manifest.get("attempt") or None,
         )
     except (OSError, ValueError, KeyError, TypeError, ValidationError):
         return None
@@ -112,3 +113,20 @@ def scan_checkpoints(
             if len(found) >= newest:
                 break
     return found
+
+
+def resolve_resume(folder: Path, resume_from: str, attempt: int) -> tuple[str, str]:
+    """The checkpoint a new attempt resumes from, and a note for its log when it differs.
+
+    The console names the newest checkpoint it knew when it restarted the job. A stale worker
+    of the old attempt (its node was cut off, so it trained on and pruned old checkpoints)
+    may have deleted that one before this launch. Then the newest committed checkpoint an
+    earlier attempt left in the folder is used instead (complete manifest, so a consistent
+    state), rather than failing the restart; the console still records no checkpoint of an
+    old attempt as the new attempt's."""
+    if not resume_from or _committed(Path(resume_from)) is not None:
+        return resume_from, ""
+    earlier = [c for c in scan_checkpoints(folder) if (c.attempt or 0) < attempt]
+    if not earlier:
+        return resume_from, ""  # nothing better: the SDK reports the missing checkpoint
+    return earlier[0].path, f"{resume_from} is gone (pruned); resuming from {earlier[0].path}"

@@ -113,6 +113,16 @@ class CheckpointReport(_FromAgent):
     path: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
     size_bytes: Annotated[int, Field(ge=0, le=2**62)] = 0
     checksum: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{0,100}$")] = ""
+    attempt: Annotated[int, Field(ge=0, le=1_000_000)] | None = None  # from the manifest
+
+
+class GpuUsage(_FromAgent):
+    """A running worker's GPU use: its assigned devices as NVML last sampled them (the
+    scheduler gives each device to one worker, so the devices' numbers are the worker's)."""
+
+    gpus: Annotated[int, Field(ge=1, le=MAX_GPUS)]
+    utilization: Annotated[int, Field(ge=0, le=100)]  # mean over its GPUs
+    memory_used_mb: Annotated[int, Field(ge=0, le=10**9)]  # sum over its GPUs
 
 
 class WorkerReport(_FromAgent):
@@ -125,6 +135,7 @@ class WorkerReport(_FromAgent):
     # Additive (fault tolerance): older agents send neither.
     progress: ProgressReport | None = None
     checkpoints: Annotated[list[CheckpointReport], Field(max_length=MAX_CHECKPOINTS_REPORTED)] = []
+    gpu: GpuUsage | None = None  # additive (metrics): sent about twice a minute
 
     @model_validator(mode="after")
     def _exit_code_only_when_exited(self) -> "WorkerReport":

@@ -26,9 +26,10 @@ ExitSink = Callable[[int], None]  # pod_id
 # Identifies a worker's processes (or container) as belonging to a pod attempt, so that an
 # agent restarting after a crash can find what a previous run left behind.
 WORKER_MARKER = "GPU_WORKER_ID"
-# Paths a worker writes its checkpoints and progress to (agents.progress reads them).
+# Host paths the agent gives a worker (agents.progress); the docker runtime maps them.
 CHECKPOINT_ENV = "CHECKPOINT_DIR"
 PROGRESS_ENV = "PROGRESS_FILE"
+RESUME_ENV = "RESUME_FROM"
 TAIL_LINES = 20
 TAIL_CHARS = 4000
 
@@ -53,8 +54,9 @@ class LaunchSpec:
     node: str = ""  # the node's name (container labels)
 
     @classmethod
-    def from_worker_spec(cls, spec: WorkerSpec) -> "LaunchSpec":
+    def from_worker_spec(cls, spec: WorkerSpec, node: str = "") -> "LaunchSpec":
         return cls(
+            node=node,
             pod_id=spec.pod_id,
             job_id=spec.job_id,
             attempt=spec.attempt,
@@ -127,10 +129,12 @@ class Runtime(Protocol):
     def forget(self, pod_id: int) -> None:
         """Drop an exited worker once its exit has been reported."""
 
-    def adopt(self, skip: Mapping[int, int]) -> dict[int, int]:
+    def adopt(
+        self, skip: Mapping[int, int], prepare: Callable[[int, int], None] | None = None
+    ) -> dict[int, int]:
         """Take over the workers a previous agent run left (running or exited, not yet
-        forgotten); `skip[pod_id]` output lines of each were already shipped. Returns
-        {pod_id: attempt} of what was adopted."""
+        forgotten); `skip[pod_id]` output lines of each were already shipped. `prepare(pod_id,
+        attempt)` runs before a worker's output is read. Returns {pod_id: attempt}."""
 
     def kill_leftovers(self, markers: set[str]) -> int:
         """Kill workers a previous agent run left behind (by marker); returns how many."""

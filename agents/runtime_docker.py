@@ -1,10 +1,8 @@
 """The docker runtime: one container per worker, through the Docker Engine API (DESIGN §7).
 
 The agent builds every container's configuration itself from an allowlist
-(`container_config`, checked again by `check_config` right before creation): never
-privileged, no host namespaces, no extra devices or capabilities, no Docker socket, and the
-only bind mount is the job's checkpoint folder under the operator-configured root (symlinks
-resolved first). GPUs are attached by device request of the assigned indices.
+(agents.docker_config: never privileged, no host namespaces, no extra devices, no Docker
+socket, bind mounts only under the checkpoint root; GPUs by device request).
 
 Containers carry labels (node, job, pod, attempt = epoch, rank) and a deterministic name, so
 the engine itself refuses a second container for one pod attempt, and a restarted agent
@@ -22,151 +20,48 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import DeviceRequest, Mount
 from docker.utils import parse_repository_tag
 
+from agents.docker_config import (
+    LABEL,
+    DockerOptions,
+    UnsafeConfig,
+    check_config,
+    checkpoint_folder,
+    container_config,
+    container_name,
+)
 from agents.lines import LineSplitter
 from agents.runtime import (
     CHECKPOINT_ENV,
-    PROGRESS_ENV,
     ExitSink,
     LaunchError,
     LaunchSpec,
     LineSink,
     SourceLines,
     WorkerState,
-    injected_env,
 )
+
+__all__ = [
+    "DockerOptions",
+    "DockerRuntime",
+    "UnsafeConfig",
+    "check_config",
+    "checkpoint_folder",
+    "container_config",
+    "container_name",
+]
 
 log = logging.getLogger(__name__)
 
-LABEL = "io.gpu-console"
-CHECKPOINT_MOUNT = "/checkpoints"
 READER_JOIN_TIMEOUT = 10.0
-# What the agent may put into a container's configuration; anything else is refused.
-ALLOWED_KEYS = frozenset(
-    {
-        "image",
-        "command",
-        "name",
-        "labels",
-        "environment",
-        "working_dir",
-        "device_requests",
-        "nano_cpus",
-        "mem_limit",
-        "shm_size",
-        "mounts",
-        "init",
-        "security_opt",
-        "cap_drop",
-        "privileged",
-    }
-)
-
-
-class UnsafeConfig(LaunchError):
-    """A container configuration outside the allowlist (a bug, never a user's choice)."""
-
-
-@dataclass(frozen=True)
-class DockerOptions:
-    node: str
-    checkpoint_root: Path | None = None  # operator-configured; None: no checkpoint volume
-    gpus: bool = True  # attach GPUs by device request (the engine needs the NVIDIA toolkit)
-
-
-def container_name(node: str, pod_id: int, attempt: int) -> str:
-    return f"gpu-{node}-pod{pod_id}-a{attempt}"[:200]
-
-
-def checkpoint_folder(root: Path, job_id: int) -> Path:
-    """The job's checkpoint folder under the root, created if missing, symlinks resolved;
-    refused when it resolves outside the root."""
-    real_root = Path(root).resolve(strict=True)
-    folder = real_root / f"job-{job_id}"
-    folder.mkdir(mode=0o770, exist_ok=True)
-    real = folder.resolve(strict=True)
-    if not real.is_relative_to(real_root) or real == real_root:
-        raise UnsafeConfig(f"checkpoint folder {folder} resolves to {real}, outside {real_root}")
-    return real
-
-
-def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | None) -> dict:
-    """The complete create arguments for one worker's container (pure)."""
-    env = {**spec.env, **injected_env(spec)}
-    if opts.gpus and spec.gpu_indices:
-        # The container sees only its GPUs, numbered from 0.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(spec.gpu_indices)))
-    labels = {
-        f"{LABEL}.managed": "true",
-        f"{LABEL}.node": opts.node,
-        f"{LABEL}.job": str(spec.job_id),
-        f"{LABEL}.pod": str(spec.pod_id),
-        f"{LABEL}.attempt": str(spec.attempt),
-        f"{LABEL}.epoch": str(spec.attempt),
-        f"{LABEL}.rank": str(spec.rank),
-        f"{LABEL}.gpus": ",".join(str(i) for i in spec.gpu_indices),
-    }
-    config: dict = {
-        "image": spec.image,
-        "command": ["/bin/sh", "-c", spec.command],
-        "name": container_name(opts.node, spec.pod_id, spec.attempt),
-        "labels": labels,
-        "environment": env,
-        "init": True,  # signals reach the command; zombies are reaped
-        "privileged": False,
-        "security_opt": ["no-new-privileges"],
-    }
-    if opts.gpus and spec.gpu_indices:
-        config["device_requests"] = [
-            DeviceRequest(
-                driver="nvidia",
-                device_ids=[str(i) for i in spec.gpu_indices],
-                capabilities=[["gpu"]],
-            )
-        ]
-    if spec.cpus:
-        config["nano_cpus"] = spec.cpus * 10**9
-    if spec.memory_gb:
-        config["mem_limit"] = f"{spec.memory_gb}g"
-        config["shm_size"] = f"{max(1, spec.memory_gb // 2)}g"  # data loaders share via /dev/shm
-    if checkpoints is not None:
-        config["mounts"] = [Mount(CHECKPOINT_MOUNT, str(checkpoints), type="bind")]
-        env[CHECKPOINT_ENV] = CHECKPOINT_MOUNT
-        env[PROGRESS_ENV] = f"{CHECKPOINT_MOUNT}/.progress/rank-{spec.rank}.jsonl"
-    return config
-
-
-def check_config(config: Mapping, checkpoint_root: Path | None) -> None:
-    """Refuse anything outside the allowlist; raises UnsafeConfig."""
-    extra = set(config) - ALLOWED_KEYS
-    if extra:
-        raise UnsafeConfig(f"container option(s) not allowed: {', '.join(sorted(extra))}")
-    if config.get("privileged") is not False:
-        raise UnsafeConfig("containers are never privileged")
-    if set(config.get("security_opt", [])) - {"no-new-privileges"}:
-        raise UnsafeConfig("only the no-new-privileges security option is allowed")
-    for request in config.get("device_requests", []):
-        if request.get("Driver") != "nvidia" or not request.get("DeviceIDs"):
-            raise UnsafeConfig("only NVIDIA GPUs by explicit index may be requested")
-    mounts = config.get("mounts", [])
-    if mounts and checkpoint_root is None:
-        raise UnsafeConfig("no checkpoint root is configured: nothing may be mounted")
-    for mount in mounts:
-        if mount.get("Type") != "bind" or mount.get("Target") != CHECKPOINT_MOUNT:
-            raise UnsafeConfig(f"only the checkpoint folder may be mounted, not {mount}")
-        source = Path(mount.get("Source", "")).resolve()
-        root = Path(checkpoint_root).resolve()
-        if not source.is_relative_to(root) or source == root or "docker.sock" in str(source):
-            raise UnsafeConfig(f"bind mount {source} is not under the checkpoint root {root}")
 
 
 @dataclass
@@ -201,13 +96,21 @@ class DockerRuntime:
         self._on_line = on_line
         self._on_exit = on_exit
         base_url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        # One client for calls, one without a read timeout for streams that idle. Both
+        # ask the engine for its API version when created.
+        if base_url.startswith("unix://") and not Path(base_url[7:]).exists():
+            raise LaunchError(f"cannot reach the Docker engine: no socket at {base_url[7:]}")
+        client = None
         try:
-            # One client for calls, one without a read timeout for streams that idle.
-            self.client = docker.DockerClient(base_url=base_url)
-            self.stream_api = docker.APIClient(base_url=base_url, timeout=None)
-            self.client.ping()
+            client = docker.DockerClient(base_url=base_url)
+            self.stream_api = docker.APIClient(
+                base_url=base_url, timeout=None, version=client.api.api_version
+            )
         except (DockerException, requests.RequestException) as exc:
+            if client is not None:
+                client.close()
             raise LaunchError(f"cannot reach the Docker engine: {exc}") from exc
+        self.client = client
         self.api = self.client.api
         self._workers: dict[int, _Worker] = {}
         self._lock = threading.Lock()
@@ -239,13 +142,17 @@ class DockerRuntime:
                     "[agent] GPUs are not attached: this agent runs with --docker-gpus off"
                 )
             checkpoints = None
-            if self.opts.checkpoint_root is not None:
-                checkpoints = checkpoint_folder(self.opts.checkpoint_root, spec.job_id)
+            host_folder = spec.env.get(CHECKPOINT_ENV)
+            if self.opts.checkpoint_root is not None and host_folder:
+                checkpoints = checkpoint_folder(self.opts.checkpoint_root, Path(host_folder))
             config = container_config(spec, self.opts, checkpoints)
             check_config(config, self.opts.checkpoint_root)
             self._ensure_image(worker, spec.image)
-            container = self._create(config)
-            worker.container_id = container.id
+            with worker.lock:  # a stop that came during the pull: never start it
+                if worker.stopping:
+                    raise LaunchError("stopped before the container started")
+                container = self._create(config)
+                worker.container_id = container.id
             if container.status == "created":
                 container.start()
         except (LaunchError, DockerException, requests.RequestException, OSError) as exc:
@@ -260,7 +167,8 @@ class DockerRuntime:
         try:
             return self.client.containers.create(**config)
         except APIError as exc:
-            if exc.status_code != 409:
+            # Docker answers 409; podman 500 "…already in use".
+            if exc.status_code != 409 and "already in use" not in str(exc.explanation):
                 raise
             # Same name: a container of this pod attempt exists (we crashed after creating
             # it). Take it over rather than starting a second one.
@@ -448,7 +356,9 @@ class DockerRuntime:
 
     # --- after an agent restart ---
 
-    def adopt(self, skip: Mapping[int, int]) -> dict[int, int]:
+    def adopt(
+        self, skip: Mapping[int, int], prepare: Callable[[int, int], None] | None = None
+    ) -> dict[int, int]:
         filters = {"label": [f"{LABEL}.managed=true", f"{LABEL}.node={self.opts.node}"]}
         adopted: dict[int, int] = {}
         for container in self.client.containers.list(all=True, filters=filters):
@@ -474,6 +384,8 @@ class DockerRuntime:
             if container.status == "created":  # we crashed between create and start
                 with contextlib.suppress(DockerException):
                     container.start()
+            if prepare is not None:
+                prepare(pod_id, attempt)
             self._watch(worker)
             adopted[pod_id] = attempt
             log.info("adopted container %s (pod %s attempt %s)", container.name, pod_id, attempt)
@@ -481,3 +393,7 @@ class DockerRuntime:
 
     def kill_leftovers(self, markers: set[str]) -> int:
         return 0  # every container of this node is adopted by label; none is left over
+
+    def close(self) -> None:
+        self.client.close()
+        self.stream_api.close()

@@ -26,14 +26,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.lines import MAX_LINE_BYTES, LineSplitter, split_chunks
 from agents.runtime import (
-    CHECKPOINT_ENV,
-    PROGRESS_ENV,
     WORKER_MARKER,
     ExitSink,
     LaunchError,
@@ -121,11 +119,9 @@ class ProcessRuntime:
         on_exit: ExitSink,
         *,
         base_env: Mapping[str, str] | None = None,
-        checkpoint_root: Path | None = None,
     ) -> None:
         self.work_root = Path(work_root)
         self.home = str(self.work_root.resolve())
-        self.checkpoint_root = checkpoint_root
         self._on_line = on_line
         self._on_exit = on_exit
         source = os.environ if base_env is None else base_env
@@ -142,20 +138,9 @@ class ProcessRuntime:
             if spec.pod_id in self._workers:
                 raise LaunchError(f"pod {spec.pod_id} is already running here")
         workdir = self.work_root / f"pod-{spec.pod_id}-{spec.attempt}"
-        checkpoints = (self.checkpoint_root or self.work_root / "checkpoints") / (
-            f"job-{spec.job_id}"
-        )
-        env = {
-            **self._base_env,
-            **spec.env,
-            **injected_env(spec),
-            HOME_MARKER: self.home,
-            CHECKPOINT_ENV: str(checkpoints),
-            PROGRESS_ENV: str(workdir / "progress.jsonl"),
-        }
+        env = {**self._base_env, **spec.env, **injected_env(spec), HOME_MARKER: self.home}
         try:
             workdir.mkdir(parents=True, exist_ok=True)
-            checkpoints.mkdir(parents=True, exist_ok=True)
             (workdir / EXIT_FILE).unlink(missing_ok=True)
             out = os.open(workdir / OUTPUT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
@@ -356,7 +341,9 @@ class ProcessRuntime:
                     found[var[len(prefix) :].decode()] = pid
         return found
 
-    def adopt(self, skip: Mapping[int, int]) -> dict[int, int]:
+    def adopt(
+        self, skip: Mapping[int, int], prepare: Callable[[int, int], None] | None = None
+    ) -> dict[int, int]:
         live = self._marked_wrappers() if Path("/proc").is_dir() else {}
         adopted: dict[int, int] = {}
         if not self.work_root.is_dir():
@@ -380,6 +367,8 @@ class ProcessRuntime:
             )
             if not pid:
                 worker.leader_exited = True  # ended while no agent was watching
+            if prepare is not None:
+                prepare(pod_id, attempt)
             self._start(worker)
             adopted[pod_id] = attempt
             log.info("adopted pod %s attempt %s (pid %s)", pod_id, attempt, pid or "exited")

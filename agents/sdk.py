@@ -149,6 +149,9 @@ def checkpoint(step: int, state: Any, *, keep: int | None = None, root: Path | N
     manifest = {
         "version": MANIFEST_VERSION,
         "step": int(step),
+        # The attempt that saved it: the console ignores checkpoints a stale attempt (a
+        # worker already replaced by a restart) leaves behind in the shared folder.
+        "attempt": int(os.environ.get("ATTEMPT", "0") or 0),
         "format": kind,
         "created": time.time(),
         "files": [{"name": name, "size": target.stat().st_size, "sha256": _sha256(target)}],

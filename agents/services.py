@@ -23,7 +23,7 @@ from django.db.models import Q
 from pydantic import ValidationError
 
 from agents.auth import claim_bootstrap_token
-from agents.models import GpuDevice, Node, NodeState
+from agents.models import GpuDevice, Node, NodeState, WorkerGpuSample
 from agents.protocol import (
     GpuReport,
     Heartbeat,
@@ -38,7 +38,12 @@ from agents.protocol import (
 )
 from agents.tokens import NODE_KIND
 from console.tokens import make_token
-from jobs.faulttolerance.reports import note_log_lines, store_worker_extras, worker_ft_fields
+from jobs.faulttolerance.reports import (
+    log_activity,
+    log_progress,
+    store_worker_extras,
+    worker_ft_fields,
+)
 from jobs.models import LogChunk, Pod, PodDesired
 from jobs.podsync import apply_worker_state
 from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
@@ -265,9 +270,12 @@ def record_heartbeat(node: Node, hb: Heartbeat, now: datetime) -> HeartbeatReply
     changed = False
     touched: list[int] = []
     fenced: dict[int, StopOrder] = {}
+    samples: list[WorkerGpuSample] = []
     for report in hb.workers:
         pod = pods.get(report.pod_id)
         verdict, why = judge_report(node.pk, _pod_facts(pod) if pod else None, report)
+        if report.gpu is not None and verdict in (Verdict.START, Verdict.TOUCH):
+            samples.append(WorkerGpuSample(pod_id=pod.pk, at=now, **report.gpu.model_dump()))
         if verdict in (Verdict.START, Verdict.EXIT):
             changed |= _apply_report(node, pod, report, now)
         elif verdict == Verdict.TOUCH:
@@ -282,6 +290,8 @@ def record_heartbeat(node: Node, hb: Heartbeat, now: datetime) -> HeartbeatReply
             )
     if touched:
         Pod.objects.filter(pk__in=touched).update(last_report_at=now)
+    if samples:  # only this node's current workers: one insert for all of them
+        WorkerGpuSample.objects.bulk_create(samples)
     if changed:  # a report may have ended the job and ordered its other workers stopped
         pods = _load_pods(node.pk, ())
 
@@ -339,9 +349,11 @@ def store_logs(node: Node, batch: LogBatch, now: datetime) -> LogAck:
         fresh = new_log_lines(current, b.first_seq, b.lines)
         if fresh:
             end = current + len(fresh)
+            # Hang detection without progress reports: remember recent distinct lines.
+            activity, distinct = log_activity(pod, fresh)
             with transaction.atomic():
                 claimed = Pod.objects.filter(pk=pod.pk, log_next_seq=current).update(
-                    log_next_seq=end
+                    log_next_seq=end, **activity
                 )
                 if claimed:
                     LogChunk.objects.create(
@@ -353,7 +365,9 @@ def store_logs(node: Node, batch: LogBatch, now: datetime) -> LogAck:
                     )
             if claimed:
                 current = end
-                note_log_lines(pod, fresh, now)
+                pod.recent_line_hashes = activity.get("recent_line_hashes", pod.recent_line_hashes)
+                if distinct:
+                    log_progress(pod, now)
             else:  # a concurrent request stored these first; ack what the row says now
                 current = Pod.objects.values_list("log_next_seq", flat=True).get(pk=pod.pk)
         acks[pod.pk] = current

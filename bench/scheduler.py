@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, Snapshot  # noqa: E402
+from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot  # noqa: E402
 from jobs.scheduler.plan import plan  # noqa: E402
-from jobs.statuses import JobStatus  # noqa: E402
+from jobs.statuses import IdleResources, JobStatus  # noqa: E402
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 POOLS = [("Lingjun", "H200"), ("Lingjun", "H100"), ("General-purpose", "A100")]
@@ -57,10 +57,17 @@ def _busy_gpus(rng: random.Random, gpus: int) -> int:
     return rng.choice([0, 0, gpus // 4, gpus // 2, gpus // 2, 3 * gpus // 4, gpus, gpus])
 
 
-def synthetic_snapshot(size: Size, seed: int = 1, quota_factor: float = 1.0) -> Snapshot:
+def synthetic_snapshot(
+    size: Size, seed: int = 1, quota_factor: float = 1.0, idle_mix: float = 0.0
+) -> Snapshot:
     """A fragmented cluster and a queue. quota_factor scales every quota: at 1 the quotas
     share the cluster and most waiting jobs are quota-bound; at 100 nearly every job goes
-    through placement and waits for GPUs (the placement path's worst case)."""
+    through placement and waits for GPUs (the placement path's worst case).
+
+    idle_mix > 0: that share of the busy blocks are borrowers (idle jobs charged, not in
+    quota, to a quota of the same pool and tenant) and that share of the queue uses idle
+    resources (half Acceptable, half Only); every busy block is a RunningSnap, so guaranteed
+    jobs short of lent capacity go through victim selection (the reclaim path)."""
     rng = random.Random(seed)
     nodes = []
     capacity = dict.fromkeys(POOLS, 0)
@@ -99,6 +106,9 @@ def synthetic_snapshot(size: Size, seed: int = 1, quota_factor: float = 1.0) -> 
                 used_gpus=int(share * rng.uniform(0.3, 0.8)),
             )
         )
+    running: list[RunningSnap] = []
+    if idle_mix:
+        quotas, running = _charge_busy_blocks(rng, nodes, quotas, idle_mix)
     shapes, weights = zip(*SHAPES, strict=True)
     jobs = []
     for j in range(size.jobs):
@@ -114,24 +124,83 @@ def synthetic_snapshot(size: Size, seed: int = 1, quota_factor: float = 1.0) -> 
                 priority=rng.choices([0, 1, 2, 5], [10, 60, 20, 10])[0],
                 submitted_at=NOW - timedelta(seconds=rng.randrange(86_400)),
                 status=JobStatus.INQUEUE if rng.random() < 0.7 else JobStatus.PENDING,
+                idle_resources=_idle_mode(rng, idle_mix),
             )
         )
-    return Snapshot(nodes=tuple(nodes), quotas=tuple(quotas), jobs=tuple(jobs))
+    return Snapshot(
+        nodes=tuple(nodes), quotas=tuple(quotas), jobs=tuple(jobs), running=tuple(running)
+    )
+
+
+def _idle_mode(rng: random.Random, idle_mix: float) -> IdleResources:
+    if rng.random() >= idle_mix:
+        return IdleResources.OFF
+    return IdleResources.ACCEPTABLE if rng.random() < 0.5 else IdleResources.ONLY
+
+
+def _charge_busy_blocks(rng, nodes, quotas, idle_mix):
+    """Turn every node's busy GPUs into a running job charged to a quota of its pool."""
+    by_pool: dict[tuple, list[QuotaSnap]] = {}
+    for q in quotas:
+        by_pool.setdefault(q.pool, []).append(q)
+    used = {q.id: [0, 0] for q in quotas}
+    running = []
+    for n in nodes:
+        busy = n.gpus - len(n.free_gpu_indices)
+        if not busy or n.pool not in by_pool:
+            continue
+        charged = rng.choice(by_pool[n.pool])
+        borrowed = rng.random() < idle_mix
+        owner = charged
+        if borrowed:
+            same_tenant = [q for q in by_pool[n.pool] if q.tenant_id == charged.tenant_id]
+            owner = rng.choice(same_tenant)
+        used[charged.id][0] += busy
+        used[charged.id][1] += busy if borrowed else 0
+        running.append(
+            RunningSnap(
+                id=10_000_000 + n.id,
+                quota_id=owner.id,
+                charged_quota_id=charged.id,
+                in_quota=not borrowed,
+                priority=rng.choice([0, 1, 2]),
+                gpus_by_node=((n.id, busy),),
+                started_at=NOW - timedelta(seconds=rng.randrange(1, 86_400)),
+                last_checkpoint_at=NOW - timedelta(seconds=rng.randrange(1, 3_600)),
+            )
+        )
+    quotas = [
+        QuotaSnap(
+            id=q.id, name=q.name, tenant_id=q.tenant_id, resource_type=q.resource_type,
+            gpu_type=q.gpu_type, gpus=max(q.gpus, used[q.id][0]), used_gpus=used[q.id][0],
+            borrowed_gpus=used[q.id][1],
+            preemption="LowerPriority" if q.id % 4 == 0 else "Never",
+        )
+        for q in quotas
+    ]  # fmt: skip
+    return quotas, running
 
 
 def bench_plan(names: list[str], repeat: int, seed: int) -> None:
     print(
-        f"{'size':<8}{'bound by':<10}{'nodes':>7}{'jobs':>8}{'quotas':>8}"
-        f"{'admitted':>10}{'waiting':>9}"
+        f"{'size':<8}{'bound by':<14}{'nodes':>7}{'jobs':>8}{'quotas':>8}"
+        f"{'admitted':>10}{'preempt':>8}{'waiting':>9}"
         f"{'plan ms (best/median)':>24}{'admissions/s':>15}{'jobs/s':>12}"
     )
     for name in names:
-        for bound, factor in (("quota", 1.0), ("GPUs", 100.0)):
-            _bench_one(SIZES[name], bound, factor, repeat, seed)
+        for bound, factor, mix in (
+            ("quota", 1.0, 0.0),
+            ("GPUs", 100.0, 0.0),
+            ("quota+idle", 1.0, 0.3),
+            ("GPUs+idle", 100.0, 0.3),
+        ):
+            _bench_one(SIZES[name], bound, factor, repeat, seed, mix)
 
 
-def _bench_one(size: Size, bound: str, factor: float, repeat: int, seed: int) -> None:
-    snap = synthetic_snapshot(size, seed, factor)
+def _bench_one(
+    size: Size, bound: str, factor: float, repeat: int, seed: int, idle_mix: float = 0.0
+) -> None:
+    snap = synthetic_snapshot(size, seed, factor, idle_mix)
     times, result = [], None
     for _ in range(repeat):
         start = time.perf_counter()
@@ -140,7 +209,8 @@ def _bench_one(size: Size, bound: str, factor: float, repeat: int, seed: int) ->
     best, median = min(times), statistics.median(times)
     admitted = len(result.admissions)
     print(
-        f"{size.name:<8}{bound:<10}{size.nodes:>7}{size.jobs:>8}{size.quotas:>8}{admitted:>10}"
+        f"{size.name:<8}{bound:<14}{size.nodes:>7}{size.jobs:>8}{size.quotas:>8}{admitted:>10}"
+        f"{len(result.preemptions):>8}"
         f"{len(result.queued):>9}{best * 1000:>12.1f} / {median * 1000:>8.1f}"
         f"{admitted / median:>15,.0f}{size.jobs / median:>12,.0f}"
     )
@@ -312,11 +382,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--db-nodes", type=int, default=DB_SIZE.nodes)
     parser.add_argument("--db-jobs", type=int, default=DB_SIZE.jobs)
+    parser.add_argument("--db-quotas", type=int, help="default: one per 50 jobs")
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.db_nodes < 1 or args.db_jobs < 1:
         parser.error("--repeat, --db-nodes and --db-jobs must be at least 1")
     if args.db:
-        quotas = max(1, args.db_jobs // 100)
+        quotas = args.db_quotas or max(1, args.db_jobs // 50)
         bench_db(Size("db", nodes=args.db_nodes, jobs=args.db_jobs, quotas=quotas), args.seed)
         return
     names = [n.strip() for n in args.sizes.split(",") if n.strip()]

@@ -61,6 +61,7 @@ _TYPE_NAMES = {
 
 
 CHECKPOINTS_SHOWN = 50
+EVENTS_SHOWN = 200
 
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:
@@ -125,6 +126,8 @@ def _job_with_pods(user, pk: int) -> Job:
     )
     job.restart_list = list(job.restarts.order_by("created_at", "id"))
     job.checkpoint_list = list(job.checkpoints.order_by("-step", "-id")[:CHECKPOINTS_SHOWN])
+    newest = job.events.select_related("user").order_by("-created_at", "-id")[:EVENTS_SHOWN]
+    job.event_list = list(reversed(newest))
     return job
 
 

@@ -214,7 +214,7 @@ def reconcile_job(job_id: int, *, now: datetime | None = None) -> list[JobChange
         except TransitionConflict:
             break  # someone else moved the job; the next report re-derives
         applied.append(change)
-        if change.to_status == JobStatus.RUNNING:
+        if change.to_status == JobStatus.RUNNING and job.attempt > 1:
             restart.mark_running(job.pk, job.attempt, now)
         if change.to_status == JobStatus.FAILED:
             # The rest of the gang is useless without the failed worker: stop it.

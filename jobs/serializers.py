@@ -77,6 +77,18 @@ def checkpoint_json(checkpoint) -> dict[str, Any]:
     }
 
 
+def event_json(event) -> dict[str, Any]:
+    return {
+        "at": _time(event.created_at),
+        "attempt": event.attempt,
+        "from_status": event.from_status or None,
+        "to_status": event.to_status or None,
+        "reason": event.reason,
+        "actor": event.actor,
+        "user": event.user.get_username() if event.user_id else None,
+    }
+
+
 def ft_json(job: Job) -> dict[str, Any]:
     from jobs.faulttolerance.policy import FtConfig
 
@@ -133,6 +145,8 @@ def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
         body["pods"] = [pod_json(p) for p in pods]
     if hasattr(job, "restart_list"):
         body["restarts"] = [restart_json(r) for r in job.restart_list]
+    if hasattr(job, "event_list"):
+        body["events"] = [event_json(e) for e in job.event_list]
     if hasattr(job, "checkpoint_list"):
         body["checkpoints"] = [checkpoint_json(c) for c in job.checkpoint_list]
     return body

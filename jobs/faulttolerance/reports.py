@@ -86,7 +86,9 @@ def store_checkpoints(pod: Pod, checkpoints: Iterable, now: datetime) -> int:
             committed=True,
         )
         for c in reports
-        if c.path not in known
+        # Saved by another attempt (a stale worker still running after its restart, or an
+        # older attempt's save found in the shared folder): not this attempt's checkpoint.
+        if c.path not in known and (c.attempt is None or c.attempt == pod.attempt)
     ]
     if rows:
         Checkpoint.objects.bulk_create(rows, ignore_conflicts=True)
@@ -106,17 +108,21 @@ def store_worker_extras(pods: dict[int, Pod], reports: Iterable, now: datetime) 
             store_progress(pod, report.progress, now)
 
 
-def note_log_lines(pod: Pod, lines: Iterable[str], now: datetime) -> None:
+def log_activity(pod: Pod, lines: Iterable[str]) -> tuple[dict, bool]:
     """Without progress reports a job's hang clock moves on new distinct log lines only (a
-    repeated identical warning is not progress). Remembers the recent distinct lines."""
+    repeated identical warning is not progress). Returns the pod fields to write with the
+    log sequence (the updated memory of recent distinct lines) and whether the lines were
+    new, i.e. whether to call `log_progress` once they are stored."""
     if pod.progress_at is not None or not may_report(pod):
-        return
+        return {}, False
     new, memory = distinct_lines(pod.recent_line_hashes or [], lines)
-    if memory != (pod.recent_line_hashes or []):
-        Pod.objects.filter(pk=pod.pk).update(recent_line_hashes=memory)
-        pod.recent_line_hashes = memory
-    if new:
-        _push_hang_deadline(pod.job, now)
+    fields = {"recent_line_hashes": memory} if memory != (pod.recent_line_hashes or []) else {}
+    return fields, bool(new)
+
+
+def log_progress(pod: Pod, now: datetime) -> None:
+    """New distinct log lines of a job without progress reports push its hang deadline."""
+    _push_hang_deadline(pod.job, now)
 
 
 def worker_ft_fields(pod: Pod) -> dict:

@@ -11,8 +11,10 @@ from jobs.scheduler.model import (
     NodeSnap,
     Placement,
     Plan,
+    Preemption,
     QueueDecision,
     QuotaSnap,
+    RunningSnap,
     Snapshot,
 )
 from jobs.scheduler.plan import PlanOptions, plan
@@ -24,8 +26,10 @@ __all__ = [
     "Placement",
     "Plan",
     "PlanOptions",
+    "Preemption",
     "QueueDecision",
     "QuotaSnap",
+    "RunningSnap",
     "Snapshot",
     "plan",
 ]

@@ -41,7 +41,8 @@ from django.utils import timezone
 
 from agents.models import GpuDevice, Node, NodeState
 from jobs.lifecycle import IllegalTransition, TransitionConflict
-from jobs.models import Checkpoint, Job, JobEvent, Pod
+from jobs.models import Checkpoint, Job, Pod
+from jobs.scheduler.bulk import insert_events, update_waiting
 from jobs.scheduler.model import JobSnap, NodeSnap, Plan, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 from jobs.statuses import (
@@ -60,8 +61,6 @@ log = logging.getLogger(__name__)
 # Any constant works as long as nothing else in the database uses it: "GPUSCHED" in ASCII.
 SCHEDULER_LOCK_KEY = 0x4750555343484544
 _process_lock = threading.RLock()
-# Rows per UPDATE of waiting jobs (5 parameters each; SQLite allows 32,766 per statement).
-_UPDATE_BATCH = 500
 _LOCK_BATCH = 2000  # ids per SELECT … FOR UPDATE (SQLite limits query parameters)
 
 _WAITING = (JobStatus.PENDING, JobStatus.INQUEUE)
@@ -351,19 +350,15 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
         if job_id in won
     ]
     if changed:
-        if _update_waiting(changed, now) != len(changed):
+        if update_waiting(changed, now) != len(changed):
             # Impossible while the rows are locked; rolling back the cycle is the safe answer.
             raise RuntimeError("scheduler: locked job rows changed during the cycle")
-        JobEvent.objects.bulk_create(
-            JobEvent(
-                job_id=job_id,
-                attempt=rows[job_id].attempt,
-                from_status=from_status,
-                to_status=to_status,
-                reason=reason,
-                actor=Actor.SCHEDULER,
-            )
-            for job_id, from_status, to_status, reason, _ in changed
+        insert_events(
+            [
+                (job_id, rows[job_id].attempt, from_status, to_status, reason)
+                for job_id, from_status, to_status, reason, _ in changed
+            ],
+            now,
         )
 
     admitted = tuple(a.job_id for a in decided.admissions if a.job_id in won)
@@ -397,7 +392,7 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
         and (rows[d.job_id].status_reason, rows[d.job_id].queue_position) != (d.reason, d.position)
     ]
     # Compare-and-set on status: a job stopped meanwhile is left alone.
-    reasons_updated = _update_waiting(refreshed, now) if refreshed else 0
+    reasons_updated = update_waiting(refreshed, now) if refreshed else 0
     preempted = _preempt(decided)
     return CycleResult(
         admitted=admitted,
@@ -446,40 +441,3 @@ def _lock_unchanged(rows: dict[int, WaitingRow], job_ids: list[int]) -> set[int]
         )
         won.update(job_id for job_id, status in current if status == rows[job_id].status)
     return won
-
-
-def _update_waiting(items: list[tuple[int, str, str, str, int | None]], now: datetime) -> int:
-    """Set status, reason and position of many waiting jobs, one statement per batch.
-
-    items: (job id, expected status, new status, reason, position). A row changes only if it
-    is still in its expected status (compare-and-set). Returns the number of rows changed.
-    `bulk_update` would do the same with a CASE per row and field, which costs seconds for a
-    few thousand jobs on both databases; a join on a VALUES list costs milliseconds.
-    (UPDATE … FROM needs SQLite 3.33+; Python 3.12 ships 3.40+.)
-    """
-    qn = connection.ops.quote_name
-    table = qn(Job._meta.db_table)
-    col = {f: qn(Job._meta.get_field(f).column) for f in ("id", "status", "status_reason")}
-    position = qn(Job._meta.get_field("queue_position").column)
-    updated_at = qn(Job._meta.get_field("updated_at").column)
-    stamp = connection.ops.adapt_datetimefield_value(now)
-    total = 0
-    with connection.cursor() as cursor:
-        for i in range(0, len(items), _UPDATE_BATCH):
-            chunk = items[i : i + _UPDATE_BATCH]
-            values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
-            cursor.execute(
-                # VALUES columns are column1…column5 on both SQLite and PostgreSQL. No CTE:
-                # Python's sqlite3 reports no rowcount for a statement starting with WITH.
-                f"UPDATE {table} SET {col['status']} = v.new_status, "  # noqa: S608
-                f"{col['status_reason']} = v.new_reason, "
-                f"{position} = CAST(v.new_position AS integer), {updated_at} = %s "
-                "FROM (SELECT column1 AS job_id, column2 AS expected, column3 AS new_status, "
-                "column4 AS new_reason, column5 AS new_position "
-                f"FROM (VALUES {values}) AS vals) AS v "
-                f"WHERE {table}.{col['id']} = v.job_id AND {table}.{col['status']} = v.expected",
-                # Plain str: a StrEnum reaches the driver as its value on every backend.
-                [stamp] + [str(v) if isinstance(v, str) else v for item in chunk for v in item],
-            )
-            total += cursor.rowcount
-    return total

@@ -19,12 +19,14 @@ import re
 from bisect import insort
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 from jobs.scheduler.model import NodeSnap, Placement, PoolKey
 
 type Shape = tuple[int, int, int, int]  # workers, GPUs, CPUs, memory GB per worker
 
 
+@lru_cache(maxsize=1 << 16)  # node names repeat every cycle: parse each once per process
 def natural_key(name: str) -> tuple:
     """node-2 before node-10."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
@@ -74,8 +76,10 @@ class PoolIndex:
         self.max_node_gpus = max((n.gpus for n in nodes), default=0)
         self._buckets: dict[int, list[tuple[tuple[int, int], int]]] = {}
         self._sorted_counts: list[int] | None = None  # sorted bucket keys, rebuilt lazily
-        for pos, node in enumerate(self.nodes):
-            self._insert(pos, node)
+        for pos, node in enumerate(self.nodes):  # one sort per bucket, not an insort per node
+            self._buckets.setdefault(len(node.free), []).append((node.sort_key(), pos))
+        for bucket in self._buckets.values():
+            bucket.sort()
         # Shapes known not to fit. Valid because capacity only shrinks inside one plan
         # (preemption frees GPUs only in a later cycle, once the victims have exited).
         self.infeasible: set[Shape] = set()

@@ -43,7 +43,27 @@ from jobs.scheduler.model import (
 )
 from jobs.scheduler.placement import CapacityIndex, PoolIndex
 from jobs.scheduler.preempt import choose_victims, reclaimable
+from jobs.scheduler.reasons import (
+    _n,
+    describe_placements,
+    diagnose_placement,
+    diagnose_unschedulable_pool,
+    format_indices,
+)
 from jobs.statuses import IdleResources
+
+__all__ = [  # the table tests import the wording helpers from here
+    "PlanOptions",
+    "Usage",
+    "admission_order",
+    "describe_placements",
+    "diagnose_placement",
+    "diagnose_unschedulable_pool",
+    "format_indices",
+    "lenders_for",
+    "plan",
+    "quota_shortfall",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +86,6 @@ class Usage:
     @property
     def guaranteed(self) -> int:
         return self.gpus - self.borrowed
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-def _gpus(count: int, gpu_type: str) -> str:
-    return f"{count} {gpu_type} GPU" if count == 1 else f"{count} {gpu_type} GPUs"
 
 
 # -- admission order ------------------------------------------------------------------------
@@ -105,73 +117,6 @@ def quota_shortfall(quota: QuotaSnap, used: Usage, job: JobSnap) -> str | None:
     return None
 
 
-# -- diagnosis ------------------------------------------------------------------------------
-def diagnose_unschedulable_pool(key: PoolKey, unschedulable: dict[str, int] | None) -> str:
-    resource_type, gpu_type = key
-    if not unschedulable:
-        return f"no {resource_type} {gpu_type} nodes in the cluster"
-    parts = ", ".join(f"{count} {why}" for why, count in sorted(unschedulable.items()))
-    return f"no schedulable {resource_type} {gpu_type} node ({parts})"
-
-
-def diagnose_placement(pool: PoolIndex, job: JobSnap) -> str:
-    """Why the gang cannot be placed in this pool now (called after `find` said no)."""
-    gpu_type = pool.key[1]
-    workers, gpus = job.workers, job.gpus_per_worker
-    if gpus > pool.max_node_gpus:
-        return (
-            f"needs {_gpus(gpus, gpu_type)} per worker; "
-            f"the largest {gpu_type} node has {pool.max_node_gpus}"
-        )
-    by_gpus = pool.placeable_by_gpus(gpus, workers)
-    if by_gpus == 0:
-        largest = pool.largest_free_block()
-        tail = f"largest free block is {largest}" if largest else f"all {gpu_type} GPUs are in use"
-        return f"no node has {gpus} free {gpu_type} GPU{'s' if gpus != 1 else ''}; {tail}"
-    if by_gpus < workers:  # (CPU-only workers never get here: GPUs do not limit them)
-        size = _gpus(gpus, gpu_type)
-        return f"needs {workers} workers of {size}; only {by_gpus} can be placed now"
-    # Enough free GPUs: CPUs or memory on those nodes are the limit.
-    fits = pool.placeable(job.shape)
-    want = f"{job.cpus_per_worker} CPUs and {job.memory_gb_per_worker} GB memory"
-    if gpus:
-        want = f"{_gpus(gpus, gpu_type)}, {want}"
-    if workers == 1 or fits == 0:
-        return f"no node has {want} free"
-    return f"needs {workers} workers of {want}; only {fits} can be placed now (CPU or memory)"
-
-
-def format_indices(indices: Iterable[int]) -> str:
-    """(0, 1, 2, 3, 6) -> "0-3,6"."""
-    runs: list[list[int]] = []
-    for i in sorted(indices):
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-
-
-def describe_placements(placements: tuple[Placement, ...], names: dict[int, str]) -> str:
-    """ "placed on node-0 (GPUs 0-3)"; "placed 2 workers on node-0 (GPUs 0-7), node-1 (…)"."""
-    by_node: dict[int, list[int]] = {}
-    for p in placements:
-        by_node.setdefault(p.node_id, []).extend(p.gpu_indices)
-
-    def gpus(idx: list[int]) -> str:
-        if not idx:
-            return "no GPUs"
-        return f"GPU{'s' if len(idx) > 1 else ''} {format_indices(idx)}"
-
-    where = ", ".join(
-        f"{names.get(node_id, f'node #{node_id}')} ({gpus(idx)})"
-        for node_id, idx in by_node.items()
-    )
-    if len(placements) == 1:
-        return f"placed on {where}"
-    return f"placed {_n(len(placements), 'worker')} on {where}"
-
-
 # -- composition ----------------------------------------------------------------------------
 @dataclass(slots=True)
 class _Working:
@@ -197,6 +142,10 @@ class _Working:
     victims: set[int] = field(default_factory=set)  # chosen or waited for in this plan
     preemptions: list[Preemption] = field(default_factory=list)
     no_victims: set[tuple] = field(default_factory=set)  # (quota, priority, shape) that failed
+    # Per quota: GPUs its waiting guaranteed jobs could claim within the guarantee. Not lent
+    # out, or an idle job earlier in line would take back what a reclaim just freed.
+    demand: dict[int, int] = field(default_factory=dict)
+    full_at: dict[int, int] = field(default_factory=dict)  # quota → smallest GPU need refused
     # Placement diagnoses by (pool, shape): a long queue of same-sized jobs that cannot
     # fit is diagnosed once, not once per job.
     diagnoses: dict[tuple, str] = field(default_factory=dict)
@@ -247,6 +196,7 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         own=own,
     )
     order = admission_order(snapshot.jobs)
+    _claim_demand(order, state)
     admissions: list[Admission] = []
     waits: dict[int, str | _Short] = {}
     for job in order:
@@ -270,7 +220,22 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     )
 
 
+def _claim_demand(order: list[JobSnap], state: _Working) -> None:
+    """Capacity each quota keeps for its own waiting guaranteed (`Off`) jobs, in order."""
+    for job in order:
+        quota = state.quotas.get(job.quota_id)
+        if quota is None or job.idle_resources != IdleResources.OFF or job.active_pods:
+            continue
+        claimed = state.demand.get(quota.id, 0)
+        if quota.guaranteed_gpus + claimed + job.total_gpus <= quota.gpus:
+            state.demand[quota.id] = claimed + job.total_gpus
+
+
 def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
+    if admission.in_quota and job.idle_resources == IdleResources.OFF:
+        claimed = state.demand.get(admission.charged_quota_id, 0)
+        if claimed:
+            state.demand[admission.charged_quota_id] = max(claimed - job.total_gpus, 0)
     used = state.usage[admission.charged_quota_id]
     used.gpus += job.total_gpus
     used.cpus += job.workers * job.cpus_per_worker
@@ -307,7 +272,14 @@ def _evaluate(job: JobSnap, state: _Working) -> Admission | str | _Short:
 
 def _guaranteed(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str | _Short:
     used = state.usage[quota.id]
+    # Fast path for a long queue on a full quota: guaranteed use only grows inside a plan,
+    # so a GPU need at least as large as one that already did not fit cannot fit either.
+    gpus_only = not quota.cpus and not quota.memory_gb
+    if gpus_only and job.total_gpus >= state.full_at.get(quota.id, 1 << 62):
+        return _Short(quota)
     if quota_shortfall(quota, used, job):
+        if gpus_only:
+            state.full_at[quota.id] = min(job.total_gpus, state.full_at.get(quota.id, 1 << 62))
         return _Short(quota)
     holder = state.holds.get(quota.id)
     if holder is not None:
@@ -353,7 +325,7 @@ def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaS
 def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     need = job.total_gpus
     lenders = lenders_for(quota, state.lenders)
-    room = {q.id: q.gpus - state.usage[q.id].gpus for q in lenders}
+    room = {q.id: q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0) for q in lenders}
     able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
     if not able:
         best = max(lenders, key=lambda q: (room[q.id], -q.id))

@@ -11,6 +11,7 @@ from agents.models import Node
 from agents.tokens import issue_bootstrap_token
 from jobs.models import Job, Pod
 from jobs.statuses import JobStatus, PodStatus
+from tests.agents.agentproc import agents  # noqa: F401 - the fixture, for every test here
 
 API = "/api/v1/agent/"
 
@@ -87,6 +88,7 @@ def make_job(
     pod_status: PodStatus = PodStatus.STARTING,
     gpus: int = 1,
     env: dict | None = None,
+    image: str = "pytorch:2.4",
 ) -> tuple[Job, list[Pod]]:
     """A placed job with one worker per entry of `nodes`, as the scheduler would leave it."""
     job = Job.objects.create(
@@ -94,7 +96,7 @@ def make_job(
         quota=quota,
         owner=owner,
         name="train",
-        image="pytorch:2.4",
+        image=image,
         command=command,
         env=env or {},
         workers=len(nodes),
@@ -147,3 +149,36 @@ def run_together(*calls: Callable[[], object], timeout: float = 60) -> list[tupl
     for t in threads:
         t.join(timeout)
     return results
+
+
+# --- a Docker-API engine (podman's service) for the docker runtime tests ---
+
+TEST_IMAGE = "localhost/busybox:test"
+
+
+@pytest.fixture(scope="session")
+def docker_url() -> str:
+    """Start (once) podman's Docker-compatible service with a local busybox image;
+    scripts/podman-service is idempotent. Skipped only where podman is not installed
+    (`.ci/run` installs it)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (.ci/run installs podman, runc, busybox-static)")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "podman-service"
+    done = subprocess.run([str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def remove_node_containers(docker_url: str, node: str) -> None:
+    import docker
+
+    client = docker.DockerClient(base_url=docker_url)
+    try:
+        for c in client.containers.list(all=True, filters={"label": f"io.gpu-console.node={node}"}):
+            c.remove(force=True)
+    finally:
+        client.close()

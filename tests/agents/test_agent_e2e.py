@@ -4,138 +4,26 @@ The console runs in pytest-django's live server thread; jobs and pods are create
 in the database, as the scheduler would leave them (status Starting, placed on the node).
 """
 
-import os
-import re
 import signal
 import stat
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from agents.models import GpuDevice, Node, NodeState
-from agents.tokens import issue_bootstrap_token
-from jobs.models import Job, LogChunk, Pod
+from jobs.models import Job, Pod
 from jobs.services import request_stop
 from jobs.statuses import JobStatus, PodStatus
+from tests.agents.agentproc import (
+    IMAGE_LINE,
+    alive,
+    pod_status,
+    registered,
+    stored_lines,
+    wait_for,
+)
 from tests.agents.conftest import make_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-WAIT = 30.0
-IMAGE_LINE = (
-    "[agent] process runtime: image 'pytorch:2.4' is ignored; the command runs directly on "
-    "this host"
-)
-
-
-def wait_for(fn, what: str, timeout: float = WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
-
-
-class AgentProcess:
-    def __init__(self, url: str, name: str, state_dir: Path, bootstrap: str | None) -> None:
-        self.log_path = state_dir.parent / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_AGENT_")}
-        if bootstrap:
-            env["GPU_AGENT_BOOTSTRAP_TOKEN"] = bootstrap
-        command = [
-            sys.executable,
-            "-m",
-            "agents",
-            "--server",
-            url,
-            "--name",
-            name,
-            "--state-dir",
-            str(state_dir),
-            "--runtime",
-            "process",
-            "--fake-gpus",
-            "8xH200",
-            "--heartbeat-interval",
-            "0.2",
-            "--shutdown-grace",
-            "5",
-        ]
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            command, cwd=settings.BASE_DIR, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.wait()
-
-    def wait(self) -> int:
-        try:
-            return self.proc.wait(timeout=WAIT)
-        finally:
-            self._log.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.wait()
-
-
-@pytest.fixture
-def agents(live_server, tmp_path):
-    started: list[AgentProcess] = []
-
-    def start(name: str = "e2e-node", bootstrap: str | None = "issue") -> AgentProcess:
-        if bootstrap == "issue":
-            _, bootstrap = issue_bootstrap_token(None, f"e2e {name}")
-        agent = AgentProcess(live_server.url, name, tmp_path / name, bootstrap)
-        started.append(agent)
-        return agent
-
-    yield start
-    for agent in started:
-        if agent.proc.poll() is None:
-            agent.kill()
-        elif not agent._log.closed:
-            agent._log.close()
-
-
-def registered(name: str) -> Node:
-    return wait_for(
-        lambda: Node.objects.filter(name=name, token_prefix__isnull=False).first(),
-        f"node {name} to register",
-    )
-
-
-def stored_lines(pod: Pod) -> list[str]:
-    chunks = list(LogChunk.objects.filter(pod=pod).order_by("seq_start"))
-    expected = 0
-    for chunk in chunks:  # contiguous, no overlap: each sequence stored exactly once
-        assert chunk.seq_start == expected
-        expected = chunk.seq_end + 1
-    return "".join(c.text for c in chunks).split("\n")[:-1]
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def pod_status(pod: Pod) -> str:
-    return Pod.objects.get(pk=pod.pk).status
 
 
 def test_a_worker_runs_to_success_with_its_logs_stored_once_in_order(
@@ -212,34 +100,39 @@ def test_agent_shutdown_stops_workers_and_reports_them_honestly(
     assert "bye" in stored_lines(pod)
 
 
-def test_after_kill_9_the_restarted_agent_never_launches_a_pod_twice(
+def test_after_kill_9_the_restarted_agent_adopts_the_worker_instead_of_launching_it_again(
     agents, researcher, workspace, quota, tmp_path
 ):
     first = agents()
     node = registered("e2e-node")
     marker = tmp_path / "starts"
     pidfile = tmp_path / "worker.pid"
-    _job, (pod,) = make_job(
+    job, (pod,) = make_job(
         owner=researcher,
         workspace=workspace,
         quota=quota,
         nodes=[node],
-        command=f"echo started >> {marker}; echo $$ > {pidfile}; sleep 600",
+        command=f"echo started >> {marker}; echo $$ > {pidfile}; echo up; "
+        'trap "echo bye; exit 0" TERM; while :; do sleep 0.05; done',
     )
     wait_for(lambda: pod_status(pod) == PodStatus.RUNNING, "the pod to run")
+    wait_for(lambda: "up" in stored_lines(pod), "the first line")
+    worker_pid = int(pidfile.read_text())
     first.proc.send_signal(signal.SIGKILL)
     first.wait()
+    assert alive(worker_pid)  # workers outlive the agent, like containers
 
-    # Restarted with the same state dir and no bootstrap token: it reuses its registration,
-    # kills the orphaned worker and reports it gone instead of launching a second copy.
+    # Restarted with the same state dir and no bootstrap token: it reuses its registration
+    # and adopts the running worker instead of launching a second copy.
     second = agents(bootstrap=None)
-    wait_for(lambda: pod_status(pod) == PodStatus.FAILED, "the pod to be reported gone")
-    pod.refresh_from_db()
-    assert pod.error_message == "worker process disappeared"
+    wait_for(lambda: "adopted 1 workers" in second.output(), "the adoption")
+    request_stop(Job.objects.get(pk=job.pk), reason="stopped by alice", grace=20)
+    wait_for(lambda: pod_status(pod) == PodStatus.STOPPED, "the adopted worker to stop")
     assert marker.read_text() == "started\n"
     assert Node.objects.get(pk=node.pk).state == NodeState.READY
-    assert re.search(r"killed [12] leftover processes", second.output()), second.output()
-    wait_for(lambda: not alive(int(pidfile.read_text())), "the orphaned worker to die")
+    wait_for(lambda: "bye" in stored_lines(pod), "the worker's last line")
+    assert stored_lines(pod).count("up") == 1
+    assert not alive(worker_pid)
     assert second.terminate() == 0, second.output()
 
 

@@ -48,6 +48,7 @@ def make_agent(live_server, tmp_path):
         agent.runtime.shutdown(0)
         agent.client.close()
         agent._log_client.close()
+        agent.shipper.close_all()
         agent.store.unlock()
 
 

@@ -1,8 +1,10 @@
 """GPU discovery (fake devices; NVML's mapping through a stand-in, as no NVML runs here) and
 the protocol's bounds."""
 
+import queue
 import types
 from collections import namedtuple
+from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
@@ -110,6 +112,36 @@ class FakeNvml(types.SimpleNamespace):
 
     def nvmlDeviceGetTotalEccErrors(self, h, _kind, _counter):
         return self._get(h, "ecc")
+
+    # NVML events: a queue per event set; a test puts (device index, type, data) in it.
+    def nvmlEventSetCreate(self):
+        self.event_queue = queue.Queue()
+        self.registered = {}
+        return self.event_queue
+
+    def nvmlDeviceGetSupportedEventTypes(self, h):
+        return h.get("events", 0xF)
+
+    def nvmlDeviceRegisterEvents(self, h, types, event_set):
+        self.registered[self.devices.index(h)] = types
+
+    def nvmlEventSetWait(self, event_set, timeout_ms):
+        try:
+            index, kind, data = event_set.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            error = self.NVMLError("Timeout")
+            error.value = 10
+            raise error from None
+        handle = self.devices[index] if index is not None else None
+        return SimpleNamespace(device=handle, eventType=kind, eventData=data)
+
+    def nvmlDeviceGetIndex(self, h):
+        if h is None:
+            raise self.NVMLError("Invalid Argument")
+        return self.devices.index(h)
+
+    def nvmlEventSetFree(self, event_set):
+        self.freed = True
 
 
 def device(**overrides):
@@ -220,8 +252,11 @@ def test_console_replies_tolerate_new_fields():
             "--fake-gpus: expected COUNTxTYPE",
         ),
         (
-            ["--server", "http://x", "--name", "n1", "--runtime", "docker", "--state-dir", "{tmp}"],
-            "the 'docker' runtime is not available",
+            [
+                *("--server", "http://x", "--name", "n1", "--runtime", "docker"),
+                *("--state-dir", "{tmp}", "--docker-url", "unix:///nonexistent/docker.sock"),
+            ],
+            "cannot reach the Docker engine",
         ),
     ],
 )

@@ -267,6 +267,8 @@ def test_reply_lists_pods_to_run_and_to_stop(client, job_factory):
         "cpus": 4,
         "memory_gb": 16,
         "log_next_seq": 7,
+        "resume_from": "",
+        "checkpoint_subdir": "",
     }
     assert reply["stop"] == [
         {"pod_id": stopping.pk, "attempt": 1, "grace_seconds": 45.0, "reason": "stopped by alice"}
@@ -334,3 +336,22 @@ def test_each_changed_worker_costs_a_constant_number_of_queries(
 
 
 PER_CHANGED_WORKER = 5
+
+
+def test_gpu_samples_are_stored_for_the_nodes_current_workers_only(
+    client, job_factory, django_assert_num_queries
+):
+    from agents.models import WorkerGpuSample
+
+    node, token = register(client)
+    other, _ = register(client, "other")
+    _, (mine,) = job_factory([node], pod_status=PodStatus.RUNNING, status=JobStatus.RUNNING)
+    _, (foreign,) = job_factory([other], pod_status=PodStatus.RUNNING, status=JobStatus.RUNNING)
+    usage = {"gpus": 1, "utilization": 93, "memory_used_mb": 70000}
+    response = heartbeat(
+        client, token, [{**running(mine), "gpu": usage}, {**running(foreign), "gpu": usage}]
+    )
+    assert response.status_code == 200
+    assert [(s.pod_id, s.utilization) for s in WorkerGpuSample.objects.all()] == [(mine.pk, 93)]
+    bad = heartbeat(client, token, [{**running(mine), "gpu": {**usage, "utilization": 101}}])
+    assert bad.status_code == 400

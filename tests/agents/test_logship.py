@@ -172,3 +172,69 @@ def test_flush_sends_everything(env):
     assert shipper.flush(timeout=30)
     assert len(stored(pod)) == 2500
     assert [len(b.batches[0].lines) for b in console.requests] == [1000, 1000, 500]
+
+
+# --- the on-disk journal, rate limit ---
+
+
+def test_a_restarted_shipper_resends_journaled_lines_in_order_once(env, tmp_path):
+    _shipper, console, clock, pod = env
+    first = LogShipper(console.send, journal_dir=tmp_path / "logs", clock=clock)
+    first.open(pod.pk, pod.attempt, pod.log_next_seq)
+    for i in range(5):
+        first.append(pod.pk, f"line {i}")
+    first.ship_once()  # 0-4 acknowledged
+    first.append(pod.pk, "[agent] stopping", False)  # an agent line among them
+    for i in range(5, 8):
+        first.append(pod.pk, f"line {i}")
+    console.lose_replies = True  # 5-8 stored, the ack lost: then the agent is killed
+    with pytest.raises(TransportError):
+        first.ship_once()
+    console.lose_replies = False
+    first.append(pod.pk, "line 8")  # journaled, never sent
+    journal = tmp_path / "logs" / f"{pod.pk}-{pod.attempt}.jsonl"
+    with open(journal, "a") as f:
+        f.write('[99, 99, "torn li')  # killed halfway through a write
+    first.close_all()  # (the kernel closes a killed process's files)
+
+    second = LogShipper(console.send, journal_dir=tmp_path / "logs", clock=clock)
+    # 8 source lines were read (the agent line does not count): the runtime skips them.
+    assert second.recover() == {pod.pk: (pod.attempt, 9)}
+    second.flush(timeout=10)
+    assert stored(pod) == [*(f"line {i}" for i in range(5)), "[agent] stopping"] + [
+        f"line {i}" for i in range(5, 9)
+    ]
+    second.close(pod.pk)
+    assert not journal.exists()
+
+
+def test_the_journal_is_compacted_once_acknowledged(env, tmp_path, monkeypatch):
+    from agents import logship
+
+    _shipper, console, clock, pod = env
+    monkeypatch.setattr(logship, "COMPACT_AFTER", 200)
+    shipper = LogShipper(console.send, journal_dir=tmp_path / "logs", clock=clock)
+    shipper.open(pod.pk, 1, 0)
+    for i in range(50):
+        shipper.append(pod.pk, f"line {i}")
+    shipper.ship_once()
+    shipper.append(pod.pk, "pending")
+    journal = (tmp_path / "logs" / f"{pod.pk}-1.jsonl").read_text().splitlines()
+    shipper.close_all()
+    assert journal == ['{"base": 50, "src": 50}', '[50, 51, "pending"]']
+
+
+def test_a_worker_over_its_rate_gets_an_explicit_truncation_marker(env):
+    _shipper, console, clock, pod = env
+    shipper = LogShipper(console.send, rate_lines=10, rate_burst=5, clock=clock)
+    shipper.open(pod.pk, 1, 0)
+    for i in range(20):  # a burst of 5 goes through, 15 are dropped
+        shipper.append(pod.pk, f"line {i}")
+    clock.now = 1.0  # ten lines' worth of tokens later
+    shipper.append(pod.pk, "after")
+    shipper.ship_once()
+    assert stored(pod) == [
+        *(f"line {i}" for i in range(5)),
+        "[agent] 15 log lines dropped: over 10 lines/s",
+        "after",
+    ]

@@ -21,7 +21,7 @@ class Recorder:
         self.exits: list[int] = []
         self._cond = threading.Condition()
 
-    def on_line(self, pod_id: int, line: str) -> None:
+    def on_line(self, pod_id: int, line: str, source: bool = True) -> None:
         with self._cond:
             self.lines.setdefault(pod_id, []).append(line)
             self._cond.notify_all()

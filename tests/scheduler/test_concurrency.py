@@ -143,3 +143,52 @@ def test_stop_committed_while_the_cycle_plans_wins(quota, researcher, workspace,
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPED
     assert not Pod.objects.exists()
+
+
+def test_two_cycles_at_once_borrow_and_reclaim_without_double_booking(
+    quota, other_quota, researcher, outsider, workspace, other_workspace
+):
+    from jobs.podsync import apply_worker_state
+    from jobs.statuses import IdleResources
+
+    make_node("node-0")
+    make_node("node-1")
+    Quota.objects.filter(pk=other_quota.pk).update(gpus=0)  # team-b only borrows
+    for round_ in range(3):
+        Pod.objects.all().delete()
+        Job.objects.all().delete()
+        borrowers = []
+        for i in range(4):  # 32 GPUs of idle work for team-a's 16 lendable GPUs
+            j = waiting_job(other_quota, outsider, other_workspace, 8, name=f"b{round_}-{i}")
+            Job.objects.filter(pk=j.pk).update(idle_resources=IdleResources.ONLY)
+            borrowers.append(j)
+
+        results = run_together(run_cycle, run_cycle)
+        assert [kind for kind, _ in results] == ["ok", "ok"], results
+        assert_nothing_double_booked()
+        placed = list(Job.objects.filter(status=JobStatus.STARTING))
+        assert len(placed) == 2
+        assert set(Pod.objects.values_list("charged_quota_id", "in_quota")) == {(quota.id, False)}
+        for pod in Pod.objects.all():
+            apply_worker_state(pod, running=True)
+
+        owners = [
+            waiting_job(quota, researcher, workspace, 8, name=f"a{round_}-{i}") for i in (0, 1)
+        ]
+        results = run_together(run_cycle, run_cycle)
+        assert [kind for kind, _ in results] == ["ok", "ok"], results
+        preempted = [job_id for _, r in results for job_id in r.preempted]
+        assert sorted(preempted) == sorted(j.id for j in placed), "each victim exactly once"
+        assert not Pod.objects.filter(job__in=owners).exists()  # they wait for the release
+
+        for pod in Pod.objects.filter(status__in=LIVE):
+            apply_worker_state(pod, running=False, exit_code=143)
+        results = run_together(run_cycle, run_cycle)
+        assert [kind for kind, _ in results] == ["ok", "ok"], results
+        assert_nothing_double_booked()
+        assert set(
+            Job.objects.filter(pk__in=[j.id for j in placed]).values_list("status", flat=True)
+        ) == {JobStatus.PREEMPTED}
+        admitted = sorted(job_id for _, r in results for job_id in r.admitted)
+        assert admitted == sorted(j.id for j in owners)
+        assert set(Pod.objects.filter(status__in=LIVE).values_list("in_quota", flat=True)) == {True}

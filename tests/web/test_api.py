@@ -186,7 +186,9 @@ def test_job_json_with_pods(api, job, node):
             "charged_quota": "team-a",
             "in_quota": False,
             "status": "Unknown",
+            "status_reason": "",
             "exit_code": None,
+            "progress": None,
         }
     ]
 

@@ -1,0 +1,85 @@
+"""Why-pending wording and admission text (pure): what a researcher reads on the job page.
+
+Quota checks say used/limit/needed; placement says what is missing ("no node has 8 free
+H200 GPUs; largest free block is 4"). Split out of plan.py, which re-exports these names.
+"""
+
+from collections.abc import Iterable
+
+from jobs.scheduler.model import JobSnap, Placement, PoolKey
+from jobs.scheduler.placement import PoolIndex
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _gpus(count: int, gpu_type: str) -> str:
+    return f"{count} {gpu_type} GPU" if count == 1 else f"{count} {gpu_type} GPUs"
+
+
+# -- diagnosis ------------------------------------------------------------------------------
+def diagnose_unschedulable_pool(key: PoolKey, unschedulable: dict[str, int] | None) -> str:
+    resource_type, gpu_type = key
+    if not unschedulable:
+        return f"no {resource_type} {gpu_type} nodes in the cluster"
+    parts = ", ".join(f"{count} {why}" for why, count in sorted(unschedulable.items()))
+    return f"no schedulable {resource_type} {gpu_type} node ({parts})"
+
+
+def diagnose_placement(pool: PoolIndex, job: JobSnap) -> str:
+    """Why the gang cannot be placed in this pool now (called after `find` said no)."""
+    gpu_type = pool.key[1]
+    workers, gpus = job.workers, job.gpus_per_worker
+    if gpus > pool.max_node_gpus:
+        return (
+            f"needs {_gpus(gpus, gpu_type)} per worker; "
+            f"the largest {gpu_type} node has {pool.max_node_gpus}"
+        )
+    by_gpus = pool.placeable_by_gpus(gpus, workers)
+    if by_gpus == 0:
+        largest = pool.largest_free_block()
+        tail = f"largest free block is {largest}" if largest else f"all {gpu_type} GPUs are in use"
+        return f"no node has {gpus} free {gpu_type} GPU{'s' if gpus != 1 else ''}; {tail}"
+    if by_gpus < workers:  # (CPU-only workers never get here: GPUs do not limit them)
+        size = _gpus(gpus, gpu_type)
+        return f"needs {workers} workers of {size}; only {by_gpus} can be placed now"
+    # Enough free GPUs: CPUs or memory on those nodes are the limit.
+    fits = pool.placeable(job.shape)
+    want = f"{job.cpus_per_worker} CPUs and {job.memory_gb_per_worker} GB memory"
+    if gpus:
+        want = f"{_gpus(gpus, gpu_type)}, {want}"
+    if workers == 1 or fits == 0:
+        return f"no node has {want} free"
+    return f"needs {workers} workers of {want}; only {fits} can be placed now (CPU or memory)"
+
+
+def format_indices(indices: Iterable[int]) -> str:
+    """(0, 1, 2, 3, 6) -> "0-3,6"."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def describe_placements(placements: tuple[Placement, ...], names: dict[int, str]) -> str:
+    """ "placed on node-0 (GPUs 0-3)"; "placed 2 workers on node-0 (GPUs 0-7), node-1 (…)"."""
+    by_node: dict[int, list[int]] = {}
+    for p in placements:
+        by_node.setdefault(p.node_id, []).extend(p.gpu_indices)
+
+    def gpus(idx: list[int]) -> str:
+        if not idx:
+            return "no GPUs"
+        return f"GPU{'s' if len(idx) > 1 else ''} {format_indices(idx)}"
+
+    where = ", ".join(
+        f"{names.get(node_id, f'node #{node_id}')} ({gpus(idx)})"
+        for node_id, idx in by_node.items()
+    )
+    if len(placements) == 1:
+        return f"placed on {where}"
+    return f"placed {_n(len(placements), 'worker')} on {where}"

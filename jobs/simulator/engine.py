@@ -1,0 +1,498 @@
+"""The simulator: a discrete-event loop with a simulated clock around the real pure code.
+
+It never reimplements policy (SCENARIOS.md): scheduling is `jobs.scheduler.plan.plan`,
+job status follows its workers through `jobs.podsync.derive_job_transitions`, every job
+transition is checked with `jobs.statuses.is_allowed`, restarts are decided by
+`jobs.faulttolerance.policy.decide` and hangs judged by `jobs.faulttolerance.hang`.
+What is simulated is only the world: nodes, worker processes, time.
+
+World model (the choices SCENARIOS.md leaves open):
+- a cycle runs after every batch of events at the same instant, and again at once while it
+  preempted someone (workers exit at SIGTERM unless hung; a hung worker is killed when the
+  grace runs out), so a preemptor starts only after its victims' pods are final;
+- workers start `start_delay` after admission; work advances only while every worker of
+  the attempt is Running and none is hung; checkpoints commit every `checkpoint_every` of
+  work and a new attempt resumes from the newest one;
+- a silent node's workers are Unknown (no work); after `node_lost_timeout` they are Lost.
+"""
+
+import heapq
+import itertools
+
+from jobs.faulttolerance import hang
+from jobs.faulttolerance.policy import Action, Failure, FailureKind, decide
+from jobs.podsync import PodView, derive_job_transitions
+from jobs.scheduler.model import QuotaSnap, RunningSnap, Snapshot
+from jobs.scheduler.plan import PlanOptions, plan
+from jobs.simulator.scenario import JobSpec, Scenario
+from jobs.simulator.world import SimJob, SimNode, SimPod, Violation, at, check_invariants
+from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES, JobStatus, PodStatus, is_allowed
+
+S, P = JobStatus, PodStatus
+
+
+class Simulation:
+    def __init__(
+        self, scenario: Scenario, until: float | None = None, emit=None, audit: bool = False
+    ) -> None:
+        self.sc = scenario
+        self.audit = audit  # check every active job after every cycle (property tests)
+        self.cfg = scenario.settings
+        self.until = until
+        self.emit_line = emit  # callable(dict) or None: events are kept in self.events
+        self.events: list[dict] = []
+        self.t = 0.0
+        self.last_t = 0.0  # time of the last event written: where an unbounded run ends
+        self._queue: list = []
+        self._seq = itertools.count()
+        self.nodes = {n.name: SimNode(i + 1, n) for i, n in enumerate(scenario.nodes)}
+        self.node_by_id = {n.id: n for n in self.nodes.values()}
+        self.quotas = {q.name: (i + 1, q) for i, q in enumerate(scenario.quotas)}
+        self.quota_name = {qid: q.name for qid, q in self.quotas.values()}
+        self.preemptible = {qid: q.preemption == "LowerPriority" for qid, q in self.quotas.values()}
+        self.dirty: dict[int, SimJob] = {}  # jobs whose pods changed since the last check
+        self.charged = dict.fromkeys(self.quota_name, 0)  # GPUs held by live pods, per quota
+        self.tenant_ids = {t: i + 1 for i, t in enumerate(scenario.tenants)}
+        self.jobs: dict[str, SimJob] = {}
+        self.active: dict[int, SimJob] = {}  # jobs not final (or final with live workers)
+        self.job_by_id: dict[int, SimJob] = {}
+        self.violations: list[Violation] = []
+        self.preemption_count = 0
+        self.options = PlanOptions(
+            min_runtime_before_reclaim_s=self.cfg.min_runtime_before_reclaim,
+            reserve_after_s=self.cfg.reserve_after,
+        )
+        for spec in scenario.jobs:
+            self._push(spec.submit_at, "submit", spec)
+        for action in scenario.actions:
+            self._push(action.at, "action", action)
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _push(self, t: float, kind: str, *payload) -> None:
+        heapq.heappush(self._queue, (t, next(self._seq), kind, payload))
+
+    def _out(self, event: dict) -> None:
+        event = {"t": round(self.t, 3), **event}
+        self.last_t = self.t
+        self.events.append(event)
+        if self.emit_line:
+            self.emit_line(event)
+
+    def _job_event(self, job: SimJob, to: JobStatus, reason: str) -> None:
+        if job.status is not None and not is_allowed(job.status, to):
+            self.violations.append(Violation(self.t, f"{job.name}: {job.status} → {to} refused"))
+            return
+        event = {"job": job.name, "to": str(to)}
+        if job.status is not None:
+            event = {"job": job.name, "from": str(job.status), "to": str(to), "reason": reason}
+        job.status = to
+        self._out(event)
+
+    def _pod_event(self, pod: SimPod, status: PodStatus, reason: str = "") -> None:
+        pod.status = status
+        self.dirty[pod.job.id] = pod.job
+        if status == P.STARTING and not pod.counted:
+            pod.counted = True
+            self.charged[pod.charged_to] += len(pod.gpus)
+        event = {
+            "job": pod.job.name,
+            "pod": pod.rank,
+            "attempt": pod.attempt,
+            "node": pod.node.name,
+            "gpus": len(pod.gpus),
+            "charged_to": self.quota_name[pod.charged_to],
+            "in_quota": pod.in_quota,
+            "pod_status": str(status),
+        }
+        if reason:
+            event["reason"] = reason
+        if status in FINAL_POD_STATUSES:
+            self.charged[pod.charged_to] -= len(pod.gpus)
+            pod.node.release(pod)
+            pod.job.busy_gpu_seconds += len(pod.gpus) * (self.t - pod.started_t)
+        self._out(event)
+
+    # -- main loop ----------------------------------------------------------------------------
+    def run(self) -> dict:
+        while self._queue:
+            t = self._queue[0][0]
+            if self.until is not None and t > self.until:
+                break
+            self.t = t
+            while self._queue and self._queue[0][0] == t:
+                _, _, kind, payload = heapq.heappop(self._queue)
+                getattr(self, f"_on_{kind}")(*payload)
+            for _ in range(20):  # a cycle that preempted is followed by another at once
+                again = self._cycle()
+                if self.audit:
+                    self.violations.extend(check_invariants(self, list(self.active.values())))
+                if not again:
+                    break
+            if self.dirty:
+                self.violations.extend(check_invariants(self, list(self.dirty.values())))
+                self.dirty = {}
+        return self.summary(self.last_t if self.until is None else self.until)
+
+    # -- event handlers -----------------------------------------------------------------------
+    def _on_submit(self, spec: JobSpec) -> None:
+        qid, _ = self.quotas[spec.quota]
+        job = SimJob(len(self.jobs) + 1, spec, qid, self.t)
+        self.jobs[spec.name] = job
+        self.job_by_id[job.id] = job
+        self.active[job.id] = job
+        self._job_event(job, S.PENDING, "submitted")
+
+    def _on_action(self, action) -> None:
+        if action.kind in ("node_down", "node_up"):
+            return self._node_action(action)
+        job = self.jobs.get(action.target)
+        if job is None:
+            return self._refuse(action, "the job has not been submitted yet")
+        if action.kind == "restart":
+            if job.status not in FINAL_JOB_STATUSES:
+                return self._refuse(action, f"the job is still {job.status}; stop it first")
+            spec = job.spec.__class__(**{**job.spec.__dict__, "name": action.new_name})
+            return self._on_submit(spec)
+        if job.status in FINAL_JOB_STATUSES:
+            return self._refuse(action, f"the job is already {job.status}")
+        final = S.STOPPED if action.kind == "stop" else S.TERMINATED
+        self.request_stop(job, final, f"{final.lower()} by the user")
+
+    def _refuse(self, action, reason: str) -> None:
+        self._out({"job": action.target, "action": action.kind, "refused": reason})
+
+    def _on_pods_running(self, job: SimJob, attempt: int) -> None:
+        if job.attempt != attempt:
+            return
+        for pod in job.pods:
+            if pod.status == P.STARTING and not pod.node.down:
+                self._pod_event(pod, P.RUNNING)
+        self._derive(job)
+        self._progress(job)
+
+    def _on_work(self, job: SimJob, token: int) -> None:
+        """A scheduled moment of the attempt's work: completion or an injected failure."""
+        if token != job.token:
+            return
+        job.settle(self.t)
+        for failure in job.failures_due():
+            job.fired.add(failure)
+            if failure.hang:
+                job.hung = True
+                job.settle(self.t)
+                ft = job.spec.ft
+                if ft and ft.hang_detection:
+                    self._push(self.t + ft.hang_timeout, "hang_check", job, job.attempt)
+            else:
+                self._worker_exits(job, failure)
+                return
+        if job.work_remaining() <= 1e-9 and not job.hung:
+            for pod in job.pods:
+                if pod.status in (P.RUNNING,):
+                    self._pod_event(pod, P.SUCCEEDED, "exited 0")
+            self._derive(job)
+            return
+        self._progress(job)
+
+    def _worker_exits(self, job: SimJob, failure) -> None:
+        pod = job.pods[failure.worker]
+        job.exit_failure = Failure(FailureKind.EXIT, pod.rank, failure.exit_code, failure.message)
+        status = P.SUCCEEDED if failure.exit_code == 0 else P.FAILED
+        reason = f"exited {failure.exit_code}" + (f": {failure.message}" if failure.message else "")
+        pod.exit_code, pod.reason = failure.exit_code, failure.message
+        self._pod_event(pod, status, reason)
+        self._derive(job)
+
+    def _on_hang_check(self, job: SimJob, attempt: int) -> None:
+        if job.attempt != attempt or job.status != S.RUNNING or not job.hung:
+            return
+        ft = job.spec.ft
+        state = hang.HangInput(ft.hang_timeout, at(job.running_since), at(job.hung_at))
+        if not hang.is_hung(state, at(self.t)):
+            return
+        self._fault(job, Failure(FailureKind.HANG, None, None, hang.hang_reason(state, at(self.t))))
+
+    def _on_kill(self, pod: SimPod) -> None:
+        if pod.status not in FINAL_POD_STATUSES and not pod.node.down:
+            self._pod_event(pod, pod.stop_as, pod.stop_reason)
+            self._derive(pod.job)
+
+    def _on_lost(self, node: SimNode, epoch: int) -> None:
+        if not node.down or node.epoch != epoch:
+            return
+        for pod in list(node.pods):
+            if pod.status not in FINAL_POD_STATUSES:
+                self._pod_event(pod, P.LOST, "node lost")
+                pod.job.lost_node = True
+                self._derive(pod.job)
+
+    def _on_wake(self) -> None:
+        pass  # a restart backoff ended: the cycle after this batch looks again
+
+    def _node_action(self, action) -> None:
+        node = self.nodes[action.target]
+        if action.kind == "node_down" and not node.down:
+            node.set_down(True)
+            node.epoch += 1
+            for pod in list(node.pods):
+                if pod.status in (P.STARTING, P.RUNNING):
+                    pod.job.settle(self.t)
+                    self._pod_event(pod, P.UNKNOWN, "node not reachable")
+                    self._progress(pod.job)
+            self._push(self.t + self.cfg.node_lost_timeout, "lost", node, node.epoch)
+        elif action.kind == "node_up" and node.down:
+            node.set_down(False)
+            for pod in list(node.pods):
+                if pod.status == P.UNKNOWN:
+                    # Processes lived on; a stop ordered meanwhile is carried out now.
+                    if pod.stop_as is not None:
+                        self._pod_event(pod, pod.stop_as, pod.stop_reason)
+                    else:
+                        ready = pod.job.admitted_t + self.cfg.start_delay <= self.t
+                        self._pod_event(pod, P.RUNNING if ready else P.STARTING)
+                    self._derive(pod.job)
+                    self._progress(pod.job)
+
+    # -- stops, faults, restarts --------------------------------------------------------------
+    def request_stop(self, job: SimJob, final: JobStatus, reason: str) -> None:
+        if job.status in (S.PENDING, S.INQUEUE):
+            self._job_event(job, final, reason)
+            job.finished_t = self.t
+            return
+        if job.stop_final is not None and final != S.TERMINATED:
+            return  # a stop is already under way
+        job.stop_final, job.stop_reason = final, reason
+        pod_status = {S.STOPPED: P.STOPPED, S.TERMINATED: P.TERMINATED, S.PREEMPTED: P.PREEMPTED}
+        grace = 0 if final == S.TERMINATED else self.cfg.stop_grace
+        self._stop_pods(job, pod_status[final], reason, grace)
+        self._derive(job)
+
+    def _stop_pods(self, job: SimJob, stop_as: PodStatus, reason: str, grace: float) -> None:
+        job.settle(self.t)
+        for pod in job.pods:
+            if pod.status in FINAL_POD_STATUSES:
+                continue
+            pod.stop_as, pod.stop_reason = stop_as, reason
+            if pod.node.down:
+                continue  # the order waits for the node (or its loss)
+            if job.hung and grace > 0:
+                self._push(self.t + grace, "kill", pod)  # stuck: killed when grace ends
+            else:
+                self._pod_event(pod, stop_as, reason)
+
+    def _fault(self, job: SimJob, failure: Failure) -> None:
+        """A hang (or a failure found by the monitor): ask the policy, then act."""
+        decision = decide(job.spec.ft, job.counters(), failure)
+        if decision.action == Action.STOP:
+            self.request_stop(job, S.STOPPED, decision.reason)
+        elif decision.action in (Action.RESTART_JOB, Action.RESTART_WORKER):
+            self._stop_pods(job, P.STOPPED, decision.reason, self.cfg.stop_grace)
+            job.pending_restart = decision
+            self._derive(job)
+        else:
+            job.pending_fail = decision.reason
+            self._stop_pods(job, P.STOPPED, decision.reason, self.cfg.stop_grace)
+            self._derive(job)
+
+    def _derive(self, job: SimJob) -> None:
+        """Job status from its workers (the production rule), then fault tolerance."""
+        if job.pending_restart or job.pending_fail:
+            if all(p.status in FINAL_POD_STATUSES for p in job.pods):
+                if job.pending_restart:
+                    self._restart(job, job.pending_restart)
+                else:
+                    self._end(job, S.FAILED, job.pending_fail)
+            return
+        views = [PodView(p.rank, p.status, p.exit_code, p.reason) for p in job.pods]
+        changes = derive_job_transitions(
+            job.status,
+            views,
+            stop_requested=job.stop_final is not None,
+            stop_final_status=job.stop_final or S.STOPPED,
+            stop_reason=job.stop_reason,
+        )
+        for change in changes:
+            if change.to_status == S.FAILED and job.spec.ft:
+                if job.lost_node:
+                    lost = min(p.rank for p in job.pods if p.status == P.LOST)
+                    failure = Failure(FailureKind.NODE_LOST, worker_rank=lost)
+                else:
+                    failure = job.exit_failure or Failure(FailureKind.EXIT)
+                decision = decide(job.spec.ft, job.counters(), failure)
+                if decision.action in (Action.RESTART_JOB, Action.RESTART_WORKER):
+                    job.pending_restart = decision
+                    self._stop_pods(job, P.STOPPED, f"job restarting: {decision.reason}", 0)
+                    return self._derive(job)
+                return self._end(job, S.FAILED, decision.reason, stop_rest=True)
+            if change.to_status in (S.FAILED, S.COMPLETED, S.STOPPED, S.TERMINATED):
+                return self._end(job, change.to_status, change.reason, stop_rest=True)
+            if change.to_status == S.PREEMPTED:
+                self._end(job, S.PREEMPTED, change.reason)
+                self.preemption_count += 1
+                failure = Failure(FailureKind.PREEMPTED, message=change.reason)
+                decision = decide(job.spec.ft, job.counters(), failure) if job.spec.ft else None
+                job.preemptions += 1
+                if decision and decision.action == Action.RESTART_JOB:
+                    self._restart(job, decision, counted=True)
+                return
+            self._job_event(job, change.to_status, change.reason)
+            if change.to_status == S.RUNNING:
+                job.running_since = self.t
+                if job.first_running_t is None:
+                    job.first_running_t = self.t
+                self._progress(job)
+
+    def _end(self, job: SimJob, status: JobStatus, reason: str, stop_rest: bool = False) -> None:
+        job.settle(self.t)
+        job.advancing_since = None
+        if stop_rest:
+            self._stop_pods(job, P.STOPPED, f"job {status.lower()}: {reason}", 0)
+        if status in (S.FAILED, S.PREEMPTED):  # stopped work is the user's choice, not lost
+            job.lose_uncheckpointed()
+        self._job_event(job, status, reason)
+        job.finished_t = self.t
+        job.token += 1
+
+    def _restart(self, job: SimJob, decision, counted: bool = False) -> None:
+        """A new attempt back in Pending (Automatic Fault Tolerance)."""
+        if not counted:
+            job.lose_uncheckpointed()
+            if decision.consumes_budget:
+                job.restarts += 1
+            elif job.lost_node:
+                job.node_losses += 1
+        self._job_event(job, S.PENDING, decision.reason)
+        job.new_attempt(self.t)
+        if decision.backoff_seconds:
+            job.not_before = self.t + decision.backoff_seconds
+            self._push(job.not_before, "wake")
+
+    def _progress(self, job: SimJob) -> None:
+        """(Re)start the work clock and schedule the next moment that matters."""
+        job.settle(self.t)
+        running = (
+            job.status == S.RUNNING
+            and job.stop_final is None
+            and not job.pending_restart
+            and not job.pending_fail
+            and all(p.status == P.RUNNING for p in job.pods)
+            and not job.hung
+        )
+        job.advancing_since = self.t if running else None
+        job.token += 1
+        if running:
+            step = job.next_moment()
+            self._push(self.t + step, "work", job, job.token)
+
+    # -- scheduling ---------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        nodes = tuple(n.snap() for n in self.nodes.values())
+        used: dict[int, list[int]] = {qid: [0, 0] for qid, _ in self.quotas.values()}
+        running, waiting = [], []
+        for job in list(self.active.values()):
+            live = [p for p in job.pods if p.status not in FINAL_POD_STATUSES]
+            if job.status in FINAL_JOB_STATUSES and not live:
+                del self.active[job.id]
+                continue
+            for p in live:
+                used[p.charged_to][0] += len(p.gpus)
+                if not p.in_quota:
+                    used[p.charged_to][1] += len(p.gpus)
+            if job.status in (S.PENDING, S.INQUEUE):
+                if job.not_before is None or job.not_before <= self.t:
+                    waiting.append(job.snap(len(live)))
+            elif live and job.status in (S.STARTING, S.RUNNING) and self._victim_kind(live[0]):
+                running.append(
+                    RunningSnap(
+                        id=job.id,
+                        quota_id=job.quota_id,
+                        charged_quota_id=live[0].charged_to,
+                        in_quota=live[0].in_quota,
+                        priority=job.spec.priority,
+                        gpus_by_node=tuple((p.node.id, len(p.gpus)) for p in live),
+                        started_at=at(job.admitted_t),
+                        last_checkpoint_at=at(job.checkpoint_t) if job.checkpoint_t else None,
+                        stopping=job.stop_final is not None or bool(job.pending_restart),
+                        name=job.name,
+                    )
+                )
+        quotas = tuple(
+            QuotaSnap(
+                id=qid,
+                name=q.name,
+                tenant_id=self.tenant_ids[q.tenant],
+                resource_type=q.resource_type,
+                gpu_type=q.gpu_type,
+                gpus=q.gpus,
+                used_gpus=used[qid][0],
+                borrowed_gpus=used[qid][1],
+                preemption=q.preemption,
+            )
+            for qid, q in self.quotas.values()
+        )
+        return Snapshot(nodes, quotas, tuple(waiting), tuple(running))
+
+    def _victim_kind(self, pod: SimPod) -> bool:
+        """Only borrowers and jobs of LowerPriority quotas can be victims (preempt.py)."""
+        return not pod.in_quota or self.preemptible[pod.charged_to]
+
+    def _cycle(self) -> bool:
+        """One scheduling cycle. Returns whether another should follow at once."""
+        if not any(j.status in (S.PENDING, S.INQUEUE) for j in self.active.values()):
+            return False  # nothing waits: nothing to admit, no one to preempt for
+        snapshot = self.snapshot()
+        if not snapshot.jobs:
+            return False  # the waiting ones are backing off
+        decided = plan(snapshot, at(self.t), self.options)
+        for admission in decided.admissions:
+            job = self.job_by_id[admission.job_id]
+            self._job_event(job, S.STARTING, admission.reason)
+            job.admitted_t = self.t
+            for p in admission.placements:
+                node = self.node_by_id[p.node_id]
+                pod = SimPod(job, p.rank, job.attempt, node, p.gpu_indices)
+                pod.charged_to, pod.in_quota, pod.started_t = (
+                    admission.charged_quota_id,
+                    admission.in_quota,
+                    self.t,
+                )
+                node.hold(pod)
+                job.pods.append(pod)
+                self._pod_event(pod, P.STARTING)
+            self._push(self.t + self.cfg.start_delay, "pods_running", job, job.attempt)
+        for q in decided.queued:
+            job = self.job_by_id[q.job_id]
+            job.queue_reason, job.queue_position = q.reason, q.position
+            if job.status == S.PENDING:
+                self._job_event(job, S.INQUEUE, q.reason)
+        for p in decided.preemptions:
+            victim = self.job_by_id[p.job_id]
+            victim.preempted_by = p.for_job_id
+            self.request_stop(victim, S.PREEMPTED, p.reason)
+        return bool(decided.preemptions)
+
+    # -- summary ------------------------------------------------------------------------------
+    def summary(self, end: float) -> dict:
+        finished = [j.finished_t for j in self.jobs.values() if j.finished_t is not None]
+        horizon = max(finished) if finished and len(finished) == len(self.jobs) else end
+        total_gpus = sum(n.spec.gpus for n in self.nodes.values())
+        busy = 0.0
+        for job in self.jobs.values():
+            busy += job.busy_gpu_seconds
+            for p in job.pods:
+                if p.status not in FINAL_POD_STATUSES:
+                    busy += len(p.gpus) * (end - p.started_t)
+        jobs = {}
+        lost = 0.0
+        for job in self.jobs.values():
+            job.settle(end)
+            lost += job.work_lost * job.spec.workers * job.spec.gpus_per_worker
+            jobs[job.name] = job.summary()
+        return {
+            "jobs": jobs,
+            "gpu_utilization": round(busy / (total_gpus * horizon), 4) if horizon else 0.0,
+            "preemptions": self.preemption_count,
+            "lost_gpu_seconds": round(lost, 3),
+            "end": round(end, 3),
+            "invariant_violations": [f"t={v.t}: {v.text}" for v in self.violations],
+        }

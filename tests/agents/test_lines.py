@@ -1,0 +1,47 @@
+"""agents.lines: the same bytes give the same lines however they are chunked, which is what
+lets a restarted agent skip exactly the lines it already shipped."""
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agents.lines import LineSplitter, split_chunks
+
+MAX = 8  # a tiny limit so splits happen often
+
+
+def lines_of(chunks: list[bytes]) -> list[str]:
+    out: list[str] = []
+    split_chunks(chunks, out.append, MAX)
+    return out
+
+
+def cut(data: bytes, points: list[int]) -> list[bytes]:
+    edges = sorted({0, len(data), *(p % (len(data) + 1) for p in points)})
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
+
+
+alphabet = st.sampled_from([b"a", b"\n", "é".encode(), b"\xff", "€".encode(), b"xyz"])
+
+
+@given(st.lists(alphabet, max_size=60).map(b"".join), st.lists(st.integers(0, 500)))
+def test_chunking_never_changes_the_lines(data, points):
+    assert lines_of(cut(data, points)) == lines_of([data])
+
+
+@given(st.lists(alphabet, max_size=60).map(b"".join), st.integers(0, 500))
+def test_a_reread_after_a_crash_continues_exactly(data, crash_at):
+    """Lines emitted before a crash (an unfinished read), then a fresh read that skips as
+    many lines, together equal one uninterrupted read."""
+    full = lines_of([data])
+    before: list[str] = []
+    LineSplitter(before.append, MAX).feed(data[: crash_at % (len(data) + 1)])  # no finish()
+    again = lines_of([data])[len(before) :]
+    assert before + again == full
+    assert before == full[: len(before)]
+
+
+def test_long_lines_split_and_invalid_bytes_replaced():
+    assert lines_of([b"abcdefghij\nok\n\xffx\n"]) == ["abcdefgh", "ij", "ok", "\ufffdx"]
+    assert lines_of([b"abcdefgh\nnext"]) == ["abcdefgh", "next"]  # exact split: no empty line

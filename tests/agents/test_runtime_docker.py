@@ -1,0 +1,220 @@
+"""The docker runtime's container configuration (pure) and its engine-specific behaviour
+against podman's Docker-API service: what a created container really looks like, image
+pull failures, and the engine refusing a second container for one pod attempt."""
+
+import threading
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+
+from agents.runtime import CHECKPOINT_ENV, PROGRESS_ENV, LaunchSpec
+from agents.runtime_docker import (
+    DockerOptions,
+    DockerRuntime,
+    UnsafeConfig,
+    check_config,
+    checkpoint_folder,
+    container_config,
+)
+from tests.agents.conftest import TEST_IMAGE, remove_node_containers
+from tests.agents.test_runtime_process import Recorder
+
+
+def spec(**extra) -> LaunchSpec:
+    fields = {
+        "pod_id": 11,
+        "job_id": 5,
+        "attempt": 2,
+        "rank": 1,
+        "world_size": 2,
+        "image": TEST_IMAGE,
+        "command": "echo hi",
+        "gpu_indices": (3, 5),
+        "cpus": 8,
+        "memory_gb": 64,
+        **extra,
+    }
+    return LaunchSpec(**fields)
+
+
+def test_the_config_requests_exactly_the_assigned_gpus_with_limits_and_labels(tmp_path):
+    folder = checkpoint_folder(tmp_path, tmp_path / "job-5")
+    env = {CHECKPOINT_ENV: str(folder), PROGRESS_ENV: str(folder / ".progress" / "p.json")}
+    config = container_config(spec(env=env), DockerOptions(node="n1", gpus=True), folder)
+    check_config(config, tmp_path)
+    (request,) = config["device_requests"]
+    assert (request["Driver"], request["DeviceIDs"], request["Capabilities"]) == (
+        "nvidia",
+        ["3", "5"],
+        [["gpu"]],
+    )
+    assert config["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"  # renumbered inside
+    assert config["environment"][CHECKPOINT_ENV] == "/checkpoints"
+    assert config["environment"][PROGRESS_ENV] == "/checkpoints/.progress/p.json"
+    assert (config["nano_cpus"], config["mem_limit"]) == (8 * 10**9, "64g")
+    assert config["privileged"] is False and config["init"] is True
+    labels = config["labels"]
+    assert {k.rsplit(".", 1)[1]: v for k, v in labels.items()} == {
+        "managed": "true",
+        "node": "n1",
+        "job": "5",
+        "pod": "11",
+        "attempt": "2",
+        "epoch": "2",
+        "rank": "1",
+        "gpus": "3,5",
+    }
+    assert [(m["Source"], m["Target"], m["Type"]) for m in config["mounts"]] == [
+        (str(folder), "/checkpoints", "bind")
+    ]
+
+
+def test_without_a_checkpoint_folder_nothing_is_mounted_and_host_paths_are_dropped(tmp_path):
+    config = container_config(
+        spec(env={CHECKPOINT_ENV: "/var/lib/x"}), DockerOptions(node="n1", gpus=False), None
+    )
+    check_config(config, None)
+    assert "mounts" not in config and "device_requests" not in config
+    assert CHECKPOINT_ENV not in config["environment"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"privileged": True}, "never privileged"),
+        ({"network_mode": "host"}, "not allowed: network_mode"),
+        ({"pid_mode": "host"}, "not allowed: pid_mode"),
+        ({"ipc_mode": "host"}, "not allowed: ipc_mode"),
+        ({"devices": ["/dev/sda:/dev/sda"]}, "not allowed: devices"),
+        ({"cap_add": ["SYS_ADMIN"]}, "not allowed: cap_add"),
+        ({"volumes": {"/var/run/docker.sock": {}}}, "not allowed: volumes"),
+        ({"security_opt": ["seccomp=unconfined"]}, "no-new-privileges"),
+        (
+            {"device_requests": [{"Driver": "nvidia", "Count": -1, "DeviceIDs": []}]},
+            "explicit index",
+        ),
+    ],
+)
+def test_anything_outside_the_allowlist_is_refused(tmp_path, extra, message):
+    config = {**container_config(spec(), DockerOptions(node="n1"), None), **extra}
+    with pytest.raises(UnsafeConfig, match=message):
+        check_config(config, tmp_path)
+
+
+def test_bind_mounts_only_under_the_checkpoint_root(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    for source in ["/var/run/docker.sock", str(tmp_path), str(root)]:
+        config = container_config(spec(), DockerOptions(node="n1"), Path(source))
+        with pytest.raises(UnsafeConfig, match="not under the checkpoint root"):
+            check_config(config, root)
+    config = container_config(spec(), DockerOptions(node="n1"), root / "job-5")
+    with pytest.raises(UnsafeConfig, match="nothing may be mounted"):
+        check_config(config, None)
+
+
+def test_a_symlink_out_of_the_checkpoint_root_is_refused(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "job-5").symlink_to("/etc")
+    with pytest.raises(UnsafeConfig, match="outside"):
+        checkpoint_folder(root, root / "job-5")
+    with pytest.raises(UnsafeConfig, match="outside"):
+        checkpoint_folder(root, root / "job-6" / ".." / "..")
+    assert checkpoint_folder(root, root / "job-7") == (root / "job-7").resolve()
+
+
+# --- against the engine ---
+
+
+@pytest.fixture
+def engine(docker_url, tmp_path):
+    node = f"t{uuid.uuid4().hex[:10]}"
+    rec = Recorder()
+    (tmp_path / "ckpt").mkdir()
+    opts = DockerOptions(node=node, checkpoint_root=tmp_path / "ckpt", gpus=False)
+    rt = DockerRuntime(opts, rec.on_line, rec.on_exit, base_url=docker_url)
+    client = docker.DockerClient(base_url=docker_url)
+    yield rt, rec, client, node
+    rt.shutdown(0)
+    remove_node_containers(docker_url, node)
+    client.close()
+
+
+def test_the_created_container_is_confined(engine, tmp_path):
+    rt, rec, client, node = engine
+    folder = tmp_path / "ckpt" / "job-5"
+    rt.launch(
+        spec(
+            command="echo ready; sleep 600",
+            gpu_indices=(),
+            cpus=1,
+            memory_gb=1,
+            env={CHECKPOINT_ENV: str(folder)},
+        )
+    )
+    rec.wait_line(11, "ready")
+    (container,) = client.containers.list(filters={"label": f"io.gpu-console.node={node}"})
+    host = container.attrs["HostConfig"]
+    assert host["Privileged"] is False
+    assert host["NetworkMode"] != "host" and host["PidMode"] in ("", "private")
+    assert host["IpcMode"] != "host"
+    assert not host.get("Devices") and not host.get("CapAdd")
+    assert [(m["Source"], m["Destination"]) for m in container.attrs["Mounts"]] == [
+        (str(folder.resolve()), "/checkpoints")
+    ]
+    assert host["NanoCpus"] == 10**9 and host["Memory"] == 2**30
+    assert container.labels["io.gpu-console.pod"] == "11"
+    assert container.name == f"gpu-{node}-pod11-a2"
+
+
+def test_a_pull_failure_fails_the_worker_with_the_reason(engine):
+    rt, rec, _client, _node = engine
+    rt.launch(spec(image="localhost/no-such-image:1", gpu_indices=()))
+    rec.wait_exit(11)
+    (s,) = rt.workers()
+    assert (s.running, s.exit_code) == (False, None)
+    assert s.error.startswith("image pull failed: localhost/no-such-image:1:")
+    assert rec.lines[11][0] == "[agent] pulling image localhost/no-such-image:1"
+    assert rec.lines[11][-1] == f"[agent] {s.error}"
+
+
+def test_the_engine_refuses_a_second_container_for_one_pod_attempt(engine, docker_url):
+    rt, rec, client, node = engine
+    rt.launch(spec(command="echo ready; sleep 600", gpu_indices=()))
+    rec.wait_line(11, "ready")
+    # A second runtime of the same node (as after a crash before workers.json was saved)
+    # launching the same pod attempt takes over the existing container.
+    other_rec = Recorder()
+    other = DockerRuntime(rt.opts, other_rec.on_line, other_rec.on_exit, base_url=docker_url)
+    other.launch(spec(command="echo ready; sleep 600", gpu_indices=()))
+    other_rec.wait_line(11, "ready")
+    containers = client.containers.list(all=True, filters={"label": f"io.gpu-console.node={node}"})
+    assert len(containers) == 1
+    assert other.workers()[0].container_id == rt.workers()[0].container_id
+
+
+def test_a_worker_stopped_while_its_image_is_prepared_never_starts(engine, monkeypatch):
+    rt, rec, client, node = engine
+    gate = threading.Event()
+    real = rt._ensure_image
+
+    def slow_pull(worker, image):  # a long pull, during which the stop arrives
+        gate.wait(15)
+        real(worker, image)
+
+    monkeypatch.setattr(rt, "_ensure_image", slow_pull)
+    rt.launch(spec(command="echo should not run", gpu_indices=()))
+    assert rt.workers()[0].starting
+    rt.stop(11, 30)
+    gate.set()
+    rec.wait_exit(11)
+    (s,) = rt.workers()
+    assert (s.running, s.exit_code, s.error) == (
+        False,
+        None,
+        "stopped before the container started",
+    )
+    assert client.containers.list(all=True, filters={"label": f"io.gpu-console.node={node}"}) == []

@@ -1,0 +1,132 @@
+"""Property test of plan() alone: random snapshots (with running borrowers and in-quota jobs)
+never produce an over-committed quota or node, a split gang, a borrow outside DESIGN §5's
+rules, or a victim that is not reclaimable by the job it is preempted for."""
+
+from collections import Counter
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.scheduler.plan import PlanOptions, plan
+from jobs.statuses import IdleResources
+from tests.scheduler.snaps import GENERAL, LINGJUN, T0, job, node, quota, running, snapshot
+
+POOLS = [(LINGJUN, "H200"), (LINGJUN, "H100"), (GENERAL, "H200")]
+
+
+@st.composite
+def snapshots(draw):
+    nodes = []
+    for i in range(draw(st.integers(1, 6))):
+        rt, gt = draw(st.sampled_from(POOLS))
+        busy = draw(st.integers(0, 8))
+        nodes.append(node(i, resource_type=rt, gpu_type=gt, free=tuple(range(busy, 8))))
+    quotas = []
+    for i in range(draw(st.integers(1, 4))):
+        rt, gt = draw(st.sampled_from(sorted({n.pool for n in nodes}) + POOLS[:1]))
+        quotas.append(
+            quota(
+                i + 1,
+                name=f"q{i}",
+                resource_type=rt,
+                gpu_type=gt,
+                gpus=draw(st.integers(0, 32)),
+                tenant=draw(st.integers(1, 2)),
+                preemption=draw(st.sampled_from(["Never", "LowerPriority"])),
+            )
+        )
+    # Running jobs occupy the busy GPUs of each node (one per node, charged somewhere legal).
+    held, used, borrowed = [], Counter(), Counter()
+    for n in nodes:
+        gpus = 8 - len(n.free_gpu_indices)
+        same = [q for q in quotas if q.pool == n.pool]
+        if not gpus or not same:
+            continue
+        charged = draw(st.sampled_from(same))
+        in_quota = draw(st.booleans())
+        owner = (
+            charged
+            if in_quota or charged.resource_type == GENERAL
+            else draw(st.sampled_from([q for q in same if q.tenant_id == charged.tenant_id]))
+        )
+        held.append(
+            running(100 + n.id, on={n.id: gpus}, quota=owner.id, charged=charged.id,
+                    in_quota=in_quota, priority=draw(st.integers(0, 3)),
+                    started=draw(st.integers(0, 100)))
+        )  # fmt: skip
+        used[charged.id] += gpus
+        borrowed[charged.id] += 0 if in_quota else gpus
+    quotas = [
+        q.__class__(**{**{f: getattr(q, f) for f in q.__slots__}, "used_gpus": used[q.id],
+                       "borrowed_gpus": borrowed[q.id]})
+        for q in quotas
+    ]  # fmt: skip
+    jobs = [
+        job(
+            j,
+            quota=draw(st.integers(1, len(quotas))),
+            workers=draw(st.integers(1, 3)),
+            gpus=draw(st.integers(1, 8)),
+            priority=draw(st.integers(0, 4)),
+            at=draw(st.integers(0, 60)),
+            idle=draw(st.sampled_from(list(IdleResources))),
+        )
+        for j in range(1, draw(st.integers(1, 12)))
+    ]
+    return snapshot(nodes, quotas, jobs, held)
+
+
+@settings(max_examples=150, deadline=None)
+@given(snapshots(), st.sampled_from([0, 600]), st.sampled_from([0, 3000]))
+def test_plan_never_overcommits_or_breaks_the_borrowing_rules(snap, min_runtime, reserve):
+    now = T0 + timedelta(minutes=120)
+    options = PlanOptions(min_runtime_before_reclaim_s=min_runtime, reserve_after_s=reserve)
+    result = plan(snap, now, options)
+    quotas = {q.id: q for q in snap.quotas}
+    jobs = {j.id: j for j in snap.jobs}
+    nodes = {n.id: n for n in snap.nodes}
+    charged = Counter({q.id: q.used_gpus for q in snap.quotas})
+    taken: dict[int, list[int]] = {}
+    for a in result.admissions:
+        j, lender = jobs[a.job_id], quotas[a.charged_quota_id]
+        own = quotas[j.quota_id]
+        assert len(a.placements) == j.workers  # the whole gang
+        for p in a.placements:
+            assert len(p.gpu_indices) == j.gpus_per_worker
+            assert set(p.gpu_indices) <= set(nodes[p.node_id].free_gpu_indices)
+            assert nodes[p.node_id].pool == own.pool
+            taken.setdefault(p.node_id, []).extend(p.gpu_indices)
+        charged[lender.id] += j.total_gpus
+        if a.in_quota:
+            assert lender.id == own.id and j.idle_resources != IdleResources.ONLY
+        else:
+            assert j.idle_resources != IdleResources.OFF
+            assert lender.pool == own.pool and lender.tenant_id == own.tenant_id
+            if own.resource_type == GENERAL:
+                assert lender.id == own.id
+    for indices in taken.values():
+        assert len(indices) == len(set(indices)), "GPU double-booked"
+    for q in snap.quotas:
+        assert charged[q.id] <= max(q.gpus, q.used_gpus), f"{q.name} over-committed"
+    victims = {r.id: r for r in snap.running}
+    for p in result.preemptions:
+        v, preemptor = victims[p.job_id], jobs[p.for_job_id]
+        own = quotas[preemptor.quota_id]
+        assert preemptor.idle_resources == IdleResources.OFF
+        assert v.charged_quota_id == own.id  # only capacity charged to the preemptor's quota
+        if v.in_quota:
+            assert own.preemption == "LowerPriority" and v.priority < preemptor.priority
+        assert not v.stopping
+    assert not {p.for_job_id for p in result.preemptions} & {a.job_id for a in result.admissions}
+    # Eligibility after subtracting the victims: the preemptor then fits its quota.
+    for preemptor_id in {p.for_job_id for p in result.preemptions}:
+        preemptor = jobs[preemptor_id]
+        own = quotas[preemptor.quota_id]
+        chosen = {p.job_id for p in result.preemptions if p.for_job_id == preemptor_id}
+        freeing = [
+            r for r in snap.running
+            if r.charged_quota_id == own.id and (r.id in chosen or r.stopping)
+        ]  # fmt: skip
+        freed = sum(r.gpus for r in freeing)
+        assert own.used_gpus - freed + preemptor.total_gpus <= own.gpus
