@@ -9,16 +9,46 @@ cannot wait for it, so it reads EXIT_FILE instead.
 Signals sent to the group (SIGTERM on stop) are meant for COMMAND: the wrapper only notes
 them. Its handlers are Python functions, which the kernel resets to the default on exec, so
 COMMAND starts with default signal dispositions.
+
+A stop must leave the grace period to the whole worker, not only to COMMAND's first process:
+`/bin/sh -c "python train.py"` dies on SIGTERM at once while python is still saving its
+checkpoint. So the wrapper is a child subreaper (orphans of the worker become its children)
+and, once stopped, it waits for every descendant to exit before it ends; the agent's SIGKILL
+of the group at the end of the grace bounds that wait.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 
+_PR_SET_CHILD_SUBREAPER = 36
+_stopping = False
 
-def _ignore(_signum, _frame) -> None:
-    pass
+
+def _note_stop(_signum, _frame) -> None:
+    global _stopping
+    _stopping = True
+
+
+def _become_subreaper() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: orphans go to init, as before
+        pass
+
+
+def _reap_descendants() -> None:
+    """Wait until no child (orphaned grandchildren included) is left."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
 
 
 def write_exit_code(path: str, code: int) -> None:
@@ -34,7 +64,8 @@ def main(argv: list[str]) -> int:
         return 2
     exit_file, command = argv[0], argv[2:]
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _ignore)
+        signal.signal(sig, _note_stop)
+    _become_subreaper()
     try:
         proc = subprocess.Popen(command, close_fds=True)
     except OSError as exc:
@@ -43,6 +74,9 @@ def main(argv: list[str]) -> int:
         return 127
     returncode = proc.wait()
     code = 128 - returncode if returncode < 0 else returncode
+    if _stopping:
+        # Stopped: the rest of the worker still has its grace to finish (save and exit).
+        _reap_descendants()
     write_exit_code(exit_file, code)
     sys.stdout.flush()
     # As in a container: what the worker left running dies with it (the wrapper too).

@@ -2,6 +2,7 @@
 
 import io
 import os
+import sys
 import threading
 import time
 
@@ -134,6 +135,33 @@ def test_sigterm_is_honoured(runtime, rec):
     assert s.exit_code == 0
     agent_line = rec.lines[5].index("[agent] stopping: sending SIGTERM, grace 30s")
     assert rec.lines[5][-1] == "saving" and agent_line < len(rec.lines[5]) - 1
+
+
+def test_the_grace_belongs_to_the_whole_worker_not_only_its_shell(runtime, rec, tmp_path):
+    """`sh -c "python train.py; …"` dies on SIGTERM at once; the training process it started
+    must still get its grace to save before the worker counts as exited."""
+    saved = tmp_path / "saved"
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "def save(*_):\n"
+        "    time.sleep(1.0)  # a checkpoint takes a while\n"
+        f"    open({str(saved)!r}, 'w').write('ok')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, save)\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n"
+    )
+    # The trailing command keeps sh from exec-ing python: sh stays the main process.
+    runtime.launch(spec(15, f"{sys.executable} {script}; echo unreachable"))
+    rec.wait_line(15, "ready")
+    started = time.monotonic()
+    runtime.stop(15, grace_seconds=10)
+    rec.wait_exit(15)
+    assert saved.read_text() == "ok", "the training process was killed before it saved"
+    assert time.monotonic() - started < 10, "the worker waited for the whole grace"
+    assert "[agent] grace of 10s ran out: sending SIGKILL" not in rec.lines[15]
 
 
 def test_sigkill_after_the_grace_for_a_worker_that_ignores_sigterm(runtime, rec):
