@@ -11,6 +11,9 @@ output again from the start, skipping the lines a previous run already shipped. 
 are counted the same way on every read (agents.lines), so "skip N lines" is exact.
 """
 
+import signal
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -166,3 +169,55 @@ class SourceLines:
 
     def error_tail(self) -> str:
         return "\n".join(self.tail)[-TAIL_CHARS:]
+
+
+class Stoppable(Protocol):
+    """What `stop_with_grace` needs of a runtime's worker record."""
+
+    lock: threading.Lock
+    lines: SourceLines
+    stopping: bool
+    kill_at: float | None
+    timers: list[threading.Timer]
+
+
+def stop_with_grace(
+    worker: Stoppable,
+    grace_seconds: float,
+    *,
+    finished: Callable[[], bool],
+    send: Callable[[signal.Signals], None],
+) -> None:
+    """SIGTERM once, then SIGKILL when the grace ends; shared by every runtime.
+
+    A second stop with a shorter grace brings the kill forward (a graceful stop escalated to
+    terminate); a longer one changes nothing. `finished` and `send` are called with
+    `worker.lock` held.
+    """
+    grace = max(0.0, float(grace_seconds))
+    kill_at = time.monotonic() + grace
+    with worker.lock:
+        if finished():
+            return
+        if not worker.stopping:
+            worker.stopping = True
+            worker.lines.agent(f"[agent] stopping: sending SIGTERM, grace {grace:g}s")
+            send(signal.SIGTERM)
+        if worker.kill_at is not None and kill_at >= worker.kill_at:
+            return
+        worker.kill_at = kill_at
+        if grace == 0:
+            send(signal.SIGKILL)
+            return
+
+        def kill_after_grace() -> None:
+            with worker.lock:
+                if finished():
+                    return
+                worker.lines.agent(f"[agent] grace of {grace:g}s ran out: sending SIGKILL")
+                send(signal.SIGKILL)
+
+        timer = threading.Timer(grace, kill_after_grace)
+        timer.daemon = True
+        worker.timers.append(timer)
+        timer.start()

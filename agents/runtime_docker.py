@@ -47,6 +47,7 @@ from agents.runtime import (
     LineSink,
     SourceLines,
     WorkerState,
+    stop_with_grace,
 )
 
 __all__ = [
@@ -276,40 +277,19 @@ class DockerRuntime:
     def stop(self, pod_id: int, grace_seconds: float) -> None:
         with self._lock:
             worker = self._workers.get(pod_id)
-        if worker is None:
-            return
-        grace = max(0.0, float(grace_seconds))
-        kill_at = time.monotonic() + grace
-        with worker.lock:
-            if worker.done.is_set():
-                return
-            if not worker.stopping:
-                worker.stopping = True
-                worker.lines.agent(f"[agent] stopping: sending SIGTERM, grace {grace:g}s")
-                self._signal(worker, "SIGTERM")
-            if worker.kill_at is not None and kill_at >= worker.kill_at:
-                return
-            worker.kill_at = kill_at
-            if grace == 0:
-                self._signal(worker, "SIGKILL")
-                return
-            timer = threading.Timer(grace, self._kill_after_grace, args=(worker, grace))
-            timer.daemon = True
-            worker.timers.append(timer)
-            timer.start()
+        if worker is not None:
+            stop_with_grace(
+                worker,
+                grace_seconds,
+                finished=worker.done.is_set,
+                send=lambda sig: self._signal(worker, sig.name),
+            )
 
     def _signal(self, worker: _Worker, sig: str) -> None:
         if not worker.container_id:  # still pulling: it will not start
             return
         with contextlib.suppress(DockerException, requests.RequestException):
             self.api.kill(worker.container_id, signal=sig)
-
-    def _kill_after_grace(self, worker: _Worker, grace: float) -> None:
-        with worker.lock:
-            if worker.done.is_set():
-                return
-            worker.lines.agent(f"[agent] grace of {grace:g}s ran out: sending SIGKILL")
-            self._signal(worker, "SIGKILL")
 
     # --- state ---
 

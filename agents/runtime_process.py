@@ -41,6 +41,7 @@ from agents.runtime import (
     WorkerState,
     injected_env,
     normalize_exit_code,
+    stop_with_grace,
 )
 
 log = logging.getLogger(__name__)
@@ -241,34 +242,13 @@ class ProcessRuntime:
     def stop(self, pod_id: int, grace_seconds: float) -> None:
         with self._lock:
             worker = self._workers.get(pod_id)
-        if worker is None:
-            return
-        grace = max(0.0, float(grace_seconds))
-        kill_at = time.monotonic() + grace
-        with worker.lock:
-            if worker.leader_exited:
-                return
-            if not worker.stopping:
-                worker.stopping = True
-                worker.lines.agent(f"[agent] stopping: sending SIGTERM, grace {grace:g}s")
-                worker.signal_group(signal.SIGTERM)
-            if worker.kill_at is not None and kill_at >= worker.kill_at:
-                return
-            worker.kill_at = kill_at
-            if grace == 0:
-                worker.signal_group(signal.SIGKILL)
-                return
-            timer = threading.Timer(grace, self._kill_after_grace, args=(worker, grace))
-            timer.daemon = True
-            worker.timers.append(timer)
-            timer.start()
-
-    def _kill_after_grace(self, worker: _Worker, grace: float) -> None:
-        with worker.lock:
-            if worker.leader_exited:
-                return
-            worker.lines.agent(f"[agent] grace of {grace:g}s ran out: sending SIGKILL")
-            worker.signal_group(signal.SIGKILL)
+        if worker is not None:
+            stop_with_grace(
+                worker,
+                grace_seconds,
+                finished=lambda: worker.leader_exited,
+                send=worker.signal_group,
+            )
 
     # --- state ---
 
