@@ -225,6 +225,9 @@ class Agent:
                 self.launched[pod_id] = LaunchRecord(attempt=attempt)
             elif record.finished:
                 record.finished = False  # reported, but not forgotten: report it again
+            record = self.launched[pod_id]
+            if record.progress_file and record.checkpoint_dir:
+                self._ft_paths[pod_id] = (Path(record.progress_file), Path(record.checkpoint_dir))
 
         adopted = self.runtime.adopt(skip, prepare)
         if adopted:
@@ -425,6 +428,9 @@ class Agent:
         progress.parent.mkdir(parents=True, exist_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
         self._ft_paths[spec.pod_id] = (progress, folder)
+        record = self.launched.get(spec.pod_id)
+        if record is not None:  # kept in workers.json for adoption after an agent restart
+            record.progress_file, record.checkpoint_dir = str(progress), str(folder)
         launch = LaunchSpec.from_worker_spec(spec, node=self.cfg.name)
         env = {**launch.env, "PROGRESS_FILE": str(progress), "CHECKPOINT_DIR": str(folder)}
         resume, note = resolve_resume(folder, spec.resume_from, spec.attempt)

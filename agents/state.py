@@ -28,6 +28,10 @@ class LaunchRecord:
     # The exit as reported, kept so it can be reported again if the console still lists
     # the pod (it did not manage to apply the report): {"exit_code", "error", "container_id"}.
     final: dict | None = None
+    # Where the worker writes progress and checkpoints (agents.sdk), so a restarted agent
+    # that adopts the worker keeps reporting them.
+    progress_file: str = ""
+    checkpoint_dir: str = ""
 
 
 def _write_private(path: Path, payload: dict) -> None:

@@ -93,9 +93,36 @@ def test_a_pod_is_launched_once_however_often_it_is_desired(make_agent, job_on):
     assert [s.pod_id for s in agent.runtime.workers()] == [pod.pk]
     assert Pod.objects.get(pk=pod.pk).status == PodStatus.RUNNING
     saved = json.loads((agent.store.dir / "workers.json").read_text())
-    assert saved == {
-        "launched": {str(pod.pk): {"attempt": 1, "finished": False, "error": "", "final": None}}
-    }
+    record = saved["launched"][str(pod.pk)]
+    assert (record["attempt"], record["finished"], record["error"], record["final"]) == (
+        1,
+        False,
+        "",
+        None,
+    )
+    assert record["progress_file"] and record["checkpoint_dir"]
+
+
+def test_an_adopted_worker_keeps_reporting_its_progress(make_agent, job_on):
+    """After an agent restart the new agent adopts the running worker and still reads its
+    progress file; otherwise hang detection would see no progress and restart a healthy job."""
+    first = make_agent()
+    node = Node.objects.get(name="loop-node")
+    _, (pod,) = job_on(
+        node, command='echo \'{"step": 7, "total": 10}\' > "$PROGRESS_FILE"; sleep 600'
+    )
+    step(first)
+    deadline = time.monotonic() + WAIT
+    while (first._progress_of(pod.pk)[0] or None) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert first._progress_of(pod.pk)[0].step == 7
+    first.store.unlock()  # the first agent "dies"; its worker keeps running
+
+    second = make_agent("loop-node")
+    second.recover()
+    assert [s.pod_id for s in second.runtime.workers() if s.running] == [pod.pk]
+    progress, _ = second._progress_of(pod.pk)
+    assert progress is not None and progress.step == 7
 
 
 def test_a_stop_for_a_pod_never_launched_ends_it_as_ordered(make_agent, job_on):
