@@ -58,6 +58,10 @@ class Job(models.Model):
     # The newest committed checkpoint when the current attempt was created: its workers get
     # it as RESUME_FROM (fixed per attempt, so every worker resumes from the same one).
     resume_from = models.CharField(max_length=1000, blank=True)
+    # Nodes this job's workers must not be placed on again (a `retry_elsewhere` failure:
+    # ECC/Xid): [{"id": node id, "name": node name, "rule": rule}]. Names are stored with
+    # the ids so the page and the API show them without another query.
+    excluded_nodes = models.JSONField(default=list, blank=True)
 
     status = models.CharField(max_length=12, choices=_choices(JobStatus), default=JobStatus.PENDING)
     status_reason = models.TextField(blank=True)
@@ -250,6 +254,9 @@ class Checkpoint(models.Model):
     checksum = models.CharField(max_length=100, blank=True)
     committed = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the agent's scan no longer found it (the SDK pruned it). The row stays (audit);
+    # a pruned checkpoint is never resumed from.
+    pruned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "-step"]

@@ -74,6 +74,7 @@ def checkpoint_json(checkpoint) -> dict[str, Any]:
         "checksum": checkpoint.checksum,
         "committed": checkpoint.committed,
         "created_at": _time(checkpoint.created_at),
+        "pruned_at": _time(checkpoint.pruned_at),
     }
 
 
@@ -140,6 +141,8 @@ def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
         "restart_not_before": _time(job.restart_not_before),
         "hang_deadline": _time(job.hang_deadline),
         "resume_from": job.resume_from,
+        # Nodes excluded after a retry-elsewhere failure (names stored with the ids).
+        "excluded_nodes": [entry.get("name", "") for entry in job.excluded_nodes or []],
     }
     if pods is not None:
         body["pods"] = [pod_json(p) for p in pods]

@@ -9,12 +9,16 @@ on a node that came back after its workers were declared lost is ignored.
 Writes: the pod's progress is a plain UPDATE by id (the newest report wins); the hang
 deadline is `UPDATE job SET hang_deadline=… WHERE id=… AND status='Running' AND
 hang_deadline IS NOT NULL` (only a running job with hang detection has one); checkpoints
-are inserted once per (job, path) (unique constraint, conflicts ignored).
+are inserted once per (job, path) (unique constraint, conflicts ignored); a checkpoint the
+scan no longer finds gets `pruned_at` (UPDATE … WHERE pruned_at IS NULL; the row stays).
 """
 
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db.models import Q
+
+from agents.protocol import MAX_CHECKPOINTS_REPORTED
 from jobs.faulttolerance.hang import deadline_after, distinct_lines
 from jobs.faulttolerance.restart import config_of
 from jobs.models import Checkpoint, Job, Pod, PodDesired
@@ -66,16 +70,22 @@ def store_progress(pod: Pod, progress, now: datetime) -> bool:
 
 
 def store_checkpoints(pod: Pod, checkpoints: Iterable, now: datetime) -> int:
-    """Record committed checkpoints of the current attempt (once per path)."""
+    """Record committed checkpoints of the current attempt (once per path), and mark the
+    job's checkpoints the scan no longer finds as pruned (`pruned_gone`)."""
     reports = list(checkpoints)
     if not reports or not may_report(pod):
         return 0
-    known = set(
+    paths = [c.path for c in reports]
+    # The reported paths (to insert each once) and the job's live checkpoints (to see which
+    # are gone): a few rows, as the SDK keeps only the newest CHECKPOINT_KEEP on disk.
+    rows = list(
         Checkpoint.objects.filter(
-            job_id=pod.job_id, path__in=[c.path for c in reports]
-        ).values_list("path", flat=True)
+            Q(path__in=paths) | Q(committed=True, pruned_at__isnull=True), job_id=pod.job_id
+        ).values_list("id", "path", "step", "pruned_at")
     )
-    rows = [
+    known = {path: pruned_at for _, path, _, pruned_at in rows}
+    mine = [c for c in reports if c.attempt is None or c.attempt == pod.attempt]
+    new = [
         Checkpoint(
             job_id=pod.job_id,
             attempt=pod.attempt,
@@ -85,14 +95,46 @@ def store_checkpoints(pod: Pod, checkpoints: Iterable, now: datetime) -> int:
             checksum=c.checksum,
             committed=True,
         )
-        for c in reports
+        for c in mine
         # Saved by another attempt (a stale worker still running after its restart, or an
         # older attempt's save found in the shared folder): not this attempt's checkpoint.
-        if c.path not in known and (c.attempt is None or c.attempt == pod.attempt)
+        if c.path not in known
     ]
-    if rows:
-        Checkpoint.objects.bulk_create(rows, ignore_conflicts=True)
-    return len(rows)
+    if new:
+        Checkpoint.objects.bulk_create(new, ignore_conflicts=True)
+    for c in mine:  # saved again where a pruned one was (rare): present once more
+        if c.path in known and known[c.path] is not None:
+            Checkpoint.objects.filter(job_id=pod.job_id, path=c.path).update(
+                attempt=pod.attempt,
+                step=c.step,
+                size_bytes=c.size_bytes,
+                checksum=c.checksum,
+                pruned_at=None,
+            )
+    gone = pruned_gone(reports, [(i, p, step) for i, p, step, at in rows if at is None])
+    if gone:
+        Checkpoint.objects.filter(pk__in=gone, pruned_at__isnull=True).update(pruned_at=now)
+    return len(new)
+
+
+def pruned_gone(reports: list, live: list[tuple[int, str, int]]) -> list[int]:
+    """Ids of live checkpoint rows (id, path, step) that a worker's scan shows are gone. Pure.
+
+    The agent reports the committed checkpoints in the job's folder, newest first, at most
+    MAX_CHECKPOINTS_REPORTED: fewer means the list is complete; a full list still names every
+    checkpoint newer than its oldest entry. Only rows older than the newest one reported
+    count: the SDK prunes the oldest, and a newer row this worker cannot see (saved on
+    another node's disk) proves nothing."""
+    if not reports:
+        return []
+    present = {c.path for c in reports}
+    newest = max(c.step for c in reports)
+    floor = min(c.step for c in reports) if len(reports) >= MAX_CHECKPOINTS_REPORTED else None
+    return [
+        row_id
+        for row_id, path, step in live
+        if path not in present and step < newest and (floor is None or step > floor)
+    ]
 
 
 def store_worker_extras(pods: dict[int, Pod], reports: Iterable, now: datetime) -> None:

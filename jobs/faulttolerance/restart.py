@@ -12,6 +12,10 @@ the job first and nothing here is applied (the transaction rolls back with it).
 - Asynchronous restart: only the failed worker gets a new pod, on the same node and GPUs (they
   were freed in this same transaction, so no scheduler snapshot ever saw them free); the job
   keeps its status and its attempt number moves on (the attempt is the fencing epoch).
+- Retry elsewhere (an ECC/Xid failure, `Decision.exclude_node`): the failed worker's node is
+  added to `Job.excluded_nodes`, which the scheduler never places the job on again. Since an
+  Asynchronous replacement would reuse that very node, such a failure restarts the whole job
+  (the Synchronous path) so that the scheduler places it elsewhere.
 """
 
 from dataclasses import dataclass
@@ -71,7 +75,7 @@ def failure_of(pod: Pod) -> Failure:
 
 def _newest_checkpoint(job: Job) -> str:
     row = (
-        Checkpoint.objects.filter(job=job, committed=True)
+        Checkpoint.objects.filter(job=job, committed=True, pruned_at__isnull=True)
         .order_by("-step", "-id")
         .values_list("path", flat=True)
         .first()
@@ -123,6 +127,16 @@ def _record(
     )
 
 
+def _excluding(job: Job, decision: Decision, pod: Pod | None) -> list[dict] | None:
+    """The job's excluded nodes with the failed worker's node added, or None: no change."""
+    if not decision.exclude_node or pod is None or pod.node_id is None:
+        return None
+    current = list(job.excluded_nodes or [])
+    if any(entry.get("id") == pod.node_id for entry in current):
+        return None
+    return [*current, {"id": pod.node_id, "name": pod.node.name, "rule": decision.rule}]
+
+
 def restart_job(
     job: Job,
     *,
@@ -154,6 +168,10 @@ def restart_job(
     reason = decision.reason
     if decision.backoff_seconds:
         reason += f" (backing off {decision.backoff_seconds:g}s)"
+    excluded = _excluding(job, decision, pod)
+    if excluded is not None:
+        fields["excluded_nodes"] = excluded
+        reason += f"; node {excluded[-1]['name']} excluded for this job"
     transition(job, JobStatus.PENDING, reason=reason, actor=actor, now=now, **fields)
     _stop_old_workers(job, f"restarting as attempt {job.attempt}: {decision.reason}"[:300], now)
     _record(
@@ -225,6 +243,8 @@ def handle_failure(job: Job, pod: Pod, *, now: datetime | None = None) -> Outcom
     now = now or timezone.now()
     failure = failure_of(pod)
     decision = decide_policy(config, counters_of(job), failure)
+    # Asynchronous with retry elsewhere: the replacement pod would reuse the failed node and
+    # GPUs, so the whole job restarts instead (below) and the scheduler places it elsewhere.
     if decision.action == Action.RESTART_WORKER and not decision.exclude_node:
         if restart_worker(job, pod, failure=failure, decision=decision, config=config, now=now):
             return Outcome(decision.action, decision.reason)

@@ -254,10 +254,11 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
         "queue_position",
         "name",
         "updated_at",
+        "excluded_nodes",
     )
     for row in waiting:
         jid, qid, workers, g, c, m, prio, created, status, idle, attempt, reason, pos = row[:13]
-        name, updated = row[13:]
+        name, updated, excluded = row[13:]
         jobs.append(
             JobSnap(
                 id=jid,
@@ -274,6 +275,9 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
                 name=name,
                 # A restart attempt waits from when it went back to Pending.
                 waiting_since=updated if attempt > 1 and status == JobStatus.PENDING else None,
+                excluded_node_ids=(
+                    frozenset(e["id"] for e in excluded) if excluded else frozenset()
+                ),
             )
         )
         rows[jid] = WaitingRow(jid, status, attempt, reason, pos, g, c, m)

@@ -101,6 +101,8 @@ class JobSnap:
     name: str = ""
     # Since when it waits in this attempt (None: since submitted_at). Starvation rule input.
     waiting_since: datetime | None = None
+    # Nodes this job must not be placed on (a `retry_elsewhere` failure there: ECC/Xid).
+    excluded_node_ids: frozenset[int] = frozenset()
 
     @property
     def label(self) -> str:

@@ -146,16 +146,22 @@ class PoolIndex:
                 return workers
         return total
 
-    def placeable_with(self, freed: dict[int, int], gpus: int, workers: int) -> bool:
+    def placeable_with(
+        self, freed: dict[int, int], gpus: int, workers: int, excluded: frozenset[int] = frozenset()
+    ) -> bool:
         """Would `workers` of `gpus` GPUs fit by GPU count once `freed` (node id → GPUs)
-        are released? Used to check a preemptor's eligibility after subtracting victims."""
+        are released? Used to check a preemptor's eligibility after subtracting victims.
+        Nodes in `excluded` (the job must avoid them) count for nothing."""
         if gpus == 0:
             return bool(self.nodes)
         total = self.placeable_by_gpus(gpus, 1 << 30)
+        skip = self.excluded_positions(excluded) if excluded else set()
+        for pos in skip:
+            total -= len(self.nodes[pos].free) // gpus
         for node_id, extra in freed.items():
             pos = self.pos_of.get(node_id)
-            if pos is None or pos in self.reserved:
-                continue  # unschedulable or held for someone else
+            if pos is None or pos in self.reserved or pos in skip:
+                continue  # unschedulable, held for someone else, or excluded for this job
             free = len(self.nodes[pos].free)
             total += (free + extra) // gpus - free // gpus
         return total >= workers
@@ -188,8 +194,19 @@ class PoolIndex:
                     return picked
         return []  # the pool can never host it: nothing to hold
 
-    def find(self, shape: Shape) -> list[tuple[int, int]] | None:
-        """Where the whole gang would go: [(node position, workers)], or None. No change."""
+    def excluded_positions(self, node_ids: frozenset[int]) -> set[int]:
+        """Positions of the given nodes that are in this pool and still in play."""
+        return {
+            pos
+            for pos in (self.pos_of.get(node_id) for node_id in node_ids)
+            if pos is not None and pos not in self.reserved
+        }
+
+    def find(
+        self, shape: Shape, excluded: frozenset[int] = frozenset()
+    ) -> list[tuple[int, int]] | None:
+        """Where the whole gang would go: [(node position, workers)], or None. No change.
+        `excluded`: node ids this job must avoid (rare; skipped like nodes already taken)."""
         workers, gpus, _, _ = shape
         if workers <= 0 or shape in self.infeasible:
             return None
@@ -197,7 +214,9 @@ class PoolIndex:
             self.infeasible.add(shape)
             return None
         chosen: list[tuple[int, int]] = []
-        taken: set[int] = set()
+        taken = self.excluded_positions(excluded) if excluded else set()
+        # A miss with exclusions says nothing about the shape for other jobs: not memoised.
+        memo = not taken
         remaining = workers
         while remaining:
             pick = self._tightest(shape, remaining, taken)
@@ -206,7 +225,8 @@ class PoolIndex:
                 return chosen
             pos, fit = self._roomiest(shape, remaining, taken)
             if pos is None:
-                self.infeasible.add(shape)
+                if memo:
+                    self.infeasible.add(shape)
                 return None
             chosen.append((pos, fit))
             taken.add(pos)

@@ -46,6 +46,7 @@ from jobs.scheduler.preempt import choose_victims, reclaimable
 from jobs.scheduler.reasons import (
     _n,
     describe_placements,
+    diagnose_excluded,
     diagnose_placement,
     diagnose_unschedulable_pool,
     format_indices,
@@ -57,6 +58,7 @@ __all__ = [  # the table tests import the wording helpers from here
     "Usage",
     "admission_order",
     "describe_placements",
+    "diagnose_excluded",
     "diagnose_placement",
     "diagnose_unschedulable_pool",
     "format_indices",
@@ -307,7 +309,7 @@ def _guaranteed(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | 
 
 def _place(job: JobSnap, pool: PoolIndex, state: _Working) -> tuple[Placement, ...] | None:
     shape = job.shape
-    chosen = pool.find(shape)
+    chosen = pool.find(shape, job.excluded_node_ids)
     return None if chosen is None else pool.take(chosen, shape)
 
 
@@ -402,7 +404,7 @@ def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> 
         for v in victims:
             for node_id, g in v.gpus_by_node:
                 by_node[node_id] = by_node.get(node_id, 0) + g
-        return pool.placeable_with(by_node, job.gpus_per_worker, job.workers)
+        return pool.placeable_with(by_node, job.gpus_per_worker, job.workers, job.excluded_node_ids)
 
     choice = choose_victims(job, candidates, eligible, state.now)
     if choice is None:
@@ -437,9 +439,14 @@ def _hold(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> Non
 
 
 def _diagnose(pool: PoolIndex, job: JobSnap, state: _Working) -> str:
-    memo = (pool.key, job.shape)
+    excluded = [i for i in job.excluded_node_ids if i in pool.pos_of]
+    memo = (pool.key, job.shape, frozenset(excluded))
     if memo not in state.diagnoses:
-        state.diagnoses[memo] = diagnose_placement(pool, job)
+        state.diagnoses[memo] = (
+            diagnose_excluded(pool, job, excluded, state.capacity.names)
+            if excluded
+            else diagnose_placement(pool, job)
+        )
     return state.diagnoses[memo]
 
 

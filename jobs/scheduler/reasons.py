@@ -54,6 +54,17 @@ def diagnose_placement(pool: PoolIndex, job: JobSnap) -> str:
     return f"needs {workers} workers of {want}; only {fits} can be placed now (CPU or memory)"
 
 
+def diagnose_excluded(
+    pool: PoolIndex, job: JobSnap, excluded: list[int], names: dict[int, str]
+) -> str:
+    """Why a job with excluded nodes (retry elsewhere) cannot be placed in this pool."""
+    which = ", ".join(sorted(names.get(i, f"node #{i}") for i in excluded))
+    note = f"{_n(len(excluded), 'node')} excluded after an ECC/Xid failure: {which}"
+    if pool.find(job.shape) is not None:  # it would fit, but only on excluded nodes
+        return f"no node this job may use has room ({note})"
+    return f"{diagnose_placement(pool, job)} ({note})"
+
+
 def format_indices(indices: Iterable[int]) -> str:
     """(0, 1, 2, 3, 6) -> "0-3,6"."""
     runs: list[list[int]] = []
