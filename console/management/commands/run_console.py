@@ -55,8 +55,11 @@ class Command(BaseCommand):
         server.start()
         start_loops()
         agent = None if options["no_agent"] else self._start_agent(url, options)
-        # SIGTERM behaves like Ctrl-C so `kill` and process managers stop us cleanly.
+        # SIGTERM behaves like Ctrl-C so `kill` and process managers stop us cleanly; SIGINT
+        # is handled explicitly too, because a shell that starts us in the background
+        # leaves it ignored and Python then never raises KeyboardInterrupt.
         signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
         self.stdout.write(self.style.SUCCESS(f"Console running at {url}/  (Ctrl-C to stop)"))
         self.stdout.flush()
         try:
