@@ -89,7 +89,7 @@ def final_pod_status(pod: Pod, exit_code: int | None) -> PodStatus:
     """How an exited worker ends: as ordered when the console stopped it, else by its code."""
     if pod.desired == PodDesired.STOP and pod.stop_as:
         return PodStatus(pod.stop_as)
-    return PodStatus.SUCCEEDED if exit_code == 0 else PodStatus.FAILED
+    return pod_status_from_exit(exit_code)
 
 
 def apply_worker_state(
