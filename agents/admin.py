@@ -8,8 +8,10 @@ from django.db.models import IntegerField, Q, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.models import BootstrapToken, GpuDevice, Node
+from agents.models import BootstrapToken
 from agents.tokens import issue_bootstrap_token
+from cluster.actions import revoke_node_tokens, set_cordoned
+from cluster.models import GpuDevice, Node
 from jobs.statuses import ACTIVE_POD_STATUSES
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
@@ -94,19 +96,17 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cordon: place no new work on the selected nodes")
     def cordon(self, request, queryset) -> None:
-        changed = queryset.filter(cordoned=False).update(cordoned=True)
+        changed = set_cordoned(queryset, True)
         self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
 
     @admin.action(description="Uncordon the selected nodes")
     def uncordon(self, request, queryset) -> None:
-        changed = queryset.filter(cordoned=True).update(cordoned=False)
+        changed = set_cordoned(queryset, False)
         self.message_user(request, f"Uncordoned {changed} node(s).", messages.SUCCESS)
 
     @admin.action(description="Revoke the node tokens (the agents must register again)")
     def revoke_tokens(self, request, queryset) -> None:
-        changed = queryset.filter(token_revoked_at__isnull=True).update(
-            token_revoked_at=timezone.now()
-        )
+        changed = revoke_node_tokens(queryset, timezone.now())
         self.message_user(
             request,
             f"Revoked the token of {changed} node(s); their agents are refused from now on "

@@ -9,9 +9,10 @@ from datetime import datetime
 
 from django.http import HttpRequest
 
-from agents.models import BootstrapToken, Node
+from accounts.tokens import matches, split_prefix
+from agents.models import BootstrapToken
 from agents.tokens import BOOTSTRAP_KIND, NODE_KIND
-from console.tokens import matches, split_prefix
+from cluster.models import Node
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Bootstrap tokens: what an admin hands to a new node so its agent can register once.
 
 The plain token is returned exactly once; the database keeps only a lookup prefix and a
-SHA-256 digest (console.tokens). Agents present it as `Authorization: Bearer gqb_…` to
+SHA-256 digest (accounts.tokens). Agents present it as `Authorization: Bearer gqb_…` to
 `POST /api/v1/agent/register/`, which claims it (see agents.auth.claim_bootstrap_token).
 """
 
@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from accounts.tokens import make_token
 from agents.models import BootstrapToken
-from console.tokens import make_token
 
 BOOTSTRAP_KIND = "gqb"
 NODE_KIND = "gqn"

@@ -15,9 +15,9 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
-from agents import services
+from agents import actions
 from agents.auth import AgentApiError, authenticate_node, bearer_token
-from agents.protocol import Heartbeat, LogBatch, RegisterRequest, RegisterResponse
+from protocol.agent import Heartbeat, LogBatch, RegisterRequest, RegisterResponse
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,10 @@ def _parse[M: BaseModel](request: HttpRequest, schema: type[M]) -> M:
 def register(request: HttpRequest) -> HttpResponse:
     plain = bearer_token(request)
     req = _parse(request, RegisterRequest)
-    node, token = services.register_node(plain, req, timezone.now())
+    node, token = actions.register_node(plain, req, timezone.now())
     return _ok(
         RegisterResponse(
-            node_id=node.pk, node_token=token, heartbeat_interval=services.heartbeat_interval()
+            node_id=node.pk, node_token=token, heartbeat_interval=actions.heartbeat_interval()
         )
     )
 
@@ -85,14 +85,14 @@ def heartbeat(request: HttpRequest) -> HttpResponse:
     now = timezone.now()  # receive time, before any work: the node was alive at this moment
     node = authenticate_node(request)
     hb = _parse(request, Heartbeat)
-    return _ok(services.record_heartbeat(node, hb, now))
+    return _ok(actions.record_heartbeat(node, hb, now))
 
 
 @agent_endpoint
 def logs(request: HttpRequest) -> HttpResponse:
     node = authenticate_node(request)
     batch = _parse(request, LogBatch)
-    return _ok(services.store_logs(node, batch, timezone.now()))
+    return _ok(actions.store_logs(node, batch, timezone.now()))
 
 
 _ENDPOINTS = ("register", "heartbeat", "logs")

@@ -246,7 +246,7 @@ def _fill(size: Size, seed: int) -> None:
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
-    from agents.models import GpuDevice, Node
+    from cluster.models import GpuDevice, Node
     from jobs.models import Job, Pod
     from quotas.models import Quota, Tenant, Workspace
 

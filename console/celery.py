@@ -19,6 +19,7 @@ def _periodic_triggers(sender: Celery, **kwargs) -> None:
 
     for task, every in (
         ("jobs.schedule_tick", settings.SCHEDULER_INTERVAL),
-        ("jobs.monitor_tick", settings.MONITOR_INTERVAL),
+        ("jobs.job_monitor_tick", settings.MONITOR_INTERVAL),
+        ("agents.node_monitor_tick", settings.MONITOR_INTERVAL),
     ):
         sender.add_periodic_task(every, sender.signature(task), name=task, expires=every)

@@ -15,7 +15,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from console.models import ApiToken
+from accounts.actions import issue_api_token
+from accounts.models import ApiToken
 from quotas.models import Membership, Quota, ResourceType, Role, Tenant, Workspace
 
 RESEARCHER = "researcher"
@@ -90,7 +91,7 @@ def ensure_demo_data() -> DemoCredentials:
             admin.set_password(creds.admin_password)
             admin.save()
             ApiToken.objects.filter(user=researcher, name="demo").delete()
-            _, creds.api_token = ApiToken.issue(researcher, name="demo")
+            _, creds.api_token = issue_api_token(researcher, name="demo")
             _save(creds)
         Membership.objects.get_or_create(
             workspace=vision, user=researcher, defaults={"role": Role.RESEARCHER}

@@ -1,8 +1,8 @@
 """In-process background loops for the embedded default (no Celery, no Redis).
 
 Each loop runs one idempotent, level-triggered function every `interval` seconds, or at once
-when woken by `wake(name)` (what `console.triggers` does after a commit). The functions are
-the same ones the Celery tasks call in production; only the transport differs.
+when woken by `wake(name)` (how `console.triggers` delivers the core's triggers here). The
+functions are the same ones the Celery tasks call in production; only the transport differs.
 """
 
 import logging
@@ -57,15 +57,15 @@ def start_loops() -> dict[str, Loop]:
     """Start the scheduler and monitor loops once per process."""
     from django.conf import settings
 
-    from agents.monitor import run_monitor_cycle
-    from jobs.monitor import run_job_monitor
+    from agents.node_monitor import run_node_monitor
+    from jobs.job_monitor import run_job_monitor
     from jobs.scheduler.cycle import run_cycle
 
     with _lock:
         if not _loops:
             for loop in (
                 Loop("scheduler", run_cycle, settings.SCHEDULER_INTERVAL),
-                Loop("monitor", run_monitor_cycle, settings.MONITOR_INTERVAL),
+                Loop("monitor", run_node_monitor, settings.MONITOR_INTERVAL),
                 Loop("job-monitor", run_job_monitor, settings.MONITOR_INTERVAL),
             ):
                 _loops[loop.loop_name] = loop

@@ -43,9 +43,11 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "console",
+    "accounts",
     "quotas",
-    "agents",
+    "cluster",
     "jobs",
+    "agents",
 ]
 
 MIDDLEWARE = [

@@ -1,24 +1,17 @@
-"""Triggers for background loops. Messages carry no state: the database is the truth.
+"""How the core's triggers travel in this deployment (registered into `jobs.triggers`).
 
-Every trigger is sent after the surrounding transaction commits (`transaction.on_commit`),
-so a worker never runs before the data it needs is visible. How it is delivered depends on
-`settings.CONSOLE_LOOPS`: a Celery task, a wake-up of an in-process loop, or (tests) a
-synchronous call.
+`settings.CONSOLE_LOOPS` picks the transport, read at send time: a Celery task
+(production), a wake-up of an in-process loop (the embedded default), or a synchronous call
+right after the commit (tests). `jobs.triggers` sends only after the surrounding
+transaction commits, so a worker never runs before the data it needs is visible.
 """
 
-import logging
-
 from django.conf import settings
-from django.db import transaction
 
-log = logging.getLogger(__name__)
-
-
-def request_scheduling() -> None:
-    transaction.on_commit(_send_scheduling, robust=True)
+from jobs import triggers
 
 
-def _send_scheduling() -> None:
+def send_scheduling() -> None:
     mode = settings.CONSOLE_LOOPS
     if mode == "celery":
         from jobs.tasks import schedule_tick
@@ -32,3 +25,8 @@ def _send_scheduling() -> None:
         from jobs.scheduler.cycle import run_cycle
 
         run_cycle()
+
+
+def install() -> None:
+    """Register the transports (called once at start-up, from ConsoleConfig.ready)."""
+    triggers.register(triggers.SCHEDULER, send_scheduling)

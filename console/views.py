@@ -3,16 +3,15 @@
 import logging
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from console.models import ApiToken
+from accounts.actions import revoke_api_tokens, rotate_api_token
+from accounts.models import ApiToken
 
 log = logging.getLogger(__name__)
 
@@ -48,20 +47,15 @@ def api_token(request: HttpRequest) -> HttpResponse:
     plain = None
     if request.method == "POST":
         action = request.POST.get("action")
-        now = timezone.now()
-        live = ApiToken.objects.filter(user=request.user, revoked_at__isnull=True)
         if action == "create":
-            with transaction.atomic():
-                # Rotation: the new token replaces every live one of this user. Locking the
-                # user row serialises two rotations, so exactly one token stays live.
-                get_user_model().objects.select_for_update().filter(pk=request.user.pk).first()
-                live.update(revoked_at=now)
-                _, plain = ApiToken.issue(request.user)
+            # Rotation: the new token replaces every live one of this user.
+            _, plain = rotate_api_token(request.user)
         elif action == "revoke":
             token_id = request.POST.get("token", "")
             if not token_id.isdigit():
                 return HttpResponseBadRequest("token must be a token id")
-            revoked = live.filter(pk=int(token_id)).update(revoked_at=now)
+            mine = ApiToken.objects.filter(user=request.user, pk=int(token_id))
+            revoked = revoke_api_tokens(mine)
             if revoked:
                 messages.success(request, "Token revoked.")
             return redirect("api-token")

@@ -2,9 +2,9 @@
 
 from django.contrib import admin, messages
 
-from jobs.lifecycle import TransitionConflict
+from jobs.actions.stop import JobNotActive, request_stop
+from jobs.actions.transitions import TransitionConflict
 from jobs.models import Job, JobEvent, Pod
-from jobs.services import JobNotActive, request_stop
 from jobs.statuses import JobStatus
 
 
@@ -70,7 +70,7 @@ class JobAdmin(admin.ModelAdmin):
     inlines = [PodInline, JobEventInline]
     actions = ["terminate"]
 
-    # Jobs change only through the lifecycle (jobs.lifecycle), never by editing rows.
+    # Jobs change only through jobs.actions, never by editing rows.
     def has_add_permission(self, request) -> bool:
         return False
 

@@ -1,6 +1,6 @@
-"""Researcher REST API (/api/v1/): thin function views over jobs.forms and jobs.services.
+"""Researcher REST API (/api/v1/): thin function views over jobs.forms and jobs.actions.
 
-Authentication, method checks and the error shape live in `console.api_auth.api_view`.
+Authentication, method checks and the error shape live in `accounts.api_auth.api_view`.
 Validation of a new job is `jobs.forms.JobForm`, the same as the create page's; the API only
 adds JSON strictness on top (types, unknown fields), so a typo is an error, not a default.
 """
@@ -14,16 +14,17 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
-from agents.models import Node
-from console.api_auth import ApiError, api_view
+from accounts.api_auth import ApiError, api_view
+from cluster.models import Node
 from jobs import logview
 from jobs.access import get_job_for_user, visible_jobs
+from jobs.actions.stop import JobNotActive, request_stop
+from jobs.actions.submit import JobStillActive, resubmit_job
+from jobs.actions.transitions import TransitionConflict
 from jobs.forms import JobForm, initial_from_job
-from jobs.lifecycle import TransitionConflict
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs, parse_limit, parse_statuses
 from jobs.serializers import job_json, log_line_json, node_json
-from jobs.services import JobNotActive, JobStillActive, request_stop, restart_job
 from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES
 
 # Accepted JSON types per field of POST /api/v1/jobs (bool is rejected where int is meant).
@@ -218,7 +219,7 @@ def job_restart(request: HttpRequest, pk: int) -> JsonResponse:
     if not form.is_valid():
         raise _form_error(form)
     try:
-        new_job = restart_job(job, user=request.user)
+        new_job = resubmit_job(job, user=request.user)
     except JobStillActive as exc:
         raise ApiError(409, "conflict", f"Cannot restart: {exc}.") from None
     return _job_response(_job_with_pods(request.user, new_job.pk), status=201)

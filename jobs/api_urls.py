@@ -2,7 +2,7 @@
 
 from django.urls import re_path
 
-from console.api_auth import not_found
+from accounts.api_auth import not_found
 from jobs import api
 
 urlpatterns = [

@@ -1,7 +1,7 @@
 """Validation of a new job, shared by the create page and the API (same rules, same fields).
 
 `JobForm(data, user=…)` checks the request against the user's workspaces and the registered
-nodes; nothing is written until it is valid, and then only through `jobs.services.create_job`.
+nodes; nothing is written until it is valid, and then only through `jobs.actions.submit.create_job`.
 """
 
 import re
@@ -11,10 +11,10 @@ from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Count, Max
 
-from agents.models import Node, NodeState
+from cluster.models import Node, NodeState
+from jobs.actions.submit import JobSpec, create_job
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
 from jobs.models import Job
-from jobs.services import JobSpec, create_job
 from jobs.statuses import IdleResources
 from quotas.models import Quota, Workspace
 

@@ -51,7 +51,7 @@ class Job(models.Model):
     node_loss_count = models.PositiveIntegerField(default=0)
     # Crash-loop backoff: the scheduler leaves a Pending restart alone until this time.
     restart_not_before = models.DateTimeField(null=True, blank=True)
-    # Hang detection (jobs.monitor): when the job is declared hung unless it makes progress
+    # Hang detection (jobs.job_monitor): when the job is declared hung unless it makes progress
     # first. Set only while it runs with hang detection on; pushed forward by new progress
     # steps or, without progress reports, by new distinct log lines.
     hang_deadline = models.DateTimeField(null=True, blank=True)
@@ -127,7 +127,7 @@ class Pod(models.Model):
     attempt = models.PositiveIntegerField()
     rank = models.PositiveIntegerField()
     node = models.ForeignKey(
-        "agents.Node", null=True, blank=True, on_delete=models.PROTECT, related_name="pods"
+        "cluster.Node", null=True, blank=True, on_delete=models.PROTECT, related_name="pods"
     )
     gpu_indices = models.JSONField(default=list)
     gpus = models.PositiveIntegerField(default=0)
@@ -308,3 +308,22 @@ class RestartRecord(models.Model):
         if self.running_at is None:
             return None
         return max((self.running_at - self.created_at).total_seconds(), 0.0)
+
+
+class WorkerGpuSample(models.Model):
+    """A running worker's GPU use over time (protocol.agent.GpuUsage), at the console's
+    receive time."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="gpu_samples")
+    at = models.DateTimeField()
+    gpus = models.PositiveSmallIntegerField()
+    utilization = models.PositiveSmallIntegerField()
+    memory_used_mb = models.PositiveIntegerField()
+
+    class Meta:
+        db_table = "agents_workergpusample"  # created by the agents app
+        ordering = ["pod", "at"]
+        indexes = [models.Index(fields=["pod", "at"], name="gpu_sample_pod_at")]
+
+    def __str__(self) -> str:
+        return f"pod {self.pod_id} at {self.at:%H:%M:%S}: {self.utilization}%"

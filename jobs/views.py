@@ -1,6 +1,6 @@
 """Researcher pages: job list, create form, detail with workers, events and live logs.
 
-Function views, thin over jobs.forms / jobs.services. With HTMX a page polls a named partial
+Function views, thin over jobs.forms / jobs.actions. With HTMX a page polls a named partial
 of its own template (`page.html#name`) and gets 286 (stop polling) once nothing can change;
 without HTMX every page is plain links and POST-redirect-GET forms.
 """
@@ -15,12 +15,13 @@ from django_htmx.http import HttpResponseStopPolling
 
 from jobs import logview
 from jobs.access import get_job_for_user, visible_jobs
+from jobs.actions.stop import JobNotActive, request_stop
+from jobs.actions.submit import JobStillActive, resubmit_job
+from jobs.actions.transitions import TransitionConflict
 from jobs.display import is_live
 from jobs.forms import JobForm, initial_from_job
-from jobs.lifecycle import TransitionConflict
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs, parse_statuses
-from jobs.services import JobNotActive, JobStillActive, request_stop, restart_job
 from jobs.statuses import FINAL_JOB_STATUSES, JobStatus
 
 EVENTS_SHOWN = 200
@@ -220,7 +221,7 @@ def job_restart(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, f"Cannot restart job #{job.pk}: {problems}")
         return redirect("jobs:detail", pk=job.pk)
     try:
-        new_job = restart_job(job, user=request.user)
+        new_job = resubmit_job(job, user=request.user)
     except JobStillActive as exc:
         messages.error(request, f"Cannot restart job #{job.pk}: {exc}.")
         return redirect("jobs:detail", pk=job.pk)

@@ -31,7 +31,7 @@ $PY manage.py runserver "127.0.0.1:$PORT" --noreload >"$TMP/console.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.2; done
 
-GPU_AGENT_BOOTSTRAP_TOKEN=$TOKEN $PY -m agents --server "http://127.0.0.1:$PORT" \
+GPU_AGENT_BOOTSTRAP_TOKEN=$TOKEN $PY -m agents.node --server "http://127.0.0.1:$PORT" \
   --name gpu-smoke --state-dir "$TMP/agent" --runtime process --heartbeat-interval 1 \
   >"$TMP/agent.log" 2>&1 &
 PIDS+=($!)

@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from agents.models import GpuDevice, Node, NodeState
-from console.models import ApiToken
+from accounts.actions import issue_api_token
+from cluster.models import GpuDevice, Node, NodeState
 from quotas.models import Membership, Quota, ResourceType, Role, Tenant, Workspace
 
 
@@ -68,7 +68,7 @@ def outsider(other_workspace):
 
 @pytest.fixture
 def api_token(researcher):
-    _, plain = ApiToken.issue(researcher)
+    _, plain = issue_api_token(researcher)
     return plain
 
 

@@ -180,3 +180,8 @@ def _budgeted(
         backoff_seconds=backoff_for(counters.failure_restarts),
         exclude_node=exclude_node,
     )
+
+
+def config_of(job) -> FtConfig:
+    """The fault-tolerance config of a job (anything with `fault_tolerance` and `ft_config`)."""
+    return FtConfig.from_job(job.fault_tolerance, job.ft_config or {})

@@ -20,7 +20,7 @@ Capacity is only ever freed outside the lock, so a slightly old snapshot is cons
 Queries per cycle do not grow with the number of waiting jobs: 7 reads, one lock, one
 UPDATE of statuses, one INSERT of events, one of pods, one UPDATE of queue reasons and
 positions (plus one statement per further 500 rows changed). Preemptions (rare) cost a few
-statements per victim: each goes through `jobs.services.request_stop(final_status=
+statements per victim: each goes through `jobs.actions.stop.request_stop(final_status=
 PREEMPTED)` inside the cycle's transaction, so its workers get SIGTERM and the grace, and
 the job ends Preempted once they have exited; the preemptor is placed in a later cycle,
 after the victims' pods are final (their GPUs stay busy in every snapshot until then).
@@ -39,8 +39,8 @@ from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from agents.models import GpuDevice, Node, NodeState
-from jobs.lifecycle import IllegalTransition, TransitionConflict
+from cluster.models import GpuDevice, Node, NodeState
+from jobs.actions.transitions import IllegalTransition, TransitionConflict
 from jobs.models import Checkpoint, Job, Pod
 from jobs.scheduler.bulk import insert_events, update_waiting
 from jobs.scheduler.model import JobSnap, NodeSnap, Plan, QuotaSnap, RunningSnap, Snapshot
@@ -413,7 +413,7 @@ def _preempt(decided: Plan) -> tuple[int, ...]:
     """Ask each victim to stop gracefully as Preempted (a handful per cycle at most)."""
     if not decided.preemptions:
         return ()
-    from jobs.services import JobNotActive, request_stop  # services imports the triggers
+    from jobs.actions.stop import JobNotActive, request_stop
 
     victims = Job.objects.in_bulk([p.job_id for p in decided.preemptions])
     done = []

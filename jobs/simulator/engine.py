@@ -1,7 +1,7 @@
 """The simulator: a discrete-event loop with a simulated clock around the real pure code.
 
 It never reimplements policy (SCENARIOS.md): scheduling is `jobs.scheduler.plan.plan`,
-job status follows its workers through `jobs.podsync.derive_job_transitions`, every job
+job status follows its workers through `jobs.derive.derive_job_transitions`, every job
 transition is checked with `jobs.statuses.is_allowed`, restarts are decided by
 `jobs.faulttolerance.policy.decide` and hangs judged by `jobs.faulttolerance.hang`.
 What is simulated is only the world: nodes, worker processes, time.
@@ -19,9 +19,9 @@ World model (the choices SCENARIOS.md leaves open):
 import heapq
 import itertools
 
+from jobs.derive import PodView, derive_job_transitions
 from jobs.faulttolerance import hang
 from jobs.faulttolerance.policy import Action, Failure, FailureKind, decide
-from jobs.podsync import PodView, derive_job_transitions
 from jobs.scheduler.model import QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 from jobs.simulator.scenario import JobSpec, Scenario

@@ -1,4 +1,4 @@
-"""The real agent (`python -m agents`) as a subprocess, for the end-to-end tests."""
+"""The real agent (`python -m agents.node`) as a subprocess, for the end-to-end tests."""
 
 import os
 import signal
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agents.models import Node
 from agents.tokens import issue_bootstrap_token
+from cluster.models import Node
 from jobs.models import LogChunk, Pod
 
 WAIT = 30.0
@@ -48,7 +48,7 @@ class AgentProcess:
         command = [
             sys.executable,
             "-m",
-            "agents",
+            "agents.node",
             "--server",
             url,
             "--name",

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 from django.db import connections
 
-from agents.models import Node
 from agents.tokens import issue_bootstrap_token
+from cluster.models import Node
 from jobs.models import Job, Pod
 from jobs.statuses import JobStatus, PodStatus
 from tests.agents.agentproc import agents  # noqa: F401 - the fixture, for every test here

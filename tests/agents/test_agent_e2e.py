@@ -1,4 +1,4 @@
-"""The real agent (`python -m agents`) as a subprocess against a live console.
+"""The real agent (`python -m agents.node`) as a subprocess against a live console.
 
 The console runs in pytest-django's live server thread; jobs and pods are created directly
 in the database, as the scheduler would leave them (status Starting, placed on the node).
@@ -9,9 +9,9 @@ import stat
 
 import pytest
 
-from agents.models import GpuDevice, Node, NodeState
+from cluster.models import GpuDevice, Node, NodeState
+from jobs.actions.stop import request_stop
 from jobs.models import Job, Pod
-from jobs.services import request_stop
 from jobs.statuses import JobStatus, PodStatus
 from tests.agents.agentproc import (
     IMAGE_LINE,

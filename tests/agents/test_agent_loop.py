@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from agents.agent import Agent, AgentConfig
-from agents.models import Node
-from agents.state import AgentConfigError, StateStore
+from agents.node.agent import Agent, AgentConfig
+from agents.node.state import AgentConfigError, StateStore
 from agents.tokens import issue_bootstrap_token
+from cluster.models import Node
+from jobs.actions.stop import request_stop
 from jobs.models import Job, Pod
-from jobs.services import request_stop
 from jobs.statuses import JobStatus, PodStatus
 from tests.agents.conftest import make_job
 

@@ -1,4 +1,4 @@
-"""The real agent (`python -m agents`) surviving its own crashes and console outages:
+"""The real agent (`python -m agents.node`) surviving its own crashes and console outages:
 ten SIGKILLs in a row while a container runs, a console cut off for longer than a
 heartbeat window, and fencing of a worker the console no longer wants on reconnect."""
 
@@ -15,8 +15,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from agents.models import Node, NodeState
-from agents.monitor import run_monitor_cycle
+from agents.node_monitor import run_node_monitor
+from cluster.models import Node, NodeState
 from jobs.models import Pod
 from jobs.statuses import PodStatus
 from tests.agents.agentproc import (
@@ -178,7 +178,7 @@ def test_a_console_outage_longer_than_a_heartbeat_window_loses_no_line(
     outage = settings.NODE_NOT_READY_AFTER + 1
     time.sleep(3)  # 15 heartbeat intervals of 0.2 s
     # The console sees a silent node: NotReady, its pod Unknown…
-    run_monitor_cycle(now=timezone.now() + timedelta(seconds=outage))
+    run_node_monitor(now=timezone.now() + timedelta(seconds=outage))
     assert Node.objects.get(pk=node.pk).state == NodeState.NOT_READY
     assert pod_status(pod) == PodStatus.UNKNOWN
     # …while the worker keeps running and its lines wait in the on-disk journal.

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from agents.agent import Agent, AgentConfig
-from agents.gpuhealth import APPLICATION_XIDS, DOUBLE_BIT_ECC, XID_CRITICAL, judge_event
-from agents.gpus import GpuInfo, GpuSource, worker_gpu_usage
-from agents.models import GpuDevice, Node, WorkerGpuSample
+from agents.node.agent import Agent, AgentConfig
+from agents.node.gpuhealth import APPLICATION_XIDS, DOUBLE_BIT_ECC, XID_CRITICAL, judge_event
+from agents.node.gpus import GpuInfo, GpuSource, worker_gpu_usage
 from agents.tokens import issue_bootstrap_token
-from jobs.models import Pod
+from cluster.models import GpuDevice, Node
+from jobs.models import Pod, WorkerGpuSample
 from jobs.scheduler.cycle import load_snapshot
 from tests.agents.test_gpus_protocol import FakeNvml, device
 

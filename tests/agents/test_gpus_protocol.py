@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from agents.gpus import GpuSource, GpuSpecError, fake_gpus, gpu_type_from_name, parse_fake_spec
-from agents.protocol import (
+from agents.node.gpus import GpuSource, GpuSpecError, fake_gpus, gpu_type_from_name, parse_fake_spec
+from protocol.agent import (
     GpuReport,
     Heartbeat,
     HeartbeatReply,
@@ -263,7 +263,7 @@ def test_console_replies_tolerate_new_fields():
 def test_bad_command_lines_exit_2_with_a_clear_message(
     argv, message, tmp_path, caplog, monkeypatch
 ):
-    from agents.__main__ import main
+    from agents.node.__main__ import main
 
     monkeypatch.delenv("GPU_AGENT_SERVER", raising=False)
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2

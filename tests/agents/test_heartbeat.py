@@ -6,10 +6,10 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from agents.models import GpuDevice, Node, NodeState
-from agents.services import MISSING_GPU
+from cluster.actions import MISSING_GPU
+from cluster.models import GpuDevice, Node, NodeState
+from jobs.actions.stop import request_stop
 from jobs.models import Job, JobEvent, Pod
-from jobs.services import request_stop
 from jobs.statuses import JobStatus, PodStatus
 from tests.agents.conftest import exited, facts, gpu, heartbeat, post, register, running
 
@@ -341,7 +341,7 @@ PER_CHANGED_WORKER = 5
 def test_gpu_samples_are_stored_for_the_nodes_current_workers_only(
     client, job_factory, django_assert_num_queries
 ):
-    from agents.models import WorkerGpuSample
+    from jobs.models import WorkerGpuSample
 
     node, token = register(client)
     other, _ = register(client, "other")

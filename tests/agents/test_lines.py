@@ -1,4 +1,4 @@
-"""agents.lines: the same bytes give the same lines however they are chunked, which is what
+"""agents.node.lines: the same bytes give the same lines however they are chunked, which is what
 lets a restarted agent skip exactly the lines it already shipped."""
 
 import itertools
@@ -6,7 +6,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.lines import LineSplitter, split_chunks
+from agents.node.lines import LineSplitter, split_chunks
 
 MAX = 8  # a tiny limit so splits happen often
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from agents.client import TransportError
-from agents.logship import LogShipper
-from agents.protocol import LogAck, LogBatch
+from agents.node.client import TransportError
+from agents.node.logship import LogShipper
 from jobs.models import LogChunk, Pod
 from jobs.statuses import JobStatus, PodStatus
+from protocol.agent import LogAck, LogBatch
 from tests.agents.conftest import post, register
 
 pytestmark = pytest.mark.django_db
@@ -209,7 +209,7 @@ def test_a_restarted_shipper_resends_journaled_lines_in_order_once(env, tmp_path
 
 
 def test_the_journal_is_compacted_once_acknowledged(env, tmp_path, monkeypatch):
-    from agents import logship
+    from agents.node import logship
 
     _shipper, console, clock, pod = env
     monkeypatch.setattr(logship, "COMPACT_AFTER", 200)

@@ -6,10 +6,11 @@ import pytest
 import time_machine
 from django.db import connections
 
-from agents.models import Node, NodeState
-from agents.monitor import NODE_LOST, NOT_REACHABLE, run_monitor_cycle
+from agents.node_monitor import NOT_REACHABLE, run_node_monitor
+from cluster.models import Node, NodeState
+from jobs.actions.stop import request_stop
+from jobs.actions.workers import NODE_LOST
 from jobs.models import Job, JobEvent, Pod, PodDesired
-from jobs.services import request_stop
 from jobs.statuses import JobStatus, PodStatus
 from tests.agents.conftest import heartbeat, make_job, register, run_together, running
 
@@ -35,7 +36,7 @@ def _running_job(job_factory, nodes):
 def test_nothing_happens_before_the_deadline(live_node, job_factory):
     node, _ = live_node
     _running_job(job_factory, [node])
-    result = run_monitor_cycle(T0 + NOT_READY_AFTER)  # deadline < now is strict
+    result = run_node_monitor(T0 + NOT_READY_AFTER)  # deadline < now is strict
     assert result.not_ready == [] and result.lost == []
     assert Node.objects.get(pk=node.pk).state == NodeState.READY
 
@@ -46,7 +47,7 @@ def test_a_late_node_becomes_not_ready_and_its_workers_unknown(live_node, job_fa
     _, (starting,) = job_factory([node])
     _, (done,) = job_factory([node], pod_status=PodStatus.SUCCEEDED)
     with time_machine.travel(T0 + NOT_READY_AFTER + timedelta(seconds=1), tick=False):
-        result = run_monitor_cycle()
+        result = run_node_monitor()
     assert result.not_ready == [node.name] and result.pods_unknown == 2
     assert Node.objects.get(pk=node.pk).state == NodeState.NOT_READY
     for p in (pod, starting):
@@ -63,21 +64,21 @@ def test_a_node_without_a_deadline_is_not_judged(client, job_factory):
 
     node = make_node("static")  # created by an admin, never heartbeated
     _running_job(job_factory, [node])
-    assert run_monitor_cycle(T0 + LOST_AFTER * 10).not_ready == []
+    assert run_node_monitor(T0 + LOST_AFTER * 10).not_ready == []
     assert Node.objects.get(pk=node.pk).state == NodeState.READY
 
 
 def test_the_node_comes_back_and_its_workers_run_again(client, live_node, job_factory):
     node, token = live_node
     _job, (pod,) = _running_job(job_factory, [node])
-    run_monitor_cycle(T0 + timedelta(seconds=31))
+    run_node_monitor(T0 + timedelta(seconds=31))
     with time_machine.travel(T0 + timedelta(seconds=60), tick=False):
         assert heartbeat(client, token, workers=[running(pod)]).status_code == 200
     pod.refresh_from_db()
     assert pod.status == PodStatus.RUNNING
     assert Node.objects.get(pk=node.pk).state == NodeState.READY
     # And the next cycle leaves it alone (its new deadline is T0 + 90 s).
-    assert run_monitor_cycle(T0 + timedelta(seconds=61)).not_ready == []
+    assert run_node_monitor(T0 + timedelta(seconds=61)).not_ready == []
 
 
 def test_a_node_silent_past_the_lost_timeout_is_lost_and_the_job_fails(
@@ -86,11 +87,11 @@ def test_a_node_silent_past_the_lost_timeout_is_lost_and_the_job_fails(
     node, _ = live_node
     other, _ = register(client, "other")
     job, (pod, survivor) = _running_job(job_factory, [node, other])
-    run_monitor_cycle(T0 + timedelta(seconds=31))
+    run_node_monitor(T0 + timedelta(seconds=31))
     # Still NotReady, not yet lost.
-    assert run_monitor_cycle(T0 + LOST_AFTER).lost == []
+    assert run_node_monitor(T0 + LOST_AFTER).lost == []
     with time_machine.travel(T0 + LOST_AFTER + timedelta(seconds=1), tick=False):
-        result = run_monitor_cycle()
+        result = run_node_monitor()
     assert result.lost == [node.name]
     assert Node.objects.get(pk=node.pk).state == NodeState.LOST
     pod.refresh_from_db()
@@ -107,7 +108,7 @@ def test_a_node_silent_past_the_lost_timeout_is_lost_and_the_job_fails(
 def test_one_cycle_after_a_long_silence_goes_straight_to_lost(live_node, job_factory):
     node, _ = live_node
     job, (_pod,) = _running_job(job_factory, [node])
-    result = run_monitor_cycle(T0 + LOST_AFTER + timedelta(seconds=1))
+    result = run_node_monitor(T0 + LOST_AFTER + timedelta(seconds=1))
     assert (result.not_ready, result.lost) == ([node.name], [node.name])
     assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED
 
@@ -116,9 +117,9 @@ def test_two_monitor_runs_are_idempotent(live_node, job_factory):
     node, _ = live_node
     _job, (_pod,) = _running_job(job_factory, [node])
     now = T0 + LOST_AFTER + timedelta(seconds=5)
-    first = run_monitor_cycle(now)
+    first = run_node_monitor(now)
     events = list(JobEvent.objects.values_list("id", flat=True))
-    second = run_monitor_cycle(now)
+    second = run_node_monitor(now)
     assert first.lost == [node.name]
     assert (second.not_ready, second.lost, second.pods_unknown, second.pods_ended) == (
         [],
@@ -133,7 +134,7 @@ def test_a_stop_on_a_dead_node_ends_as_ordered(live_node, job_factory):
     node, _ = live_node
     job, (pod,) = _running_job(job_factory, [node])
     request_stop(job, reason="stopped by alice")
-    run_monitor_cycle(T0 + LOST_AFTER + timedelta(seconds=1))
+    run_node_monitor(T0 + LOST_AFTER + timedelta(seconds=1))
     pod.refresh_from_db()
     assert (pod.status, pod.status_reason) == (PodStatus.STOPPED, "stopped by alice")
     job.refresh_from_db()
@@ -145,7 +146,7 @@ def test_a_stop_ordered_after_the_node_was_lost_does_not_hang(live_node, job_fac
     job, (pod,) = _running_job(job_factory, [node])
     Node.objects.filter(pk=node.pk).update(state=NodeState.LOST)  # e.g. lost mid-stop
     request_stop(job, reason="stopped by alice")
-    result = run_monitor_cycle(T0 + timedelta(seconds=1))
+    result = run_node_monitor(T0 + timedelta(seconds=1))
     assert result.pods_ended == 1
     pod.refresh_from_db()
     assert pod.status == PodStatus.STOPPED
@@ -167,7 +168,7 @@ def test_two_monitors_at_once_act_once(researcher, workspace, quota):
         pod_status=PodStatus.RUNNING,
     )
     now = T0 + LOST_AFTER + timedelta(seconds=1)
-    results = run_together(lambda: run_monitor_cycle(now), lambda: run_monitor_cycle(now))
+    results = run_together(lambda: run_node_monitor(now), lambda: run_node_monitor(now))
     connections.close_all()
     assert [kind for kind, _ in results] == ["ok", "ok"], results
     assert sorted(len(r.lost) for _, r in results) == [0, 1]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agents.models import Node
+from cluster.models import Node
 from tests.agents.conftest import heartbeat, register
 
 pytestmark = pytest.mark.django_db
@@ -13,7 +13,7 @@ def test_an_admin_revokes_node_tokens_and_the_agent_is_refused(client, admin_cli
     other, other_token = register(client, "n2")
     assert heartbeat(client, token).status_code == 200
     response = admin_client.post(
-        "/admin/agents/node/",
+        "/admin/cluster/node/",
         {"action": "revoke_tokens", "_selected_action": [node.pk]},
         follow=True,
     )

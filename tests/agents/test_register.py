@@ -8,9 +8,10 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from agents.models import BootstrapToken, GpuDevice, Node, NodeState
+from accounts.tokens import digest_of
+from agents.models import BootstrapToken
 from agents.tokens import issue_bootstrap_token
-from console.tokens import digest_of
+from cluster.models import GpuDevice, Node, NodeState
 from tests.agents.conftest import facts, heartbeat, post, run_together
 
 pytestmark = pytest.mark.django_db

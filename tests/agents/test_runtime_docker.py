@@ -9,8 +9,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from agents.runtime import CHECKPOINT_ENV, PROGRESS_ENV, LaunchSpec
-from agents.runtime_docker import (
+from agents.node.runtimes.base import CHECKPOINT_ENV, PROGRESS_ENV, LaunchSpec
+from agents.node.runtimes.containers import (
     DockerOptions,
     DockerRuntime,
     UnsafeConfig,

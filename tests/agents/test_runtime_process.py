@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agents.runtime import LaunchSpec, injected_env, normalize_exit_code
-from agents.runtime_process import MAX_LINE_BYTES, ProcessRuntime, split_output
+from agents.node.runtimes.base import LaunchSpec, injected_env, normalize_exit_code
+from agents.node.runtimes.processes import MAX_LINE_BYTES, ProcessRuntime, split_output
 
 WAIT = 15.0  # bound on every wait; these finish in well under a second
 

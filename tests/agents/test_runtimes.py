@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from agents.runtime import LaunchSpec
-from agents.runtime_process import ProcessRuntime
+from agents.node.runtimes.base import LaunchSpec
+from agents.node.runtimes.processes import ProcessRuntime
 from tests.agents.conftest import TEST_IMAGE, remove_node_containers
 from tests.agents.test_runtime_process import Recorder
 
@@ -35,7 +35,7 @@ def make_runtime(kind, tmp_path, request):
                 tmp_path / "work", rec.on_line, rec.on_exit, base_env={"PATH": os.environ["PATH"]}
             )
         else:
-            from agents.runtime_docker import DockerOptions, DockerRuntime
+            from agents.node.runtimes.containers import DockerOptions, DockerRuntime
 
             (tmp_path / "ckpt").mkdir(exist_ok=True)
             opts = DockerOptions(node=node, checkpoint_root=tmp_path / "ckpt", gpus=False)
@@ -151,7 +151,7 @@ def test_a_restarted_runtime_adopts_a_running_worker_and_skips_shipped_lines(
     command = f"echo one; echo two; echo three; {wait_for_flag}; echo four; exit 6"
     extra = {}
     if kind == "docker":
-        from agents.runtime import CHECKPOINT_ENV
+        from agents.node.runtimes.base import CHECKPOINT_ENV
 
         extra["env"] = {CHECKPOINT_ENV: str(tmp_path / "ckpt" / "job-42")}
     first.launch(spec(kind, 7, command, **extra))

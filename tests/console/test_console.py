@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
+from accounts.models import ApiToken
+from accounts.tokens import matches, split_prefix
 from console.demo import ensure_demo_data
 from console.logfilters import QuietAgentRequests
 from console.loops import Loop
-from console.models import ApiToken
-from console.tokens import matches, split_prefix
 from quotas.models import Quota, Workspace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

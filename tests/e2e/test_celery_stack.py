@@ -123,7 +123,7 @@ def test_job_runs_through_gunicorn_celery_and_beat(tmp_path):
                 [
                     sys.executable,
                     "-m",
-                    "agents",
+                    "agents.node",
                     "--server",
                     url,
                     "--name",

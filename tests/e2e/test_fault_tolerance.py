@@ -204,7 +204,7 @@ def _agent_pid(console: RunningConsole) -> int:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"agents" in cmdline and str(console.var_dir).encode() in b" ".join(cmdline):
+        if b"agents.node" in cmdline and str(console.var_dir).encode() in b" ".join(cmdline):
             return int(entry.name)
     raise AssertionError("agent process not found")
 
@@ -267,7 +267,7 @@ def test_preemption_saves_on_sigterm_and_resumes_there(console, tmp_path):
         message="progress to step 14",
     )
     code = (
-        "from jobs.models import Job; from jobs.services import request_stop; "
+        "from jobs.models import Job; from jobs.actions.stop import request_stop; "
         "from jobs.statuses import Actor, JobStatus; "
         f"request_stop(Job.objects.get(pk={job['id']}), actor=Actor.SCHEDULER, "
         "final_status=JobStatus.PREEMPTED, reason='reclaimed by team-b for job b2')"
@@ -284,7 +284,10 @@ def test_preemption_saves_on_sigterm_and_resumes_there(console, tmp_path):
     done = wait_job(console, job["id"], lambda j: j["status"] in FINAL, timeout=60)
     assert done["status"] == "Completed", (done["status_reason"], done["events"])
     pairs = without_queue(transitions(done))
-    assert pairs[3:5] == [("Running", "Preempted"), ("Preempted", "Pending")]
+    assert pairs[3:5] == [("Running", "Preempted"), ("Preempted", "Pending")], (
+        pairs,
+        done["events"],
+    )
     (record,) = done["restarts"]
     assert record["kind"] == "preemption" and record["restarts_used"] == 0
     assert done["preemption_count"] == 1 and done["restart_count"] == 0

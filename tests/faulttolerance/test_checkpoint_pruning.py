@@ -8,12 +8,12 @@ import pytest
 import time_machine
 
 from agents import sdk
-from agents.progress import scan_checkpoints
-from agents.protocol import MAX_CHECKPOINTS_REPORTED
-from jobs.faulttolerance.reports import pruned_gone
+from agents.node.progress import scan_checkpoints
+from jobs.actions.progress import pruned_gone
+from jobs.actions.workers import apply_worker_state
 from jobs.models import Checkpoint, Job, Pod
-from jobs.podsync import apply_worker_state
 from jobs.statuses import JobStatus
+from protocol.agent import MAX_CHECKPOINTS_REPORTED
 from tests.agents.conftest import heartbeat, register
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

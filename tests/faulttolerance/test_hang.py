@@ -5,12 +5,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 
-from agents.models import GpuDevice
+from cluster.models import GpuDevice
+from jobs.actions.workers import apply_worker_state
 from jobs.faulttolerance import hang
 from jobs.faulttolerance.policy import FtConfig, HangAction
+from jobs.job_monitor import run_job_monitor
 from jobs.models import Job, Pod, PodDesired, RestartRecord
-from jobs.monitor import run_job_monitor
-from jobs.podsync import apply_worker_state
 from jobs.statuses import JobStatus, PodStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -110,7 +110,7 @@ def test_two_monitors_act_once(ft_job, node):
 
 def test_a_stale_claim_does_nothing(ft_job, node):
     """The deadline moved (progress arrived) after the monitor read it: its claim fails."""
-    from jobs.monitor import JobMonitorResult, _act_on_hang
+    from jobs.job_monitor import JobMonitorResult, _act_on_hang
 
     job, _ = ft_job([node], ft=HANG, hang_deadline=T0 + timedelta(seconds=600))
     result = JobMonitorResult()
@@ -124,7 +124,7 @@ def test_an_error_pushes_the_deadline_forward(ft_job, node, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("bad row")
 
-    monkeypatch.setattr("jobs.monitor.handle_hang", boom)
+    monkeypatch.setattr("jobs.job_monitor.handle_hang", boom)
     with time_machine.travel(T0 + timedelta(seconds=1), tick=False):
         run_job_monitor()
     job.refresh_from_db()

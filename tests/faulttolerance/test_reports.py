@@ -9,7 +9,7 @@ import pytest
 import time_machine
 
 from agents import sdk
-from agents.progress import BadCheckpointDir, checkpoint_dir, read_progress, scan_checkpoints
+from agents.node.progress import BadCheckpointDir, checkpoint_dir, read_progress, scan_checkpoints
 from jobs.faulttolerance.policy import FtConfig
 from jobs.models import Checkpoint, Job, LogChunk, Pod, PodDesired
 from jobs.statuses import JobStatus, PodStatus
@@ -67,7 +67,7 @@ def test_checkpoints_of_the_current_attempt_are_recorded_once(client, ft_job):
 def test_a_checkpoint_saved_on_sigterm_is_known_before_the_restart(client, ft_job):
     node, token = register(client)
     job, (pod,) = ft_job([node])
-    from jobs.services import request_stop
+    from jobs.actions.stop import request_stop
     from jobs.statuses import Actor
 
     request_stop(job, actor=Actor.SCHEDULER, final_status=JobStatus.PREEMPTED, reason="reclaimed")
@@ -100,7 +100,7 @@ def test_stale_workers_are_fenced(client, ft_job):
 
 
 def test_workers_ordered_away_for_a_restart_are_not_heard(ft_job, node):
-    from jobs.faulttolerance.reports import may_report
+    from jobs.actions.progress import may_report
 
     job, (pod,) = ft_job([node])
     pod.job = job

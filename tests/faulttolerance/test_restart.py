@@ -1,17 +1,17 @@
 """The fault-tolerance shell: worker exits, preemption and lost nodes through the real pod
-reconciler (jobs.podsync), the node monitor and the scheduler cycle."""
+reconciler (jobs.actions.workers), the node monitor and the scheduler cycle."""
 
 from datetime import UTC, datetime, timedelta
 
 import time_machine
 
-from agents.models import Node, NodeState
-from agents.monitor import run_monitor_cycle
+from agents.node_monitor import run_node_monitor
+from cluster.models import Node, NodeState
+from jobs.actions.stop import request_stop
+from jobs.actions.workers import apply_worker_state
 from jobs.faulttolerance.policy import FtConfig, RunType
 from jobs.models import Checkpoint, Job, Pod, PodDesired, RestartRecord
-from jobs.podsync import apply_worker_state
 from jobs.scheduler.cycle import run_cycle
-from jobs.services import request_stop
 from jobs.statuses import Actor, JobStatus, PodStatus
 from tests.conftest import make_node
 
@@ -167,14 +167,14 @@ def test_a_lost_node_restarts_the_job_as_a_new_attempt(ft_job, settings):
     job, (p0, p1) = ft_job([a, b], restart_count=3)
     _silence(a, T0)
     with time_machine.travel(T0 + timedelta(seconds=5), tick=False):
-        run_monitor_cycle()
+        run_node_monitor()
         job.refresh_from_db()
         # A lost connection is not a dead process: Unknown, the job keeps its status.
         assert Pod.objects.get(pk=p0.pk).status == PodStatus.UNKNOWN
         assert job.status == JobStatus.RUNNING
     with time_machine.travel(T0 + timedelta(seconds=61), tick=False):
         Node.objects.filter(pk=b.pk).update(heartbeat_deadline=T0 + timedelta(hours=1))
-        run_monitor_cycle()
+        run_node_monitor()
     job.refresh_from_db()
     assert Pod.objects.get(pk=p0.pk).status == PodStatus.LOST
     assert job.status == JobStatus.PENDING and job.attempt == 2
@@ -189,9 +189,9 @@ def test_a_lost_node_without_fault_tolerance_fails_the_job(ft_job, settings, nod
     job, _ = ft_job([node], ft=FtConfig(enabled=False))
     _silence(node, T0)
     with time_machine.travel(T0 + timedelta(seconds=5), tick=False):
-        run_monitor_cycle()
+        run_node_monitor()
     with time_machine.travel(T0 + timedelta(seconds=61), tick=False):
-        run_monitor_cycle()
+        run_node_monitor()
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "node lost" in job.status_reason
 
@@ -221,8 +221,8 @@ def test_a_lost_worker_of_an_asynchronous_job_restarts_the_whole_job(ft_job, set
     job, _ = ft_job([node], ft=FtConfig(enabled=True, run_type=RunType.ASYNCHRONOUS))
     _silence(node, T0)
     with time_machine.travel(T0 + timedelta(seconds=5), tick=False):
-        run_monitor_cycle()
+        run_node_monitor()
     with time_machine.travel(T0 + timedelta(seconds=61), tick=False):
-        run_monitor_cycle()
+        run_node_monitor()
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING and job.node_loss_count == 1

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 
+from jobs.actions.workers import apply_worker_state
 from jobs.api import _job_with_pods
 from jobs.faulttolerance.policy import FtConfig, RunType
 from jobs.models import Job, Pod, RestartRecord
-from jobs.podsync import apply_worker_state
 from jobs.scheduler.cycle import load_snapshot, run_cycle
 from jobs.serializers import job_json
 from jobs.statuses import JobStatus, PodStatus

@@ -1,8 +1,8 @@
-"""podsync.derive_job_transitions: the job status follows its workers (pure table)."""
+"""jobs.derive.derive_job_transitions: the job status follows its workers (pure table)."""
 
 import pytest
 
-from jobs.podsync import JobChange, PodView, derive_job_transitions
+from jobs.derive import JobChange, PodView, derive_job_transitions
 from jobs.statuses import JobStatus, PodStatus
 
 S, P = JobStatus, PodStatus

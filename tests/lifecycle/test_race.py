@@ -9,9 +9,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 
-from jobs.lifecycle import TransitionConflict, transition
+from jobs.actions.stop import request_stop
+from jobs.actions.transitions import TransitionConflict, transition
 from jobs.models import Job, JobEvent
-from jobs.services import request_stop
 from jobs.statuses import Actor, JobStatus
 from tests.scheduler.threads import run_together
 

@@ -7,7 +7,7 @@ import time_machine
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from jobs.lifecycle import IllegalTransition, TransitionConflict, transition
+from jobs.actions.transitions import IllegalTransition, TransitionConflict, transition
 from jobs.models import Job, JobEvent
 from jobs.statuses import ALLOWED_TRANSITIONS, FINAL_JOB_STATUSES, Actor, JobStatus
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from jobs.actions.submit import JobSpec, create_job
 from jobs.models import Job, Pod
-from jobs.services import JobSpec, create_job
 from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
 
 

@@ -13,9 +13,9 @@ from django.conf import settings as django_settings
 from django.db.models import Sum
 
 import jobs.scheduler.cycle as cycle_module
+from jobs.actions.stop import request_stop
 from jobs.models import Job, JobEvent, Pod, PodDesired
 from jobs.scheduler.cycle import run_cycle
-from jobs.services import request_stop
 from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
 from quotas.models import Quota
 from tests.conftest import make_node
@@ -148,7 +148,7 @@ def test_stop_committed_while_the_cycle_plans_wins(quota, researcher, workspace,
 def test_two_cycles_at_once_borrow_and_reclaim_without_double_booking(
     quota, other_quota, researcher, outsider, workspace, other_workspace
 ):
-    from jobs.podsync import apply_worker_state
+    from jobs.actions.workers import apply_worker_state
     from jobs.statuses import IdleResources
 
     make_node("node-0")

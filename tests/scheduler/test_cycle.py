@@ -5,11 +5,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import jobs.scheduler.cycle as cycle_module
-from agents.models import GpuDevice, NodeState
-from jobs.lifecycle import transition
+from cluster.models import GpuDevice, NodeState
+from jobs.actions.stop import request_stop
+from jobs.actions.transitions import transition
 from jobs.models import Job, JobEvent, Pod
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.services import request_stop
 from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
 from quotas.models import Quota
 from tests.conftest import make_node
@@ -227,7 +227,7 @@ def test_cycle_query_count_does_not_grow_with_the_queue(submit, node, django_ass
 def test_submit_and_finish_trigger_a_cycle(
     submit, node, django_capture_on_commit_callbacks, settings
 ):
-    from jobs.podsync import apply_worker_state
+    from jobs.actions.workers import apply_worker_state
 
     settings.CONSOLE_LOOPS = "eager"  # triggers run the cycle right after commit
 

@@ -1,7 +1,7 @@
 """run_cycle with idle resources: borrowing, reclaim through request_stop, no double booking."""
 
+from jobs.actions.workers import apply_worker_state
 from jobs.models import Job, JobEvent, Pod, PodDesired
-from jobs.podsync import apply_worker_state
 from jobs.scheduler.cycle import run_cycle
 from jobs.statuses import IdleResources, JobStatus, PodStatus
 from quotas.models import PreemptionPolicy, Quota

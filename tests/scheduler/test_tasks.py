@@ -1,12 +1,16 @@
 """Celery tasks run the real code path (`.apply()` executes the task locally, no broker)."""
 
 import json
-import sys
-import types
+from datetime import timedelta
 
+from django.utils import timezone
+
+from agents.tasks import node_monitor_tick
+from cluster.models import Node, NodeState
 from console.celery import app
+from jobs.models import Job
 from jobs.statuses import JobStatus
-from jobs.tasks import monitor_tick, schedule_tick
+from jobs.tasks import job_monitor_tick, schedule_tick
 
 
 def test_schedule_tick_runs_a_cycle(submit, node):
@@ -25,23 +29,45 @@ def test_schedule_tick_takes_no_arguments():
     assert schedule_tick.apply(args=(1,)).failed()
 
 
-def test_monitor_tick_calls_the_monitor_when_installed(db, monkeypatch):
-    calls = []
-    fake = types.ModuleType("agents.monitor")
-    fake.run_monitor_cycle = lambda: calls.append("ran")
-    monkeypatch.setitem(sys.modules, "agents.monitor", fake)
-    assert monitor_tick.apply().get() == {"ran": True}
-    assert calls == ["ran"]
+def test_job_monitor_tick_runs_the_real_job_monitor(submit, node):
+    """A job past its max runtime is terminated by the task, through the real monitor."""
+    job = submit(gpus=1, max_runtime_seconds=60)
+    schedule_tick.apply()
+    job.refresh_from_db()
+    assert job.status == JobStatus.STARTING
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(seconds=61))
+    summary = json.loads(json.dumps(job_monitor_tick.apply().get()))
+    assert summary["terminated"] == [job.id]
+    job.refresh_from_db()
+    assert job.stop_final_status == JobStatus.TERMINATED
 
 
-def test_monitor_tick_without_a_monitor_is_a_no_op(db, monkeypatch):
-    monkeypatch.setitem(sys.modules, "agents.monitor", None)  # import fails as if absent
-    assert monitor_tick.apply().get() == {"ran": False}
+def test_node_monitor_tick_runs_the_real_node_monitor(node):
+    """A node whose heartbeat deadline passed becomes NotReady through the task."""
+    Node.objects.filter(pk=node.pk).update(heartbeat_deadline=timezone.now() - timedelta(seconds=1))
+    summary = json.loads(json.dumps(node_monitor_tick.apply().get()))
+    assert summary["not_ready"] == [node.name]
+    node.refresh_from_db()
+    assert node.state == NodeState.NOT_READY
 
 
-def test_beat_schedules_both_ticks(settings):
+def test_one_monitor_failing_does_not_skip_the_other(node, monkeypatch):
+    """Separate tasks: an exception in the job monitor leaves the node monitor's run alone."""
+    import jobs.job_monitor
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("job monitor bug")
+
+    monkeypatch.setattr(jobs.job_monitor, "check_hangs", broken)
+    Node.objects.filter(pk=node.pk).update(heartbeat_deadline=timezone.now() - timedelta(seconds=1))
+    assert job_monitor_tick.apply().failed()
+    assert node_monitor_tick.apply().get()["not_ready"] == [node.name]
+
+
+def test_beat_schedules_every_tick(settings):
     schedule = app.conf.beat_schedule
     assert schedule["jobs.schedule_tick"]["schedule"] == settings.SCHEDULER_INTERVAL
-    assert schedule["jobs.monitor_tick"]["schedule"] == settings.MONITOR_INTERVAL
+    assert schedule["jobs.job_monitor_tick"]["schedule"] == settings.MONITOR_INTERVAL
+    assert schedule["agents.node_monitor_tick"]["schedule"] == settings.MONITOR_INTERVAL
     # A tick that waited a whole interval is dropped: the next one does the same work.
     assert schedule["jobs.schedule_tick"]["options"]["expires"] == settings.SCHEDULER_INTERVAL

@@ -5,9 +5,9 @@ from html.parser import HTMLParser
 import pytest
 from django.test import Client
 
-from jobs.lifecycle import transition
+from jobs.actions.submit import JobSpec, create_job
+from jobs.actions.transitions import transition
 from jobs.models import Job, LogChunk, Pod
-from jobs.services import JobSpec, create_job
 from jobs.statuses import Actor, JobStatus, PodStatus
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

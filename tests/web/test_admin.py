@@ -9,9 +9,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from agents.models import BootstrapToken, Node
-from console.models import ApiToken
-from console.tokens import digest_of
+from accounts.actions import issue_api_token
+from accounts.models import ApiToken
+from accounts.tokens import digest_of
+from agents.models import BootstrapToken
+from cluster.models import Node
 from jobs.models import Job
 from jobs.statuses import JobStatus
 from quotas.models import Quota, ResourceType
@@ -36,7 +38,7 @@ def _changelist(model) -> str:
 )
 def test_every_changelist_loads(admin_client_, job, node, model):
     place(job, node)
-    ApiToken.issue(job.owner)
+    issue_api_token(job.owner)
     assert admin_client_.get(_changelist(model)).status_code == 200
 
 
@@ -46,10 +48,10 @@ def test_our_models_are_registered():
         "quotas.Tenant",
         "quotas.Workspace",
         "quotas.Quota",
-        "agents.Node",
+        "cluster.Node",
         "agents.BootstrapToken",
         "jobs.Job",
-        "console.ApiToken",
+        "accounts.ApiToken",
     } <= registered
 
 
@@ -61,7 +63,7 @@ def test_change_pages_with_inlines_load(admin_client_, job, node, workspace):
         assert response.status_code == 200, model
     html = admin_client_.get(reverse("admin:jobs_job_change", args=[job.pk])).text
     assert "submitted" in html  # the events inline
-    node_html = admin_client_.get(reverse("admin:agents_node_change", args=[node.pk])).text
+    node_html = admin_client_.get(reverse("admin:cluster_node_change", args=[node.pk])).text
     assert "GPU-node-0-7" in node_html  # the devices inline
 
 
@@ -168,7 +170,7 @@ def test_revoke_actions(admin_client_, researcher):
     from agents.tokens import issue_bootstrap_token
 
     boot, _ = issue_bootstrap_token(researcher, "n")
-    api_token, _ = ApiToken.issue(researcher)
+    api_token, _ = issue_api_token(researcher)
     admin_client_.post(
         _changelist(BootstrapToken), {"action": "revoke", "_selected_action": [boot.pk]}
     )

@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import ApiToken
-from jobs.lifecycle import transition
+from accounts.actions import issue_api_token
+from jobs.actions.transitions import transition
 from jobs.models import Job, Pod
 from jobs.statuses import Actor, JobStatus, PodStatus
 from tests.conftest import make_node
@@ -26,7 +26,7 @@ JOB_ENDPOINTS = [
 
 
 def _client(user) -> Client:
-    _, plain = ApiToken.issue(user)
+    _, plain = issue_api_token(user)
     return Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
 
 
@@ -62,14 +62,14 @@ def test_missing_or_bad_token_is_401(db, job, header):
 
 
 def test_right_prefix_wrong_secret_is_401(db, researcher):
-    _token, plain = ApiToken.issue(researcher)
+    _token, plain = issue_api_token(researcher)
     forged = plain[:-4] + ("aaaa" if not plain.endswith("aaaa") else "bbbb")
     response = Client(HTTP_AUTHORIZATION=f"Bearer {forged}").get(reverse("api-jobs"))
     _error(response, 401, "not_authenticated")
 
 
 def test_revoked_token_is_401(db, researcher):
-    token, plain = ApiToken.issue(researcher)
+    token, plain = issue_api_token(researcher)
     token.revoked_at = timezone.now()
     token.save()
     response = Client(HTTP_AUTHORIZATION=f"Bearer {plain}").get(reverse("api-jobs"))
@@ -86,7 +86,7 @@ def test_anonymous_job_endpoints_are_401(client, job, method, name):
 
 
 def test_last_used_is_written_at_most_once_a_minute(db, researcher):
-    token, plain = ApiToken.issue(researcher)
+    token, plain = issue_api_token(researcher)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
     start = timezone.now()
     with time_machine.travel(start, tick=False) as clock:

@@ -8,7 +8,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from agents.models import NodeState
+from cluster.models import NodeState
 from jobs.models import Job
 from quotas.models import Workspace
 from tests.conftest import make_node

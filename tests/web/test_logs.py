@@ -110,7 +110,7 @@ def test_follower_stops_with_286_once_final_and_settled(member_client, job, node
     pod = place(job, node)[0]
     add_log(pod, 0, ["only line"])
     Pod.objects.filter(pk=pod.pk).update(status="Succeeded", exit_code=0)
-    from jobs.lifecycle import transition
+    from jobs.actions.transitions import transition
     from jobs.statuses import Actor
 
     with time_machine.travel(timezone.now(), tick=False) as clock:

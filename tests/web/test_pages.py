@@ -8,8 +8,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from jobs.actions.transitions import transition
 from jobs.display import STOPPING
-from jobs.lifecycle import transition
 from jobs.models import Job, Pod, PodDesired
 from jobs.statuses import Actor, JobStatus, PodStatus
 from tests.conftest import make_node

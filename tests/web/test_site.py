@@ -6,8 +6,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console.models import ApiToken
-from console.tokens import digest_of
+from accounts.actions import issue_api_token
+from accounts.models import ApiToken
+from accounts.tokens import digest_of
 
 
 def test_login_page_and_login(db, researcher):
@@ -61,8 +62,8 @@ def test_rotating_revokes_the_previous_token(member_client, researcher, api_toke
 
 
 def test_revoke_only_own_tokens(member_client, researcher, outsider):
-    mine, _ = ApiToken.issue(researcher)
-    theirs, _ = ApiToken.issue(outsider)
+    mine, _ = issue_api_token(researcher)
+    theirs, _ = issue_api_token(outsider)
     member_client.post(reverse("api-token"), {"action": "revoke", "token": str(theirs.pk)})
     theirs.refresh_from_db()
     assert theirs.revoked_at is None

@@ -92,7 +92,7 @@ class Command(BaseCommand):
         command = [
             sys.executable,
             "-m",
-            "agents",
+            "agents.node",
             "--server",
             url,
             "--name",

@@ -1,0 +1,42 @@
+"""Every write to accounts: issuing, rotating and revoking researchers' API tokens."""
+
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import ApiToken
+from accounts.tokens import make_token
+
+
+def issue_api_token(user, name: str = "default") -> tuple[ApiToken, str]:
+    """A new token for `user`; returns the row and the plain token (show it once)."""
+    new = make_token(ApiToken.KIND)
+    token = ApiToken.objects.create(user=user, name=name, prefix=new.prefix, digest=new.digest)
+    return token, new.plain
+
+
+def rotate_api_token(user, now: datetime | None = None) -> tuple[ApiToken, str]:
+    """Replace every live token of `user` with a new one. Locking the user row serialises
+    two rotations, so exactly one token stays live."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=now)
+        return issue_api_token(user)
+
+
+def revoke_api_tokens(tokens, now: datetime | None = None) -> int:
+    """Revoke the live tokens of a queryset; returns how many were revoked."""
+    return tokens.filter(revoked_at__isnull=True).update(revoked_at=now or timezone.now())
+
+
+def touch_last_used(token: ApiToken, now: datetime, resolution) -> None:
+    """Note a token's use at most once per `resolution` (a conditional update: concurrent
+    requests write it once)."""
+    from django.db.models import Q
+
+    ApiToken.objects.filter(pk=token.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lte=now - resolution)
+    ).update(last_used_at=now)

@@ -1,0 +1,125 @@
+"""Bearer-token authentication and the error shape of the researcher API (/api/v1/).
+
+Every error, from any endpoint, is `{"error": {"code", "message", "field"}}` with a stable
+machine code. Tokens are looked up by their prefix and compared by digest in constant time
+(accounts.tokens); the plain token is never stored.
+"""
+
+from collections.abc import Callable
+from datetime import timedelta
+from functools import wraps
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from accounts.actions import touch_last_used
+from accounts.models import ApiToken
+from accounts.tokens import matches, split_prefix
+
+# Writing last_used_at on every call would turn each read into a write; a minute is precise
+# enough to tell whether a token is in use.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class ApiError(Exception):
+    """Raised anywhere inside an API view; rendered as the standard error body."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        fields: dict[str, list[str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.fields = fields
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    fields: dict[str, list[str]] | None = None,
+) -> JsonResponse:
+    body: dict[str, Any] = {"code": code, "message": message, "field": field}
+    if fields is not None:
+        body["fields"] = fields
+    return JsonResponse({"error": body}, status=status)
+
+
+def authenticate_token(header: str) -> ApiToken | None:
+    """The live token named by an `Authorization: Bearer …` header, or None."""
+    scheme, _, plain = header.partition(" ")
+    plain = plain.strip()
+    if scheme.lower() != "bearer" or not plain:
+        return None
+    prefix = split_prefix(plain, ApiToken.KIND)
+    if prefix is None:
+        return None
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(prefix=prefix, revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if token is None or not matches(plain, token.digest):
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        touch_last_used(token, now, LAST_USED_RESOLUTION)
+        token.last_used_at = now
+    return token
+
+
+def api_view(methods: list[str]) -> Callable:
+    """Decorate a function view of the researcher API.
+
+    Authenticates the bearer token (401), enforces the method (405), turns ApiError and
+    Http404 into the standard error body. CSRF does not apply: no cookies are accepted.
+    """
+    allowed = [m.upper() for m in methods]
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @csrf_exempt
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            token = authenticate_token(request.headers.get("Authorization", ""))
+            if token is None:
+                response = error_response(
+                    401, "not_authenticated", "Send a valid API token as 'Authorization: Bearer …'."
+                )
+                response["WWW-Authenticate"] = 'Bearer realm="api"'
+                return response
+            if request.method not in allowed:
+                response = error_response(
+                    405, "method_not_allowed", f"Use {' or '.join(allowed)} here."
+                )
+                response["Allow"] = ", ".join(allowed)
+                return response
+            request.user = token.user
+            try:
+                return view(request, *args, **kwargs)
+            except ApiError as exc:
+                return error_response(exc.status, exc.code, exc.message, exc.field, exc.fields)
+            except Http404:
+                return error_response(404, "not_found", "No such object.")
+            except RequestDataTooBig:
+                return error_response(413, "too_large", "The request body is too large.")
+
+        return wrapper
+
+    return decorator
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, *args, **kwargs) -> JsonResponse:
+    """Unknown API paths answer in the API's error shape, not with an HTML page."""
+    return error_response(404, "not_found", f"No API endpoint at {request.path}.")

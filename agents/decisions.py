@@ -1,0 +1,104 @@
+"""What the console concludes from an agent's reports (pure, over plain values).
+
+`judge_report`: what one worker report means for the pod it names (start, exit, touch,
+ignore, fence). `desired_state`: what a node should run and stop. `new_log_lines`: the part
+of a log batch not stored yet. The shell that reads and writes is `agents.actions`.
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from jobs.models import Pod, PodDesired
+from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
+from protocol.agent import StopOrder, WorkerReport
+
+
+class Verdict(StrEnum):
+    START = "start"  # Starting/Unknown → Running
+    EXIT = "exit"  # live pod → final status
+    TOUCH = "touch"  # still running as known: just note the report time
+    IGNORE = "ignore"  # nothing to do (e.g. a re-sent exit of a final pod)
+    FENCE = "fence"  # a worker that must not run: order it stopped
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    node_id: int | None
+    attempt: int
+    status: str
+
+
+def judge_report(node_id: int, pod: PodFacts | None, report: WorkerReport) -> tuple[Verdict, str]:
+    """What a worker report means for the pod it names (pure). A node may only speak for its
+    own pods and their current attempt; anything else it still runs is fenced."""
+    running = report.state == "running"
+    if pod is None:
+        return (Verdict.FENCE, "unknown pod") if running else (Verdict.IGNORE, "")
+    if pod.node_id != node_id:
+        return (
+            (Verdict.FENCE, "pod is not placed on this node")
+            if running
+            else (
+                Verdict.IGNORE,
+                "",
+            )
+        )
+    if report.attempt != pod.attempt:
+        return (
+            (Verdict.FENCE, f"stale attempt {report.attempt}")
+            if running
+            else (
+                Verdict.IGNORE,
+                "",
+            )
+        )
+    active = pod.status in ACTIVE_POD_STATUSES
+    if running:
+        if pod.status in (PodStatus.STARTING, PodStatus.UNKNOWN):
+            return Verdict.START, ""
+        if pod.status == PodStatus.RUNNING:
+            return Verdict.TOUCH, ""
+        return Verdict.FENCE, f"the worker is already {pod.status}"
+    return (Verdict.EXIT, "") if active else (Verdict.IGNORE, "")
+
+
+def desired_state(
+    node_id: int, pods: Iterable[Pod], fenced: dict[int, StopOrder]
+) -> tuple[list[Pod], list[StopOrder]]:
+    """The pods this node should run and the workers it should stop (pure over rows)."""
+    run: list[Pod] = []
+    stop: dict[int, StopOrder] = dict(fenced)
+    for pod in pods:
+        if pod.node_id != node_id or pod.status not in ACTIVE_POD_STATUSES:
+            continue
+        if pod.desired == PodDesired.RUN:
+            run.append(pod)
+        else:
+            stop[pod.pk] = StopOrder(
+                pod_id=pod.pk,
+                attempt=pod.attempt,
+                grace_seconds=pod.stop_grace_seconds,
+                reason=pod.stop_reason,
+            )
+    run.sort(key=lambda p: (p.job_id, p.rank))
+    return run, [stop[k] for k in sorted(stop)]
+
+
+def new_log_lines(next_seq: int, first_seq: int, lines: Sequence[str]) -> Sequence[str]:
+    """The part of a batch the console does not have yet (pure). A batch that starts past
+    `next_seq` would leave a gap: none of it is taken, and the ack tells the agent where to
+    resume. A re-sent batch contributes only its unseen tail."""
+    if first_seq > next_seq:
+        return ()
+    return lines[next_seq - first_seq :]
+
+
+def log_reject_reason(node_id: int, pod: Pod | None, attempt: int) -> str:
+    if pod is None:
+        return "unknown pod"
+    if pod.node_id != node_id:
+        return "pod is not placed on this node"
+    if pod.attempt != attempt:
+        return f"stale attempt {attempt}; the pod is attempt {pod.attempt}"
+    return ""

@@ -1,0 +1,161 @@
+"""`python -m agents` / `gpu-agent`: run the node agent.
+
+    gpu-agent --server http://127.0.0.1:8000 --bootstrap-token gqb_… --name node-0 \\
+        --state-dir /var/lib/gpu-agent --runtime process --fake-gpus 8xH200
+
+The bootstrap token is needed only for the first start (the node's own token is then kept
+in the state dir); it may come from GPU_AGENT_BOOTSTRAP_TOKEN so it stays out of `ps`.
+SIGTERM or SIGINT stops the workers gracefully, ships their last logs and exits 0.
+"""
+
+import argparse
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from agents.node.agent import Agent, AgentConfig, AgentConfigError
+from agents.node.gpus import GpuSpecError, parse_fake_spec
+
+log = logging.getLogger("agents")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpu-agent", description="GPU node agent for the console")
+    p.add_argument(
+        "--server",
+        default=os.environ.get("GPU_AGENT_SERVER"),
+        help="console URL, e.g. https://console.example.com (env GPU_AGENT_SERVER)",
+    )
+    p.add_argument(
+        "--bootstrap-token",
+        default=os.environ.get("GPU_AGENT_BOOTSTRAP_TOKEN"),
+        help="bootstrap token for the first registration (env GPU_AGENT_BOOTSTRAP_TOKEN)",
+    )
+    p.add_argument("--name", default=socket.gethostname(), help="node name (default: hostname)")
+    p.add_argument(
+        "--state-dir",
+        default=os.environ.get("GPU_AGENT_STATE_DIR", "/var/lib/gpu-agent"),
+        help="where the node token and worker records live (env GPU_AGENT_STATE_DIR)",
+    )
+    p.add_argument(
+        "--runtime",
+        choices=["process", "docker"],
+        default="docker",
+        help="how workers run; 'process' runs them as local processes (never on shared nodes)",
+    )
+    p.add_argument("--fake-gpus", metavar="NxTYPE", help="report fake GPUs, e.g. 8xH200")
+    p.add_argument("--resource-type", choices=["General-purpose", "Lingjun"], default="Lingjun")
+    p.add_argument("--cpus", type=_non_negative_int, help="CPUs to offer (default: all)")
+    p.add_argument("--memory-gb", type=_non_negative_int, help="memory to offer (default: all)")
+    p.add_argument(
+        "--heartbeat-interval",
+        type=_positive_float,
+        help="seconds between heartbeats (default: what the console says)",
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=_positive_float,
+        default=10.0,
+        help="seconds workers get after SIGTERM when the agent itself stops (default 10)",
+    )
+    p.add_argument(
+        "--docker-url",
+        default=os.environ.get("DOCKER_HOST"),
+        help="Docker Engine API URL (env DOCKER_HOST; default the local socket)",
+    )
+    p.add_argument(
+        "--docker-gpus",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="attach GPUs to containers by device request (auto: when the engine has the "
+        "NVIDIA runtime)",
+    )
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    if not args.server:
+        raise AgentConfigError("--server (or GPU_AGENT_SERVER) is required")
+    if not args.server.startswith(("http://", "https://")):
+        raise AgentConfigError(f"--server must be an http(s) URL, got {args.server!r}")
+    if not _NAME.match(args.name):
+        raise AgentConfigError(
+            f"--name must be letters, digits, '.', '_' or '-' (max 200), got {args.name!r}"
+        )
+    if args.fake_gpus is not None:
+        try:
+            parse_fake_spec(args.fake_gpus)
+        except GpuSpecError as exc:
+            raise AgentConfigError(f"--fake-gpus: {exc}") from None
+    return AgentConfig(
+        server=args.server.rstrip("/"),
+        name=args.name,
+        state_dir=Path(args.state_dir),
+        runtime=args.runtime,
+        bootstrap_token=args.bootstrap_token or None,
+        fake_gpus=args.fake_gpus,
+        resource_type=args.resource_type,
+        cpus=args.cpus,
+        memory_gb=args.memory_gb,
+        heartbeat_interval=args.heartbeat_interval,
+        shutdown_grace=args.shutdown_grace,
+        docker_url=args.docker_url,
+        docker_gpus=args.docker_gpus,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = threading.Event()
+    try:
+        config = config_from_args(args)
+        agent = Agent(config, stop=stop)
+    except AgentConfigError as exc:
+        log.error("%s", exc)
+        return 2
+
+    def on_signal(signum, _frame) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+        agent.wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""Log shipping: per-worker sequence numbers, batches, resend until acknowledged (DESIGN §7).
+
+Every line gets the next sequence number of its worker, starting at the console's
+`log_next_seq` for that pod. Unacknowledged lines stay buffered and are re-sent from the
+first unacknowledged one; the console stores each sequence once, so re-sending is safe.
+A batch goes out when a worker has MAX_LINES pending lines or its oldest pending line is
+FLUSH_AFTER seconds old (or at once when the worker has exited).
+
+The buffer is bounded per worker, and so is each worker's rate (a token bucket of lines).
+Lines over either limit are counted and dropped, and a marker line saying how many were
+lost and why takes their place once there is room: truncation is explicit, and sequence
+numbers stay contiguous, so the console never waits for a gap.
+
+With a journal dir (the agent's state dir), every buffered line is also appended to a
+per-worker journal file before it can be sent: `[seq, source lines read so far, text]`,
+after a header `{"base", "src"}`. While the console is unreachable the lines wait there
+(bounded by the same limit), and an agent restarted after `kill -9` reloads them, re-sends
+them in order and resumes reading the worker's output after the last journaled source line
+(agents.node.runtimes.base): no line is lost or repeated. Acknowledged lines are compacted away.
+"""
+
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.agent import MAX_LINES_PER_BATCH, LogAck, LogBatch, LogLines
+
+log = logging.getLogger(__name__)
+
+MAX_LINES = MAX_LINES_PER_BATCH
+FLUSH_AFTER = 1.0
+MAX_REQUEST_BYTES = 1024 * 1024  # well under the console's 2.5 MB request limit
+MAX_BUFFERED_BYTES = 64 * 1024 * 1024  # per worker, in memory and in its journal
+RATE_LINES = 5000.0  # per worker and second, sustained…
+RATE_BURST = 50_000.0  # …after a burst of this many lines
+COMPACT_AFTER = 4 * 1024 * 1024  # rewrite a journal once this much of it is acknowledged
+_JOURNAL = re.compile(r"^(\d+)-(\d+)\.jsonl$")
+
+
+def _json_size(line: str) -> int:
+    return len(json.dumps(line, ensure_ascii=False).encode()) + 1
+
+
+@dataclass
+class _Stream:
+    pod_id: int
+    attempt: int
+    base: int  # sequence number of lines[0]
+    limit: int  # buffered bytes
+    rate: float = RATE_LINES
+    burst: float = RATE_BURST
+    lines: deque = field(default_factory=deque)  # (text, json size, source count)
+    size: int = 0
+    src: int = 0  # the worker's own output lines read so far (dropped ones included)
+    base_src: int = 0  # source lines read when line `base` was the next one
+    dropped: int = 0
+    dropped_why: str = ""
+    tokens: float | None = None
+    refilled: float = 0.0
+    pending_since: float | None = None  # when the oldest unacknowledged line arrived
+    closed: bool = False
+    journal: Path | None = None
+    _file: object = None
+    _acked_bytes: int = 0
+
+    @property
+    def next_seq(self) -> int:
+        return self.base + len(self.lines)
+
+    def _refill(self, now: float) -> None:
+        if self.tokens is None:
+            self.tokens, self.refilled = self.burst, now
+        self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
+        self.refilled = now
+
+    def add(self, line: str, now: float, source: bool = True) -> None:
+        if source:
+            self.src += 1
+        self._refill(now)
+        self._settle(now)
+        if self.dropped or self.size >= self.limit or self.tokens < 1:
+            if not self.dropped:
+                self.dropped_why = (
+                    "buffer full" if self.size >= self.limit else f"over {self.rate:g} lines/s"
+                )
+            self.dropped += 1
+            return
+        self.tokens -= 1
+        self._push(line, now)
+
+    def _settle(self, now: float) -> None:
+        """Once there is room again, one line stands for everything dropped meanwhile."""
+        if self.dropped and self.size < self.limit // 2 and self.tokens >= 1:
+            self._push(f"[agent] {self.dropped} log lines dropped: {self.dropped_why}", now)
+            self.dropped = 0
+
+    def _push(self, line: str, now: float) -> None:
+        item = (line, _json_size(line), self.src)
+        if self._file is not None:
+            self._write([self.next_seq, self.src, line])
+        self.lines.append(item)
+        self.size += item[1]
+        if self.pending_since is None:
+            self.pending_since = now
+
+    # --- the journal ---
+
+    def _write(self, entry) -> None:
+        try:
+            self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        except (OSError, ValueError) as exc:  # disk full: keep the lines in memory only
+            log.warning("pod %s: log journal write failed (%s); memory only", self.pod_id, exc)
+            self._close_journal()
+
+    def open_journal(self, path: Path) -> None:
+        self.journal = path
+        self._rewrite()
+
+    def _rewrite(self) -> None:
+        """Write the journal afresh: the header, then the unacknowledged lines."""
+        if self.journal is None:
+            return
+        self._close_journal()
+        tmp = self.journal.with_name(self.journal.name + ".tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"base": self.base, "src": self.base_src}) + "\n")
+                seq = self.base
+                for text, _size, src in self.lines:
+                    f.write(json.dumps([seq, src, text], ensure_ascii=False) + "\n")
+                    seq += 1
+            os.replace(tmp, self.journal)
+            self._file = open(self.journal, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        except OSError as exc:
+            log.warning("pod %s: cannot write log journal (%s); memory only", self.pod_id, exc)
+        self._acked_bytes = 0
+
+    def _close_journal(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+
+    def delete_journal(self) -> None:
+        self._close_journal()
+        if self.journal is not None:
+            self.journal.unlink(missing_ok=True)
+            self.journal = None
+
+    # --- acknowledgements ---
+
+    def ack(self, next_seq: int, now: float) -> None:
+        if next_seq < self.base:
+            # The console lacks lines we no longer hold (it lost data): renumber what we
+            # have so it continues without a gap, and say so in the log itself.
+            self.base = next_seq
+            item = ("[agent] earlier log lines were lost", 40, self.base_src)
+            self.lines.appendleft(item)
+            self.size += item[1]
+            self._rewrite()
+            return
+        while self.lines and self.base < next_seq:
+            _text, size, src = self.lines.popleft()
+            self.size -= size
+            self._acked_bytes += size + 16
+            self.base += 1
+            self.base_src = src
+        if self.base < next_seq:  # the console already has more than we sent
+            self.base = next_seq
+        self.pending_since = now if self.lines else None
+        if self._acked_bytes > COMPACT_AFTER:
+            self._rewrite()
+        self._settle(now)
+
+    @property
+    def drained(self) -> bool:
+        return not self.lines and not self.dropped
+
+
+def load_journal(path: Path) -> tuple[int, int, list[tuple[str, int, int]]]:
+    """(base, base_src, [(text, json size, src)…]) from a journal; a torn last line (the
+    agent was killed while writing it) ends the read."""
+    lines: list[tuple[str, int, int]] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        header = json.loads(f.readline())
+        base, base_src = int(header["base"]), int(header["src"])
+        for raw in f:
+            try:
+                seq, src, text = json.loads(raw)
+            except ValueError:
+                break
+            if seq != base + len(lines):
+                break
+            lines.append((text, _json_size(text), int(src)))
+    return base, base_src, lines
+
+
+class LogShipper:
+    """Thread-safe: runtime threads append, one shipping thread sends."""
+
+    def __init__(
+        self,
+        send: Callable[[LogBatch], LogAck],
+        *,
+        max_lines: int = MAX_LINES,
+        flush_after: float = FLUSH_AFTER,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
+        rate_lines: float = RATE_LINES,
+        rate_burst: float = RATE_BURST,
+        journal_dir: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._send = send
+        self.rate_lines = rate_lines
+        self.rate_burst = rate_burst
+        self.journal_dir = Path(journal_dir) if journal_dir is not None else None
+        if self.journal_dir is not None:
+            self.journal_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.max_lines = max_lines
+        self.flush_after = flush_after
+        self.max_request_bytes = max_request_bytes
+        self.max_buffered_bytes = max_buffered_bytes
+        self._clock = clock
+        self._streams: dict[int, _Stream] = {}
+        self._cond = threading.Condition()
+        self._retry = threading.Event()
+
+    # --- producers ---
+
+    def _new_stream(self, pod_id: int, attempt: int, base: int) -> _Stream:
+        return _Stream(
+            pod_id,
+            attempt,
+            base=base,
+            limit=self.max_buffered_bytes,
+            rate=self.rate_lines,
+            burst=self.rate_burst,
+        )
+
+    def open(self, pod_id: int, attempt: int, next_seq: int) -> None:
+        with self._cond:
+            if pod_id not in self._streams:
+                stream = self._new_stream(pod_id, attempt, next_seq)
+                if self.journal_dir is not None:
+                    stream.open_journal(self.journal_dir / f"{pod_id}-{attempt}.jsonl")
+                self._streams[pod_id] = stream
+
+    def recover(self) -> dict[int, tuple[int, int]]:
+        """Reload the journals a previous agent run left: {pod_id: (attempt, source lines
+        already read)}. Their lines are re-sent; the console stores each sequence once."""
+        found: dict[int, tuple[int, int]] = {}
+        if self.journal_dir is None:
+            return found
+        for path in sorted(self.journal_dir.iterdir()):
+            match = _JOURNAL.match(path.name)
+            if not match:
+                continue
+            pod_id, attempt = int(match[1]), int(match[2])
+            try:
+                base, base_src, lines = load_journal(path)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("unreadable log journal %s (%s); dropping it", path, exc)
+                path.unlink(missing_ok=True)
+                continue
+            with self._cond:
+                stream = self._new_stream(pod_id, attempt, base)
+                stream.base_src = base_src
+                stream.lines.extend(lines)
+                stream.size = sum(size for _, size, _ in lines)
+                stream.src = lines[-1][2] if lines else base_src
+                stream.pending_since = self._clock() if lines else None
+                stream.open_journal(path)  # rewritten without a torn last line
+                self._streams[pod_id] = stream
+            found[pod_id] = (attempt, stream.src)
+        return found
+
+    def append(self, pod_id: int, line: str, source: bool = True) -> None:
+        with self._cond:
+            stream = self._streams.get(pod_id)
+            if stream is None:
+                return  # rejected by the console, or never opened: nowhere to send it
+            stream.add(line, self._clock(), source)
+            if len(stream.lines) >= self.max_lines:
+                self._cond.notify_all()
+
+    def close(self, pod_id: int) -> None:
+        """The worker has exited: ship what is left now, forget the stream once acked."""
+        with self._cond:
+            stream = self._streams.get(pod_id)
+            if stream is not None:
+                stream.closed = True
+                self._drop_if_done(stream)
+                self._cond.notify_all()
+
+    # --- shipping ---
+
+    def _drop_if_done(self, stream: _Stream) -> None:
+        if stream.closed and stream.drained:
+            self._streams.pop(stream.pod_id, None)
+            stream.delete_journal()
+
+    def _due(self, now: float) -> bool:
+        for s in self._streams.values():
+            if not s.lines:
+                continue
+            if s.closed or len(s.lines) >= self.max_lines:
+                return True
+            if s.pending_since is not None and now - s.pending_since >= self.flush_after:
+                return True
+        return False
+
+    def take_batch(self) -> LogBatch | None:
+        """Every stream's unacknowledged lines, oldest first, within the request limits."""
+        with self._cond:
+            budget = self.max_request_bytes
+            batches = []
+            for s in self._streams.values():
+                lines = []
+                for text, size, _src in s.lines:
+                    if len(lines) >= self.max_lines or (size > budget and (lines or batches)):
+                        break
+                    lines.append(text)
+                    budget -= size
+                if lines:
+                    batches.append(
+                        LogLines(pod_id=s.pod_id, attempt=s.attempt, first_seq=s.base, lines=lines)
+                    )
+                if budget <= 0 or len(batches) >= 256:
+                    break
+            return LogBatch(batches=batches) if batches else None
+
+    def apply_ack(self, ack: LogAck) -> None:
+        now = self._clock()
+        with self._cond:
+            for pod_id, next_seq in ack.acks.items():
+                stream = self._streams.get(pod_id)
+                if stream is not None:
+                    stream.ack(next_seq, now)
+                    self._drop_if_done(stream)
+            for pod_id, reason in ack.rejected.items():
+                stream = self._streams.pop(pod_id, None)
+                if stream is not None:
+                    stream.delete_journal()
+                    log.warning("console refuses logs of pod %s: %s; dropping them", pod_id, reason)
+            self._cond.notify_all()
+
+    def ship_once(self) -> bool:
+        """Send one batch if there is anything unacknowledged. Raises what `send` raises."""
+        batch = self.take_batch()
+        if batch is None:
+            return False
+        self.apply_ack(self._send(batch))
+        return True
+
+    def run(self, stop: threading.Event, *, retry_cap: float = 30.0) -> None:
+        """The shipping thread: send when due, back off while the console is unreachable."""
+        delay = 0.5
+        stop_waits = threading.Thread(
+            target=lambda: (stop.wait(), self._retry.set()), name="log-shipper-stop", daemon=True
+        )
+        stop_waits.start()
+        while not stop.is_set():
+            with self._cond:
+                if not self._due(self._clock()):
+                    self._cond.wait(min(self.flush_after, 0.25))
+                    continue
+            try:
+                self.ship_once()
+                delay = 0.5
+            except Exception as exc:  # transport errors: keep the lines, retry later
+                log.warning("log shipping failed (%s); retrying in %.1fs", exc, delay)
+                self._retry.clear()
+                self._retry.wait(delay)
+                delay = min(delay * 2, retry_cap)
+
+    def close_all(self) -> None:
+        """Close the journal files (the agent is exiting; unsent lines stay on disk)."""
+        with self._cond:
+            for stream in self._streams.values():
+                stream._close_journal()
+
+    def retry_now(self) -> None:
+        """The console answered again (a heartbeat went through): end the backoff."""
+        self._retry.set()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # --- queries ---
+
+    def drained(self, pod_ids: Iterable[int] | None = None) -> bool:
+        with self._cond:
+            ids = self._streams.keys() if pod_ids is None else pod_ids
+            return all(self._streams.get(p) is None or self._streams[p].drained for p in list(ids))
+
+    def wait_drained(self, pod_ids: Iterable[int] | None, timeout: float) -> bool:
+        """Wait until these workers' lines are all acknowledged (used before reporting an
+        exit, so the console has a worker's last lines when it sees it finish)."""
+        ids = None if pod_ids is None else list(pod_ids)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                streams = (
+                    self._streams.values()
+                    if ids is None
+                    else [self._streams[p] for p in ids if p in self._streams]
+                )
+                if all(s.drained for s in streams):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+
+    def flush(self, timeout: float) -> bool:
+        """Send everything now (on shutdown), from the calling thread."""
+        deadline = time.monotonic() + timeout
+        while not self.drained():
+            if time.monotonic() >= deadline:
+                return False
+            try:
+                if not self.ship_once():
+                    return True
+            except Exception as exc:
+                log.warning("log flush failed: %s", exc)
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        return True

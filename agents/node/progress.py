@@ -1,0 +1,132 @@
+"""Agent side of progress and checkpoints (DESIGN §6): where each worker writes them, and
+reading them back for the heartbeat.
+
+Each worker gets `PROGRESS_FILE` (a small JSON file the SDK replaces atomically; the agent
+reads the newest at each heartbeat) and `CHECKPOINT_DIR` (`<state dir>/checkpoints/job-<id>`
+by default, or the job's checkpoint folder, which must stay under that root). The scan
+reports only checkpoints whose manifest is complete and whose files exist with the sizes the
+manifest names; their checksum is the sha256 of the manifest itself (cheap; the SDK verifies
+every file's sha256 on resume). Everything read here is the job's output: hostile input,
+validated by the protocol schemas and dropped when invalid.
+"""
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from protocol.agent import MAX_CHECKPOINTS_REPORTED, CheckpointReport, ProgressReport
+
+log = logging.getLogger(__name__)
+
+MAX_PROGRESS_BYTES = 16 * 1024
+MAX_MANIFEST_BYTES = 1024 * 1024
+
+
+class BadCheckpointDir(ValueError):
+    """The job asked for a checkpoint folder outside the agent's checkpoint root."""
+
+
+def progress_file(state_dir: Path, pod_id: int, attempt: int) -> Path:
+    return Path(state_dir) / "progress" / f"pod-{pod_id}-{attempt}.json"
+
+
+def checkpoint_root(state_dir: Path) -> Path:
+    return Path(state_dir) / "checkpoints"
+
+
+def checkpoint_dir(state_dir: Path, job_id: int, subdir: str = "") -> Path:
+    """The job's checkpoint folder; a `subdir` must resolve inside the checkpoint root."""
+    root = checkpoint_root(state_dir).resolve()
+    folder = (root / (subdir or f"job-{job_id}")).resolve()
+    if folder == root or root not in folder.parents:
+        raise BadCheckpointDir(f"checkpoint folder {subdir!r} is outside {root}")
+    return folder
+
+
+def read_progress(path: Path) -> ProgressReport | None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROGRESS_BYTES + 1)
+    except OSError:
+        return None
+    if len(raw) > MAX_PROGRESS_BYTES:
+        return None
+    try:
+        body = json.loads(raw)
+        return ProgressReport(
+            step=body["step"],
+            total=body.get("total"),
+            phase=body.get("phase", ""),
+            metrics=body.get("metrics") or {},
+        )
+    except (ValueError, KeyError, TypeError, AttributeError, ValidationError):
+        return None
+
+
+def _committed(folder: Path) -> CheckpointReport | None:
+    manifest_path = folder / "manifest.json"
+    try:
+        if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
+            return None
+        raw = manifest_path.read_bytes()
+        manifest = json.loads(raw)
+        total = 0
+        for entry in manifest["files"]:
+            name = Path(entry["name"])
+            if name.is_absolute() or ".." in name.parts:
+                return None
+            if (folder / name).stat().st_size != entry["size"]:
+                return None  # the files do not match the manifest: not committed
+            total += entry["size"]
+        return CheckpointReport(
+            step=manifest["step"],
+            path=str(folder),
+            size_bytes=total + len(raw),
+            checksum=hashlib.sha256(raw).hexdigest(),
+            attempt=manifest.get("attempt") or None,
+        )
+    except (OSError, ValueError, KeyError, TypeError, ValidationError):
+        return None
+
+
+def scan_checkpoints(
+    folder: Path, newest: int = MAX_CHECKPOINTS_REPORTED
+) -> list[CheckpointReport]:
+    """The newest committed checkpoints in a job's folder, newest first."""
+    try:
+        entries = [e for e in Path(folder).iterdir() if e.name.startswith("step-") and e.is_dir()]
+    except OSError:
+        return []
+
+    def step_of(entry: Path) -> int:
+        suffix = entry.name[5:]
+        return int(suffix) if suffix.isdigit() else -1
+
+    found: list[CheckpointReport] = []
+    for entry in sorted(entries, key=step_of, reverse=True):
+        report = _committed(entry)
+        if report is not None:
+            found.append(report)
+            if len(found) >= newest:
+                break
+    return found
+
+
+def resolve_resume(folder: Path, resume_from: str, attempt: int) -> tuple[str, str]:
+    """The checkpoint a new attempt resumes from, and a note for its log when it differs.
+
+    The console names the newest checkpoint it knew when it restarted the job. A stale worker
+    of the old attempt (its node was cut off, so it trained on and pruned old checkpoints)
+    may have deleted that one before this launch. Then the newest committed checkpoint an
+    earlier attempt left in the folder is used instead (complete manifest, so a consistent
+    state), rather than failing the restart; the console still records no checkpoint of an
+    old attempt as the new attempt's."""
+    if not resume_from or _committed(Path(resume_from)) is not None:
+        return resume_from, ""
+    earlier = [c for c in scan_checkpoints(folder) if (c.attempt or 0) < attempt]
+    if not earlier:
+        return resume_from, ""  # nothing better: the SDK reports the missing checkpoint
+    return earlier[0].path, f"{resume_from} is gone (pruned); resuming from {earlier[0].path}"

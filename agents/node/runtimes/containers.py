@@ -1,0 +1,379 @@
+"""The docker runtime: one container per worker, through the Docker Engine API (DESIGN §7).
+
+The agent builds every container's configuration itself from an allowlist (container_config:
+never privileged, no host namespaces, no extra devices, no Docker socket, bind mounts only
+under the checkpoint root; GPUs by device request).
+
+Containers carry labels (node, job, pod, attempt = epoch, rank) and a deterministic name, so
+the engine itself refuses a second container for one pod attempt, and a restarted agent
+finds its containers by label (`adopt`) instead of trusting a local file alone (DESIGN §9).
+Logs are read from the engine from the start and counted with agents.node.lines; an adopted
+container's already shipped lines are skipped, and an interrupted log stream is re-opened
+the same way, so no line is lost or repeated.
+
+Image pulls run in the worker's own thread (a slow pull never delays heartbeats) and their
+progress goes to the worker's log; a failed pull fails the worker with the engine's reason.
+"""
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.utils import parse_repository_tag
+
+from agents.node.lines import LineSplitter
+from agents.node.runtimes.base import (
+    CHECKPOINT_ENV,
+    ExitSink,
+    LaunchError,
+    LaunchSpec,
+    LineSink,
+    SourceLines,
+    WorkerState,
+    stop_with_grace,
+)
+from agents.node.runtimes.container_config import (
+    LABEL,
+    DockerOptions,
+    UnsafeConfig,
+    check_config,
+    checkpoint_folder,
+    container_config,
+    container_name,
+)
+
+__all__ = [
+    "DockerOptions",
+    "DockerRuntime",
+    "UnsafeConfig",
+    "check_config",
+    "checkpoint_folder",
+    "container_config",
+    "container_name",
+]
+
+log = logging.getLogger(__name__)
+
+READER_JOIN_TIMEOUT = 10.0
+
+
+@dataclass
+class _Worker:
+    pod_id: int
+    attempt: int
+    gpu_indices: tuple[int, ...]
+    lines: SourceLines
+    container_id: str = ""
+    starting: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: bool = False
+    kill_at: float | None = None
+    timers: list[threading.Timer] = field(default_factory=list)
+    exit_code: int | None = None
+    error: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(
+        self,
+        opts: DockerOptions,
+        on_line: LineSink,
+        on_exit: ExitSink,
+        *,
+        base_url: str | None = None,
+    ) -> None:
+        self.opts = opts
+        self._on_line = on_line
+        self._on_exit = on_exit
+        base_url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        # One client for calls, one without a read timeout for streams that idle. Both
+        # ask the engine for its API version when created.
+        if base_url.startswith("unix://") and not Path(base_url[7:]).exists():
+            raise LaunchError(f"cannot reach the Docker engine: no socket at {base_url[7:]}")
+        client = None
+        try:
+            client = docker.DockerClient(base_url=base_url)
+            self.stream_api = docker.APIClient(
+                base_url=base_url, timeout=None, version=client.api.api_version
+            )
+        except (DockerException, requests.RequestException) as exc:
+            if client is not None:
+                client.close()
+            raise LaunchError(f"cannot reach the Docker engine: {exc}") from exc
+        self.client = client
+        self.api = self.client.api
+        self._workers: dict[int, _Worker] = {}
+        self._lock = threading.Lock()
+
+    def engine_has_nvidia(self) -> bool:
+        return "nvidia" in (self.client.info().get("Runtimes") or {})
+
+    # --- launching ---
+
+    def launch(self, spec: LaunchSpec) -> None:
+        with self._lock:
+            if spec.pod_id in self._workers:
+                raise LaunchError(f"pod {spec.pod_id} is already running here")
+            worker = _Worker(
+                pod_id=spec.pod_id,
+                attempt=spec.attempt,
+                gpu_indices=spec.gpu_indices,
+                lines=SourceLines(spec.pod_id, self._on_line),
+            )
+            self._workers[spec.pod_id] = worker
+        threading.Thread(
+            target=self._prepare, args=(worker, spec), name=f"pod-{spec.pod_id}-start", daemon=True
+        ).start()
+
+    def _prepare(self, worker: _Worker, spec: LaunchSpec) -> None:
+        try:
+            if spec.gpu_indices and not self.opts.gpus:
+                worker.lines.agent(
+                    "[agent] GPUs are not attached: this agent runs with --docker-gpus off"
+                )
+            checkpoints = None
+            host_folder = spec.env.get(CHECKPOINT_ENV)
+            if self.opts.checkpoint_root is not None and host_folder:
+                checkpoints = checkpoint_folder(self.opts.checkpoint_root, Path(host_folder))
+            config = container_config(spec, self.opts, checkpoints)
+            check_config(config, self.opts.checkpoint_root)
+            self._ensure_image(worker, spec.image)
+            with worker.lock:  # a stop that came during the pull: never start it
+                if worker.stopping:
+                    raise LaunchError("stopped before the container started")
+                container = self._create(config)
+                worker.container_id = container.id
+            if container.status == "created":
+                container.start()
+        except (LaunchError, DockerException, requests.RequestException, OSError) as exc:
+            message = str(exc) if isinstance(exc, LaunchError) else f"cannot start: {exc}"
+            worker.lines.agent(f"[agent] {message}")
+            self._finish(worker, None, message)
+            return
+        worker.starting = False
+        self._watch(worker)
+
+    def _create(self, config: dict):
+        try:
+            return self.client.containers.create(**config)
+        except APIError as exc:
+            # Docker answers 409; podman 500 "…already in use".
+            if exc.status_code != 409 and "already in use" not in str(exc.explanation):
+                raise
+            # Same name: a container of this pod attempt exists (we crashed after creating
+            # it). Take it over rather than starting a second one.
+            return self.client.containers.get(config["name"])
+
+    def _ensure_image(self, worker: _Worker, image: str) -> None:
+        try:
+            self.api.inspect_image(image)
+            return
+        except ImageNotFound:
+            pass
+        repo, tag = parse_repository_tag(image)
+        worker.lines.agent(f"[agent] pulling image {image}")
+        last: dict[str, str] = {}
+        try:
+            for event in self.stream_api.pull(repo, tag=tag or "latest", stream=True, decode=True):
+                if "error" in event:
+                    raise LaunchError(f"image pull failed: {image}: {event['error']}")
+                status, layer = event.get("status", ""), event.get("id", "")
+                if status and last.get(layer) != status:  # each step once, not every tick
+                    last[layer] = status
+                    worker.lines.agent(
+                        f"[agent] pull {image}: {layer + ': ' if layer else ''}{status}"
+                    )
+        except (APIError, requests.RequestException) as exc:
+            reason = getattr(exc, "explanation", None) or str(exc)
+            raise LaunchError(f"image pull failed: {image}: {reason}") from exc
+        try:
+            self.api.inspect_image(image)
+        except ImageNotFound:
+            raise LaunchError(f"image pull failed: {image}: not found after pulling") from None
+
+    # --- watching: logs and exit ---
+
+    def _watch(self, worker: _Worker) -> None:
+        reader = threading.Thread(
+            target=self._follow, args=(worker,), name=f"pod-{worker.pod_id}-out", daemon=True
+        )
+        reader.start()
+        threading.Thread(
+            target=self._wait, args=(worker, reader), name=f"pod-{worker.pod_id}-wait", daemon=True
+        ).start()
+
+    def _follow(self, worker: _Worker) -> None:
+        """Stream the container's output to its end. An interrupted stream is opened again
+        from the start and the lines already seen are skipped."""
+        seen = 0
+        while True:
+            index = 0
+
+            def emit(line: str) -> None:
+                nonlocal index, seen
+                index += 1
+                if index > seen:
+                    seen += 1
+                    worker.lines(line)
+
+            splitter = LineSplitter(emit)
+            try:
+                stream = self.stream_api.logs(
+                    worker.container_id, stdout=True, stderr=True, stream=True, follow=True
+                )
+                for chunk in stream:
+                    splitter.feed(chunk)
+                splitter.finish()
+                return
+            except NotFound:
+                return
+            except (DockerException, requests.RequestException) as exc:
+                if worker.done.is_set():
+                    return
+                log.warning("pod %s: log stream interrupted (%s); reopening", worker.pod_id, exc)
+                time.sleep(1)
+
+    def _wait(self, worker: _Worker, reader: threading.Thread) -> None:
+        code, error = None, ""
+        while True:
+            try:
+                code = int(self.stream_api.wait(worker.container_id)["StatusCode"])
+                break
+            except NotFound:
+                error = "the container disappeared"
+                break
+            except (DockerException, requests.RequestException) as exc:
+                log.warning("pod %s: waiting failed (%s); retrying", worker.pod_id, exc)
+                time.sleep(1)
+        with worker.lock:
+            for timer in worker.timers:
+                timer.cancel()
+        reader.join(READER_JOIN_TIMEOUT)
+        if code not in (None, 0):
+            error = worker.lines.error_tail()
+        self._finish(worker, code, error)
+
+    def _finish(self, worker: _Worker, code: int | None, error: str) -> None:
+        worker.exit_code = code
+        worker.error = error
+        worker.starting = False
+        worker.done.set()
+        log.info("pod %s exited with code %s", worker.pod_id, code)
+        self._on_exit(worker.pod_id)
+
+    # --- stopping ---
+
+    def stop(self, pod_id: int, grace_seconds: float) -> None:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+        if worker is not None:
+            stop_with_grace(
+                worker,
+                grace_seconds,
+                finished=worker.done.is_set,
+                send=lambda sig: self._signal(worker, sig.name),
+            )
+
+    def _signal(self, worker: _Worker, sig: str) -> None:
+        if not worker.container_id:  # still pulling: it will not start
+            return
+        with contextlib.suppress(DockerException, requests.RequestException):
+            self.api.kill(worker.container_id, signal=sig)
+
+    # --- state ---
+
+    def workers(self) -> list[WorkerState]:
+        with self._lock:
+            workers = list(self._workers.values())
+        return [
+            WorkerState(
+                pod_id=w.pod_id,
+                attempt=w.attempt,
+                running=not w.done.is_set(),
+                gpu_indices=w.gpu_indices,
+                exit_code=w.exit_code if w.done.is_set() else None,
+                error=w.error if w.done.is_set() else "",
+                container_id=w.container_id[:64],
+                starting=w.starting and not w.done.is_set(),
+            )
+            for w in workers
+        ]
+
+    def forget(self, pod_id: int) -> None:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+            if worker is None or not worker.done.is_set():
+                return
+            del self._workers[pod_id]
+        if worker.container_id:
+            with contextlib.suppress(DockerException, requests.RequestException):
+                self.api.remove_container(worker.container_id, force=True)
+
+    def wait(self, pod_id: int, timeout: float) -> bool:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+        return worker is None or worker.done.wait(timeout)
+
+    def shutdown(self, grace_seconds: float) -> None:
+        with self._lock:
+            workers = [w for w in self._workers.values() if not w.done.is_set()]
+        for w in workers:
+            self.stop(w.pod_id, grace_seconds)
+        deadline = time.monotonic() + grace_seconds + READER_JOIN_TIMEOUT + 5
+        for w in workers:
+            w.done.wait(max(0.0, deadline - time.monotonic()))
+
+    # --- after an agent restart ---
+
+    def adopt(
+        self, skip: Mapping[int, int], prepare: Callable[[int, int], None] | None = None
+    ) -> dict[int, int]:
+        filters = {"label": [f"{LABEL}.managed=true", f"{LABEL}.node={self.opts.node}"]}
+        adopted: dict[int, int] = {}
+        for container in self.client.containers.list(all=True, filters=filters):
+            labels = container.labels
+            try:
+                pod_id, attempt = int(labels[f"{LABEL}.pod"]), int(labels[f"{LABEL}.attempt"])
+                gpus = tuple(int(i) for i in labels.get(f"{LABEL}.gpus", "").split(",") if i)
+            except (KeyError, ValueError):
+                log.warning("container %s has unreadable labels; ignoring it", container.name)
+                continue
+            with self._lock:
+                if pod_id in self._workers:
+                    continue
+                worker = _Worker(
+                    pod_id=pod_id,
+                    attempt=attempt,
+                    gpu_indices=gpus,
+                    lines=SourceLines(pod_id, self._on_line, skip.get(pod_id, 0)),
+                    container_id=container.id,
+                    starting=False,
+                )
+                self._workers[pod_id] = worker
+            if container.status == "created":  # we crashed between create and start
+                with contextlib.suppress(DockerException):
+                    container.start()
+            if prepare is not None:
+                prepare(pod_id, attempt)
+            self._watch(worker)
+            adopted[pod_id] = attempt
+            log.info("adopted container %s (pod %s attempt %s)", container.name, pod_id, attempt)
+        return adopted
+
+    def kill_leftovers(self, markers: set[str]) -> int:
+        return 0  # every container of this node is adopted by label; none is left over
+
+    def close(self) -> None:
+        self.client.close()
+        self.stream_api.close()

@@ -1,0 +1,395 @@
+"""The process runtime: workers are local processes (embedded default and tests).
+
+Each worker is `/bin/sh -c <command>` under a small wrapper (procwrap.py) in its own session,
+so its process group can be signalled as a whole. Its output goes to a file in its
+work dir, and the wrapper writes the exit code next to it: like a container, a worker keeps
+running when the agent dies, and a restarted agent adopts it (found by the marker in its
+environment), reads its output again from the start skipping what was shipped, and learns
+its exit code from the file.
+
+Like a container, a worker is over when its main process exits: the wrapper then kills what
+is left of the process group. For its own children the agent also does so before reaping
+the wrapper (`waitid` with WNOWAIT), so the group id cannot have been reused by an unrelated
+process when it is signalled; stop and kill take the same lock and check the same flag.
+Adopted workers are watched through a pidfd.
+
+Never enable this runtime on a shared node: workers run as the agent's user, unconfined.
+"""
+
+import contextlib
+import logging
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agents.node.lines import MAX_LINE_BYTES, LineSplitter, split_chunks
+from agents.node.runtimes.base import (
+    WORKER_MARKER,
+    ExitSink,
+    LaunchError,
+    LaunchSpec,
+    LineSink,
+    SourceLines,
+    WorkerState,
+    injected_env,
+    normalize_exit_code,
+    stop_with_grace,
+)
+
+log = logging.getLogger(__name__)
+
+READER_JOIN_TIMEOUT = 5.0
+POLL = 0.05  # how often a worker's output file is checked for new bytes
+HOME_MARKER = "GPU_WORKER_HOME"  # which agent's work root a worker belongs to
+OUTPUT = "output.log"
+EXIT_FILE = "exit_code"
+WRAPPER = str(Path(__file__).with_name("procwrap.py"))
+_WORKDIR = re.compile(r"^pod-(\d+)-(\d+)$")
+# Agent variables (its bootstrap token among them) never leak into workers.
+_PRIVATE_ENV_PREFIXES = ("GPU_AGENT_",)
+
+__all__ = ["MAX_LINE_BYTES", "ProcessRuntime", "split_output"]
+
+
+def split_output(stream, emit, max_bytes: int = MAX_LINE_BYTES) -> None:
+    """Read a binary stream to its end, calling `emit(line)` for each line (agents.node.lines)."""
+    split_chunks(iter(lambda: stream.read1(65536), b""), emit, max_bytes)
+
+
+@dataclass
+class _Worker:
+    pod_id: int
+    attempt: int
+    gpu_indices: tuple[int, ...]
+    pid: int
+    workdir: Path
+    lines: SourceLines
+    proc: subprocess.Popen | None = None  # None when adopted from a previous agent run
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    leader_exited: bool = False
+    stopping: bool = False
+    killed: bool = False
+    kill_at: float | None = None
+    timers: list[threading.Timer] = field(default_factory=list)
+    exit_code: int | None = None
+    error: str = ""
+    output_end: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def signal_group(self, sig: int) -> None:
+        """Signal the whole process group; caller holds `lock`. After the main process has
+        exited the group is already gone (killed with it), so nothing is sent."""
+        if self.leader_exited:
+            return
+        if sig == signal.SIGKILL:
+            self.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+
+def _read_exit_code(workdir: Path) -> int | None:
+    try:
+        return int((workdir / EXIT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(
+        self,
+        work_root: Path,
+        on_line: LineSink,
+        on_exit: ExitSink,
+        *,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.work_root = Path(work_root)
+        self.home = str(self.work_root.resolve())
+        self._on_line = on_line
+        self._on_exit = on_exit
+        source = os.environ if base_env is None else base_env
+        self._base_env = {
+            k: v for k, v in source.items() if not k.startswith(_PRIVATE_ENV_PREFIXES)
+        }
+        self._workers: dict[int, _Worker] = {}
+        self._lock = threading.Lock()
+
+    # --- launching and output ---
+
+    def launch(self, spec: LaunchSpec) -> None:
+        with self._lock:
+            if spec.pod_id in self._workers:
+                raise LaunchError(f"pod {spec.pod_id} is already running here")
+        workdir = self.work_root / f"pod-{spec.pod_id}-{spec.attempt}"
+        env = {**self._base_env, **spec.env, **injected_env(spec), HOME_MARKER: self.home}
+        try:
+            workdir.mkdir(parents=True, exist_ok=True)
+            (workdir / EXIT_FILE).unlink(missing_ok=True)
+            out = os.open(workdir / OUTPUT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                wrapper = [sys.executable, "-I", WRAPPER, str(workdir / EXIT_FILE), "--"]
+                proc = subprocess.Popen(
+                    [*wrapper, "/bin/sh", "-c", spec.command],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=env,
+                    cwd=workdir,
+                    close_fds=True,
+                )
+            finally:
+                os.close(out)
+        except OSError as exc:
+            raise LaunchError(f"cannot start the worker: {exc}") from exc
+        worker = _Worker(
+            pod_id=spec.pod_id,
+            attempt=spec.attempt,
+            gpu_indices=spec.gpu_indices,
+            pid=proc.pid,
+            workdir=workdir,
+            lines=SourceLines(spec.pod_id, self._on_line),
+            proc=proc,
+        )
+        if spec.image:
+            log.info("pod %s: process runtime ignores image %s", spec.pod_id, spec.image)
+            worker.lines.agent(
+                f"[agent] process runtime: image {spec.image!r} is ignored; "
+                "the command runs directly on this host"
+            )
+        self._start(worker)
+
+    def _start(self, worker: _Worker) -> None:
+        with self._lock:
+            self._workers[worker.pod_id] = worker
+        reader = threading.Thread(
+            target=self._read, args=(worker,), name=f"pod-{worker.pod_id}-out", daemon=True
+        )
+        reader.start()
+        threading.Thread(
+            target=self._wait, args=(worker, reader), name=f"pod-{worker.pod_id}-wait", daemon=True
+        ).start()
+
+    def _read(self, worker: _Worker) -> None:
+        """Tail the output file until the worker has exited and every byte is read."""
+        splitter = LineSplitter(worker.lines)
+        try:
+            with open(worker.workdir / OUTPUT, "rb") as f:
+                while True:
+                    data = f.read(65536)
+                    if data:
+                        splitter.feed(data)
+                    elif worker.output_end.is_set():
+                        while data := f.read(65536):
+                            splitter.feed(data)
+                        break
+                    else:
+                        worker.output_end.wait(POLL)
+            splitter.finish()
+        except OSError as exc:
+            log.warning("pod %s: reading output failed: %s", worker.pod_id, exc)
+
+    def _wait(self, worker: _Worker, reader: threading.Thread) -> None:
+        if worker.proc is not None:
+            with contextlib.suppress(ChildProcessError):  # reaped elsewhere: wait() copes
+                os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+        else:
+            _wait_pidfd(worker.pid)
+        with worker.lock:
+            if worker.proc is not None:
+                # Whatever the main process left running dies with it, as in a container.
+                worker.signal_group(signal.SIGKILL)
+            worker.leader_exited = True
+            for timer in worker.timers:
+                timer.cancel()
+        returncode = worker.proc.wait() if worker.proc is not None else None
+        worker.output_end.set()
+        reader.join(READER_JOIN_TIMEOUT)
+        code = _read_exit_code(worker.workdir)
+        if code is None and returncode is not None:
+            code = normalize_exit_code(returncode)
+        elif code is None and worker.killed:
+            code = 137
+        worker.exit_code = code
+        if code is None:
+            worker.error = "the worker ended without an exit status (killed?)"
+        elif code != 0:
+            worker.error = worker.lines.error_tail()
+        worker.done.set()
+        log.info("pod %s exited with code %s", worker.pod_id, code)
+        self._on_exit(worker.pod_id)
+
+    # --- stopping ---
+
+    def stop(self, pod_id: int, grace_seconds: float) -> None:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+        if worker is not None:
+            stop_with_grace(
+                worker,
+                grace_seconds,
+                finished=lambda: worker.leader_exited,
+                send=worker.signal_group,
+            )
+
+    # --- state ---
+
+    def workers(self) -> list[WorkerState]:
+        with self._lock:
+            workers = list(self._workers.values())
+        states = []
+        for w in workers:
+            done = w.done.is_set()
+            states.append(
+                WorkerState(
+                    pod_id=w.pod_id,
+                    attempt=w.attempt,
+                    running=not done,
+                    gpu_indices=w.gpu_indices,
+                    exit_code=w.exit_code if done else None,
+                    error=w.error if done else "",
+                    container_id=f"process:{w.pid}",
+                )
+            )
+        return states
+
+    def forget(self, pod_id: int) -> None:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+            if worker is None or not worker.done.is_set():
+                return
+            del self._workers[pod_id]
+        for name in (OUTPUT, EXIT_FILE):  # shipped and reported: nothing to adopt any more
+            (worker.workdir / name).unlink(missing_ok=True)
+
+    def wait(self, pod_id: int, timeout: float) -> bool:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+        return worker is None or worker.done.wait(timeout)
+
+    def shutdown(self, grace_seconds: float) -> None:
+        with self._lock:
+            workers = [w for w in self._workers.values() if not w.done.is_set()]
+        for w in workers:
+            self.stop(w.pod_id, grace_seconds)
+        deadline = time.monotonic() + grace_seconds + READER_JOIN_TIMEOUT + 5
+        for w in workers:
+            w.done.wait(max(0.0, deadline - time.monotonic()))
+
+    # --- after an agent restart ---
+
+    def _marked_wrappers(self) -> dict[str, int]:
+        """marker → pid of each live wrapper of this work root (session leader whose
+        environment carries our home and a worker marker)."""
+        home = f"{HOME_MARKER}={self.home}".encode()
+        prefix = f"{WORKER_MARKER}=".encode()
+        found: dict[str, int] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            stat = _proc_stat(pid)
+            if home not in environ or WRAPPER.encode() not in cmdline or stat is None:
+                continue
+            if stat[0] == "Z" or int(stat[3]) != pid:  # dead, or not the session leader
+                continue
+            for var in environ:
+                if var.startswith(prefix):
+                    found[var[len(prefix) :].decode()] = pid
+        return found
+
+    def adopt(
+        self, skip: Mapping[int, int], prepare: Callable[[int, int], None] | None = None
+    ) -> dict[int, int]:
+        live = self._marked_wrappers() if Path("/proc").is_dir() else {}
+        adopted: dict[int, int] = {}
+        if not self.work_root.is_dir():
+            return adopted
+        for workdir in sorted(self.work_root.iterdir()):
+            match = _WORKDIR.match(workdir.name)
+            if not match or not (workdir / OUTPUT).exists():
+                continue
+            pod_id, attempt = int(match[1]), int(match[2])
+            with self._lock:
+                if pod_id in self._workers:
+                    continue
+            pid = live.get(f"{pod_id}.{attempt}", 0)
+            worker = _Worker(
+                pod_id=pod_id,
+                attempt=attempt,
+                gpu_indices=(),
+                pid=pid,
+                workdir=workdir,
+                lines=SourceLines(pod_id, self._on_line, skip.get(pod_id, 0)),
+            )
+            if not pid:
+                worker.leader_exited = True  # ended while no agent was watching
+            if prepare is not None:
+                prepare(pod_id, attempt)
+            self._start(worker)
+            adopted[pod_id] = attempt
+            log.info("adopted pod %s attempt %s (pid %s)", pod_id, attempt, pid or "exited")
+        return adopted
+
+    def kill_leftovers(self, markers: set[str]) -> int:
+        """SIGKILL processes that carry one of these worker markers in their environment:
+        workers of a previous agent run that could not be adopted. Linux only."""
+        if not markers:
+            return 0
+        wanted = {f"{WORKER_MARKER}={m}".encode() for m in markers}
+        home = f"{HOME_MARKER}={self.home}".encode()
+        killed = 0
+        proc_root = Path("/proc")
+        if not proc_root.is_dir():
+            return 0
+        for entry in proc_root.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = set((entry / "environ").read_bytes().split(b"\0"))
+            except OSError:
+                continue  # gone, or not ours to read
+            if home in environ and wanted.intersection(environ):
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    killed += 1
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return killed
+
+
+def _wait_pidfd(pid: int) -> None:
+    """Block until a process that is not our child exits."""
+    if not pid:
+        return
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)

@@ -1,0 +1,85 @@
+"""Every write to the cluster's inventory: node state from the node monitor, operators'
+cordons. Compare-and-set on the state the caller saw, so two monitors never act twice."""
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from cluster.models import GpuDevice, Node, NodeState
+
+MISSING_GPU = "not reported by the agent (missing from NVML)"
+_GPU_FIELDS = [
+    "uuid",
+    "name",
+    "memory_total_mb",
+    "memory_used_mb",
+    "utilization",
+    "temperature",
+    "power_watts",
+    "ecc_errors",
+    "healthy",
+    "health_reason",
+    "updated_at",
+]
+
+
+def save_registration(name: str, fields: dict) -> Node:
+    """Create the node `name`, or replace the facts and token of the existing one."""
+    node, _ = Node.objects.update_or_create(name=name, defaults=fields)
+    return node
+
+
+def record_node_alive(node_id: int, fields: dict, *, now: datetime, deadline: datetime) -> None:
+    """A heartbeat was received at `now`: the node is Ready, its facts as reported, and it
+    must be heard from again before `deadline`. A plain UPDATE by id (last writer wins:
+    every heartbeat carries the full facts)."""
+    Node.objects.filter(pk=node_id).update(
+        **fields, state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline
+    )
+
+
+def upsert_gpus(node_id: int, gpus: Sequence[dict], *, known_count: int | None) -> None:
+    """One bulk upsert for all reported devices; devices that vanished are marked unhealthy
+    (kept, not deleted, so the history and the scheduler see why capacity shrank). The
+    second query runs only when the device count changed."""
+    GpuDevice.objects.bulk_create(
+        [GpuDevice(node_id=node_id, **g) for g in gpus],
+        update_conflicts=True,
+        unique_fields=["node", "index"],
+        update_fields=_GPU_FIELDS,
+    )
+    if known_count != len(gpus):
+        GpuDevice.objects.filter(node_id=node_id).exclude(
+            index__in=[g["index"] for g in gpus]
+        ).update(healthy=False, health_reason=MISSING_GPU, utilization=0, memory_used_mb=0)
+
+
+def revoke_node_tokens(nodes: QuerySet[Node], now: datetime) -> int:
+    """Lock the agents of these nodes out; they must register again."""
+    return nodes.filter(token_revoked_at__isnull=True).update(token_revoked_at=now)
+
+
+def mark_node_not_ready(node_id: int, now: datetime) -> bool:
+    """Ready → NotReady once its heartbeat deadline has passed; False if it heartbeated
+    meanwhile or another monitor got there first."""
+    return bool(
+        Node.objects.filter(pk=node_id, state=NodeState.READY, heartbeat_deadline__lt=now).update(
+            state=NodeState.NOT_READY
+        )
+    )
+
+
+def mark_node_lost(node_id: int, cutoff: datetime) -> bool:
+    """NotReady → Lost when it has been silent since before `cutoff`."""
+    return bool(
+        Node.objects.filter(
+            pk=node_id, state=NodeState.NOT_READY, last_heartbeat_at__lt=cutoff
+        ).update(state=NodeState.LOST)
+    )
+
+
+def set_cordoned(nodes: QuerySet[Node] | Iterable[int], cordoned: bool) -> int:
+    """Cordon (no new work placed) or uncordon nodes; returns how many changed."""
+    query = nodes if isinstance(nodes, QuerySet) else Node.objects.filter(pk__in=list(nodes))
+    return query.filter(cordoned=not cordoned).update(cordoned=cordoned)

@@ -1,0 +1,84 @@
+"""The cluster's inventory: GPU nodes and their devices (DESIGN §3).
+
+Written by the agent API (agents.actions) from each node's heartbeats and by operators
+(cordon, drain); read by the scheduler. Nothing here knows about jobs.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+from quotas.models import ResourceType
+
+
+class NodeState(models.TextChoices):
+    READY = "Ready", "Ready"
+    NOT_READY = "NotReady", "NotReady"
+    LOST = "Lost", "Lost"
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    resource_type = models.CharField(
+        max_length=20, choices=ResourceType.choices, default=ResourceType.LINGJUN
+    )
+    gpu_type = models.CharField(max_length=40, blank=True)
+    gpus = models.PositiveIntegerField(default=0)
+    cpus = models.PositiveIntegerField(default=0)
+    memory_gb = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.READY)
+    cordoned = models.BooleanField(default=False, help_text="No new work is placed here")
+    runtime = models.CharField(max_length=20, default="process")
+    agent_version = models.CharField(max_length=40, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Console receive time + NODE_NOT_READY_AFTER; the node monitor selects `< now`.
+    heartbeat_deadline = models.DateTimeField(null=True, blank=True)
+    token_prefix = models.CharField(max_length=8, unique=True, null=True, blank=True)
+    token_digest = models.CharField(max_length=64, blank=True)
+    token_revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "agents_node"  # created by the agents app before cluster existed
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=0), name="node_gpus_non_negative"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["heartbeat_deadline"],
+                condition=Q(state="Ready"),
+                name="node_ready_deadline",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state == NodeState.READY and not self.cordoned
+
+
+class GpuDevice(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=100, blank=True)
+    name = models.CharField(max_length=100, blank=True)
+    memory_total_mb = models.PositiveIntegerField(default=0)
+    memory_used_mb = models.PositiveIntegerField(default=0)
+    utilization = models.PositiveSmallIntegerField(default=0)
+    temperature = models.SmallIntegerField(null=True, blank=True)
+    power_watts = models.FloatField(null=True, blank=True)
+    ecc_errors = models.PositiveIntegerField(default=0)
+    healthy = models.BooleanField(default=True)
+    health_reason = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "agents_gpudevice"
+        ordering = ["node", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"

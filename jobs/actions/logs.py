@@ -1,0 +1,42 @@
+"""Storing workers' log lines: each sequence number exactly once (DESIGN §3, §7).
+
+`UPDATE pod SET log_next_seq=<end> WHERE id=… AND log_next_seq=<current>` claims the range
+and the LogChunk insert goes with it, in one transaction, backed by the unique
+(pod, seq_start) constraint: of two requests carrying the same lines, one stores them and
+the other acknowledges what the row says.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import transaction
+
+from jobs.actions.progress import log_activity, log_progress
+from jobs.models import LogChunk, Pod
+
+
+def append_log_lines(pod: Pod, current: int, lines: Sequence[str], now: datetime) -> int:
+    """Store `lines` as sequence numbers current, current+1, … of `pod` (whose job is
+    loaded). Returns the next sequence number the console expects afterwards."""
+    end = current + len(lines)
+    # Hang detection without progress reports: remember recent distinct lines.
+    activity, distinct = log_activity(pod, lines)
+    with transaction.atomic():
+        claimed = Pod.objects.filter(pk=pod.pk, log_next_seq=current).update(
+            log_next_seq=end, **activity
+        )
+        if claimed:
+            LogChunk.objects.create(
+                pod_id=pod.pk,
+                attempt=pod.attempt,
+                seq_start=current,
+                seq_end=end - 1,
+                text="".join(f"{line}\n" for line in lines),
+            )
+    if not claimed:  # a concurrent request stored these first: ack what the row says now
+        return Pod.objects.values_list("log_next_seq", flat=True).get(pk=pod.pk)
+    pod.log_next_seq = end
+    pod.recent_line_hashes = activity.get("recent_line_hashes", pod.recent_line_hashes)
+    if distinct:
+        log_progress(pod, now)
+    return end

@@ -1,0 +1,202 @@
+"""Console side of progress, checkpoints and log activity reported by agents (DESIGN §6).
+
+Called by `agents.services` while it handles a heartbeat or a log batch, with pods already
+loaded (job joined). Fencing: only a live worker of a placed job may speak, and only while it
+is meant to run (or its job is being stopped as a whole, so a save on SIGTERM still counts);
+a worker of an old attempt, a worker the console already ordered away for a restart, or one
+on a node that came back after its workers were declared lost is ignored.
+
+Writes: the pod's progress is a plain UPDATE by id (the newest report wins); the hang
+deadline is `UPDATE job SET hang_deadline=… WHERE id=… AND status='Running' AND
+hang_deadline IS NOT NULL` (only a running job with hang detection has one); checkpoints
+are inserted once per (job, path) (unique constraint, conflicts ignored); a checkpoint the
+scan no longer finds gets `pruned_at` (UPDATE … WHERE pruned_at IS NULL; the row stays).
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db.models import Q
+
+from jobs.faulttolerance.hang import deadline_after, distinct_lines
+from jobs.faulttolerance.policy import config_of
+from jobs.models import Checkpoint, Job, Pod, PodDesired
+from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
+from protocol.agent import MAX_CHECKPOINTS_REPORTED
+
+
+def may_report(pod: Pod) -> bool:
+    """Whether this worker's progress, checkpoints and log activity count for its job."""
+    job = pod.job
+    if pod.status not in ACTIVE_POD_STATUSES or pod.attempt > job.attempt:
+        return False
+    if job.status not in (JobStatus.STARTING, JobStatus.RUNNING):
+        return False
+    return pod.desired == PodDesired.RUN or job.stop_requested_at is not None
+
+
+def _push_hang_deadline(job: Job, now: datetime) -> None:
+    config = config_of(job)
+    if not config.hang_detection:
+        return
+    Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, hang_deadline__isnull=False).update(
+        hang_deadline=deadline_after(now, config.hang_timeout)
+    )
+
+
+def store_progress(pod: Pod, progress, now: datetime) -> bool:
+    """A new step moves the pod's progress and the job's hang deadline; the same step again
+    (a heartbeat with nothing new) writes nothing. Returns whether anything was stored."""
+    if progress is None or not may_report(pod):
+        return False
+    if pod.progress_step == progress.step and pod.progress_at is not None:
+        return False
+    rate = pod.progress_rate
+    if pod.progress_step is not None and pod.progress_at is not None:
+        elapsed = (now - pod.progress_at).total_seconds()
+        if progress.step > pod.progress_step and elapsed > 0:
+            rate = (progress.step - pod.progress_step) / elapsed
+    Pod.objects.filter(pk=pod.pk).update(
+        progress_rate=rate,
+        progress_step=progress.step,
+        progress_total=progress.total,
+        progress_phase=progress.phase,
+        progress_metrics=dict(progress.metrics),
+        progress_at=now,
+    )
+    pod.progress_step, pod.progress_at = progress.step, now
+    _push_hang_deadline(pod.job, now)
+    return True
+
+
+def store_checkpoints(pod: Pod, checkpoints: Iterable, now: datetime) -> int:
+    """Record committed checkpoints of the current attempt (once per path), and mark the
+    job's checkpoints the scan no longer finds as pruned (`pruned_gone`)."""
+    reports = list(checkpoints)
+    if not reports or not may_report(pod):
+        return 0
+    paths = [c.path for c in reports]
+    # The reported paths (to insert each once) and the job's live checkpoints (to see which
+    # are gone): a few rows, as the SDK keeps only the newest CHECKPOINT_KEEP on disk.
+    rows = list(
+        Checkpoint.objects.filter(
+            Q(path__in=paths) | Q(committed=True, pruned_at__isnull=True), job_id=pod.job_id
+        ).values_list("id", "path", "step", "pruned_at")
+    )
+    known = {path: pruned_at for _, path, _, pruned_at in rows}
+    mine = [c for c in reports if c.attempt is None or c.attempt == pod.attempt]
+    new = [
+        Checkpoint(
+            job_id=pod.job_id,
+            attempt=pod.attempt,
+            step=c.step,
+            path=c.path,
+            size_bytes=c.size_bytes,
+            checksum=c.checksum,
+            committed=True,
+        )
+        for c in mine
+        # Saved by another attempt (a stale worker still running after its restart, or an
+        # older attempt's save found in the shared folder): not this attempt's checkpoint.
+        if c.path not in known
+    ]
+    if new:
+        Checkpoint.objects.bulk_create(new, ignore_conflicts=True)
+    for c in mine:  # saved again where a pruned one was (rare): present once more
+        if c.path in known and known[c.path] is not None:
+            Checkpoint.objects.filter(job_id=pod.job_id, path=c.path).update(
+                attempt=pod.attempt,
+                step=c.step,
+                size_bytes=c.size_bytes,
+                checksum=c.checksum,
+                pruned_at=None,
+            )
+    gone = pruned_gone(reports, [(i, p, step) for i, p, step, at in rows if at is None])
+    if gone:
+        Checkpoint.objects.filter(pk__in=gone, pruned_at__isnull=True).update(pruned_at=now)
+    return len(new)
+
+
+def pruned_gone(reports: list, live: list[tuple[int, str, int]]) -> list[int]:
+    """Ids of live checkpoint rows (id, path, step) that a worker's scan shows are gone. Pure.
+
+    The agent reports the committed checkpoints in the job's folder, newest first, at most
+    MAX_CHECKPOINTS_REPORTED: fewer means the list is complete; a full list still names every
+    checkpoint newer than its oldest entry. Only rows older than the newest one reported
+    count: the SDK prunes the oldest, and a newer row this worker cannot see (saved on
+    another node's disk) proves nothing."""
+    if not reports:
+        return []
+    present = {c.path for c in reports}
+    newest = max(c.step for c in reports)
+    floor = min(c.step for c in reports) if len(reports) >= MAX_CHECKPOINTS_REPORTED else None
+    return [
+        row_id
+        for row_id, path, step in live
+        if path not in present and step < newest and (floor is None or step > floor)
+    ]
+
+
+def store_worker_extras(pods: dict[int, Pod], reports: Iterable, now: datetime) -> None:
+    """Progress and checkpoints of one heartbeat, before its exits are applied (so a
+    checkpoint saved on SIGTERM is known before the job restarts from it)."""
+    for report in reports:
+        pod = pods.get(report.pod_id)
+        if pod is None or pod.attempt != report.attempt:
+            continue
+        if report.checkpoints:
+            store_checkpoints(pod, report.checkpoints, now)
+        if report.progress is not None:
+            store_progress(pod, report.progress, now)
+
+
+def log_activity(pod: Pod, lines: Iterable[str]) -> tuple[dict, bool]:
+    """Without progress reports a job's hang clock moves on new distinct log lines only (a
+    repeated identical warning is not progress). Returns the pod fields to write with the
+    log sequence (the updated memory of recent distinct lines) and whether the lines were
+    new, i.e. whether to call `log_progress` once they are stored."""
+    if pod.progress_at is not None or not may_report(pod):
+        return {}, False
+    new, memory = distinct_lines(pod.recent_line_hashes or [], lines)
+    fields = {"recent_line_hashes": memory} if memory != (pod.recent_line_hashes or []) else {}
+    return fields, bool(new)
+
+
+def log_progress(pod: Pod, now: datetime) -> None:
+    """New distinct log lines of a job without progress reports push its hang deadline."""
+    _push_hang_deadline(pod.job, now)
+
+
+def worker_ft_fields(pod: Pod) -> dict:
+    """What a worker spec carries for fault tolerance: where to resume from and where its
+    checkpoints go (relative to the agent's checkpoint root)."""
+    job = pod.job
+    return {"resume_from": job.resume_from, "checkpoint_subdir": job.checkpoint_dir}
+
+
+# -- the hang monitor's claims (jobs.job_monitor) -----------------------------------------
+
+
+def claim_hung_job(job_id: int, seen: datetime) -> bool:
+    """Take a job whose hang deadline `seen` passed: clears the deadline it saw, so of two
+    monitors only the one whose UPDATE matched acts; False if it progressed meanwhile."""
+    return bool(
+        Job.objects.filter(pk=job_id, status=JobStatus.RUNNING, hang_deadline=seen).update(
+            hang_deadline=None
+        )
+    )
+
+
+def clear_stale_hang_deadlines(now: datetime) -> int:
+    """Deadlines left on jobs that no longer run (finished, restarting) mean nothing."""
+    return (
+        Job.objects.filter(hang_deadline__lt=now)
+        .exclude(status=JobStatus.RUNNING)
+        .update(hang_deadline=None)
+    )
+
+
+def postpone_hang_check(job_id: int, seen: datetime, until: datetime) -> None:
+    """Acting on a hang raised: look again later, so one bad row cannot crash-loop the
+    monitor."""
+    Job.objects.filter(pk=job_id, hang_deadline=seen).update(hang_deadline=until)

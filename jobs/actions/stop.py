@@ -1,0 +1,108 @@
+"""Stopping jobs: graceful stop (Stopped), terminate (Terminated, no grace) and preemption
+(Preempted), DESIGN §4. A placed job keeps its status, shown "Stopping…", until every worker
+has exited; `actions.workers.reconcile_job` then ends it with the final status asked for.
+
+Concurrency: the stop request is a compare-and-set on the job's status and on
+`stop_requested_at IS NULL`; a race lost to the scheduler or an agent is retried on the
+status it lost to (a few times at most).
+"""
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.actions.transitions import TransitionConflict, record_decision, transition
+from jobs.models import Job, Pod, PodDesired
+from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, Actor, JobStatus, PodStatus
+
+
+class JobNotActive(Exception):
+    """The job has already finished: it cannot be stopped or terminated."""
+
+
+def stop_pods(
+    job: Job | int,
+    *,
+    reason: str,
+    stop_as: PodStatus,
+    grace: int | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Order every live worker of the job to stop (SIGTERM, then the grace, then SIGKILL);
+    the agent converges on it. `stop_as` is how each ends once it has exited."""
+    job_id = job if isinstance(job, int) else job.pk
+    return Pod.objects.filter(job_id=job_id, status__in=list(ACTIVE_POD_STATUSES)).update(
+        desired=PodDesired.STOP,
+        stop_reason=reason[: Pod._meta.get_field("stop_reason").max_length],
+        stop_as=stop_as,
+        stop_grace_seconds=settings.DEFAULT_STOP_GRACE if grace is None else grace,
+        stop_requested_at=now or timezone.now(),
+    )
+
+
+# How the workers of a job stopped for each reason end (SCENARIOS.md pod statuses).
+_POD_STATUS_FOR_STOP = {
+    JobStatus.STOPPED: PodStatus.STOPPED,
+    JobStatus.TERMINATED: PodStatus.TERMINATED,
+    JobStatus.PREEMPTED: PodStatus.PREEMPTED,
+}
+
+
+def request_stop(
+    job: Job,
+    *,
+    user=None,
+    actor: Actor = Actor.USER,
+    reason: str | None = None,
+    final_status: JobStatus = JobStatus.STOPPED,
+    grace: int | None = None,
+) -> Job:
+    """Stop gracefully (Stopped), at once (Terminated, grace 0), or for preemption
+    (Preempted: the scheduler reclaims the GPUs; workers get SIGTERM and the grace).
+
+    A job without workers (Pending, Inqueue) ends at once. A placed job keeps its status,
+    shown as "Stopping…", until every worker has exited; then the pod reconciler ends it with
+    `final_status`. Races with the scheduler are retried on the status they lost to.
+    """
+    who = f"by {user.get_username()}" if user else f"by the {actor}"
+    reason = reason or f"{final_status.lower()} {who}"
+    pod_status = _POD_STATUS_FOR_STOP[final_status]
+    if final_status == JobStatus.TERMINATED:
+        grace = 0
+    for _ in range(5):
+        job.refresh_from_db()
+        status = JobStatus(job.status)
+        if status in FINAL_JOB_STATUSES:
+            raise JobNotActive(f"the job is already {status}")
+        try:
+            with transaction.atomic():
+                if status in (JobStatus.PENDING, JobStatus.INQUEUE):
+                    transition(job, final_status, reason=reason, actor=actor, user=user)
+                    return job
+                now = timezone.now()
+                claimed = Job.objects.filter(
+                    pk=job.pk, status=status, stop_requested_at__isnull=True
+                ).update(
+                    stop_requested_at=now,
+                    stop_reason=reason,
+                    stop_final_status=final_status,
+                    updated_at=now,
+                )
+                if not claimed:
+                    job.refresh_from_db()
+                    if job.stop_requested_at and job.status == status:
+                        if final_status == JobStatus.TERMINATED:
+                            # Escalate a graceful stop in progress to an immediate kill.
+                            Job.objects.filter(pk=job.pk).update(stop_final_status=final_status)
+                            stop_pods(job, reason=reason, stop_as=pod_status, grace=0)
+                        return job  # a stop is already under way
+                    raise TransitionConflict(job.pk, status)
+                stop_pods(job, reason=reason, stop_as=pod_status, grace=grace)
+                record_decision(job, f"stop requested: {reason}", actor=actor, user=user)
+                job.refresh_from_db()
+                return job
+        except TransitionConflict:
+            continue  # the scheduler or an agent moved it meanwhile: look again
+    raise TransitionConflict(job.pk, job.status)

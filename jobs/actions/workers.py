@@ -1,0 +1,219 @@
+"""What agents report about workers, applied to pods, and each job's status brought in line
+with its workers (DESIGN §4, §9).
+
+Pod writes are compare-and-set on the pod's status (only a live pod can change), so a
+duplicated or late report is harmless; job writes go through `transitions.transition`. The
+rule itself is pure (`jobs.derive`).
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Case, F, Q, QuerySet, Value, When
+from django.utils import timezone
+
+from jobs.actions.stop import stop_pods
+from jobs.actions.transitions import TransitionConflict, transition
+from jobs.derive import (
+    JobChange,
+    PodView,
+    derive_job_transitions,
+    final_pod_status,
+    pod_status_from_exit,
+)
+from jobs.faulttolerance.hang import deadline_after
+from jobs.faulttolerance.policy import config_of
+from jobs.models import Job, Pod, PodDesired, RestartRecord, WorkerGpuSample
+from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
+
+
+def apply_worker_state(
+    pod: Pod,
+    *,
+    running: bool,
+    exit_code: int | None = None,
+    error: str = "",
+    container_id: str = "",
+    now: datetime | None = None,
+) -> bool:
+    """Record what an agent saw of one worker. Returns whether the pod changed.
+
+    `running=True` moves Starting/Unknown → Running; `running=False` ends the pod with
+    `final_pod_status`. Both are compare-and-set on a live status, so a re-sent report of an
+    already final worker changes nothing.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        if running:
+            changed = Pod.objects.filter(
+                pk=pod.pk, status__in=[PodStatus.STARTING, PodStatus.UNKNOWN]
+            ).update(
+                status=PodStatus.RUNNING,
+                started_at=pod.started_at or now,
+                container_id=container_id or pod.container_id,
+                last_report_at=now,
+                status_reason="",
+            )
+        else:
+            final = final_pod_status(
+                pod.stop_as if pod.desired == PodDesired.STOP else "", exit_code
+            )
+            reason = pod.stop_reason if final != pod_status_from_exit(exit_code) else ""
+            changed = Pod.objects.filter(pk=pod.pk, status__in=list(ACTIVE_POD_STATUSES)).update(
+                status=final,
+                exit_code=exit_code,
+                error_message=error[-4000:],
+                status_reason=reason or (error.strip().splitlines() or [""])[-1][:300],
+                container_id=container_id or pod.container_id,
+                finished_at=now,
+                last_report_at=now,
+            )
+        if changed:
+            if running and pod.attempt > 1:
+                _async_restart_ran(pod, now)
+            reconcile_job(pod.job_id, now=now)
+    return bool(changed)
+
+
+def _async_restart_ran(pod: Pod, now: datetime) -> None:
+    """An Asynchronous restart's new worker runs: its restart record is complete."""
+    RestartRecord.objects.filter(
+        job_id=pod.job_id, to_attempt=pod.attempt, whole_job=False, running_at__isnull=True
+    ).update(running_at=now)
+
+
+def current_pods(job: Job) -> list[Pod]:
+    """The job's current copy of each worker: per rank, its newest pod of an attempt up to
+    the job's. (Asynchronous restarts replace one rank at a time, so ranks may differ.)"""
+    newest: dict[int, Pod] = {}
+    for pod in Pod.objects.filter(job_id=job.pk, attempt__lte=job.attempt).select_related("node"):
+        if pod.rank not in newest or pod.attempt > newest[pod.rank].attempt:
+            newest[pod.rank] = pod
+    return [newest[rank] for rank in sorted(newest)]
+
+
+def reconcile_job(job_id: int, *, now: datetime | None = None) -> list[JobChange]:
+    """Bring the job status in line with its current workers (idempotent).
+
+    A failure or a lost worker of a job with Automatic Fault Tolerance is handed to
+    `actions.restarts` instead of ending the job Failed; a job that just became
+    Preempted is restarted there too."""
+    from jobs.actions import restarts as restart  # restarts call back into this module
+
+    now = now or timezone.now()
+    job = Job.objects.get(pk=job_id)
+    pods = current_pods(job)
+    views = [
+        PodView(
+            p.rank,
+            PodStatus(p.status),
+            p.exit_code,
+            p.status_reason or (p.error_message.strip().splitlines() or [""])[-1][:300],
+        )
+        for p in pods
+    ]
+    changes = derive_job_transitions(
+        JobStatus(job.status),
+        views,
+        stop_requested=job.stop_requested_at is not None,
+        stop_final_status=JobStatus(job.stop_final_status or JobStatus.STOPPED),
+        stop_reason=job.stop_reason,
+    )
+    applied: list[JobChange] = []
+    for change in changes:
+        if change.to_status == JobStatus.FAILED and job.stop_requested_at is None:
+            failed = [p for p in pods if p.status in (PodStatus.FAILED, PodStatus.LOST)]
+            if failed:
+                try:
+                    with transaction.atomic():
+                        outcome = restart.handle_failure(job, failed[0], now=now)
+                except TransitionConflict:
+                    break
+                if outcome is not None:
+                    if outcome.to_status is not None:
+                        applied.append(JobChange(outcome.to_status, outcome.reason))
+                    break
+        fields = {}
+        if change.exit_code is not None:
+            fields["exit_code"] = change.exit_code
+        if change.to_status == JobStatus.RUNNING:
+            fields["hang_deadline"] = _first_hang_deadline(job, now)
+        try:
+            transition(
+                job, change.to_status, reason=change.reason, actor=Actor.AGENT, now=now, **fields
+            )
+        except TransitionConflict:
+            break  # someone else moved the job; the next report re-derives
+        applied.append(change)
+        if change.to_status == JobStatus.RUNNING and job.attempt > 1:
+            restart.mark_running(job.pk, job.attempt, now)
+        if change.to_status == JobStatus.FAILED:
+            # The rest of the gang is useless without the failed worker: stop it.
+            stop_pods(
+                job_id, reason=f"job failed: {change.reason}", stop_as=PodStatus.STOPPED, now=now
+            )
+        if change.to_status == JobStatus.PREEMPTED:
+            try:
+                with transaction.atomic():
+                    outcome = restart.handle_preempted(job, now=now)
+            except TransitionConflict:
+                break
+            if outcome is not None:
+                applied.append(JobChange(JobStatus.PENDING, outcome.reason))
+    return applied
+
+
+def _first_hang_deadline(job: Job, now: datetime) -> datetime | None:
+    """The hang clock starts when the attempt runs (only with hang detection on)."""
+    config = config_of(job)
+    return deadline_after(now, config.hang_timeout) if config.hang_detection else None
+
+
+def note_reports(pod_ids: Iterable[int], now: datetime) -> None:
+    """Workers reported running as known: note when (one UPDATE for all of them)."""
+    pod_ids = list(pod_ids)
+    if pod_ids:
+        Pod.objects.filter(pk__in=pod_ids).update(last_report_at=now)
+
+
+def record_gpu_samples(samples: Iterable[tuple[int, dict]], at: datetime) -> None:
+    """Running workers' GPU use (pod id, protocol.agent.GpuUsage fields), one insert."""
+    rows = [WorkerGpuSample(pod_id=pod_id, at=at, **usage) for pod_id, usage in samples]
+    if rows:
+        WorkerGpuSample.objects.bulk_create(rows)
+
+
+# -- dead and unreachable nodes (agents.node_monitor) -------------------------------------
+
+NODE_LOST = "node lost"
+
+
+def mark_pods_unknown(node_id: int, reason: str) -> int:
+    """The node stopped answering: its placed workers are Unknown (not dead) until it
+    answers again or is declared lost."""
+    return Pod.objects.filter(
+        node_id=node_id, status__in=[PodStatus.STARTING, PodStatus.RUNNING]
+    ).update(status=PodStatus.UNKNOWN, status_reason=reason)
+
+
+def end_pods_of_dead_nodes(pods: QuerySet[Pod], now: datetime) -> int:
+    """End live pods of dead nodes and reconcile their jobs, in the caller's transaction.
+
+    Ordered stops end as ordered (a stop never hangs on a dead node, and a user's stop still
+    ends the job Stopped); the rest end Lost. Reconciling in the same transaction keeps this
+    level-triggered: if it fails, nothing is committed and the next cycle tries again."""
+    rows = list(pods.filter(status__in=list(ACTIVE_POD_STATUSES)).values_list("id", "job_id"))
+    if not rows:
+        return 0
+    ordered_stop = Q(desired=PodDesired.STOP) & ~Q(stop_as="")
+    ended = Pod.objects.filter(
+        pk__in=[pk for pk, _ in rows], status__in=list(ACTIVE_POD_STATUSES)
+    ).update(
+        status=Case(When(ordered_stop, then=F("stop_as")), default=Value(PodStatus.LOST)),
+        status_reason=Case(When(ordered_stop, then=F("stop_reason")), default=Value(NODE_LOST)),
+        finished_at=now,
+    )
+    for job_id in sorted({job_id for _, job_id in rows}):
+        reconcile_job(job_id, now=now)
+    return ended

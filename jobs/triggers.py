@@ -1,0 +1,31 @@
+"""Wake-ups the core fires after a commit: "look at the queue now". Messages carry no state;
+the database is the truth (DESIGN §2).
+
+The core only says *that* the scheduler should look; *how* the message travels (a Celery
+task, a wake-up of an in-process loop, a synchronous call in tests) is registered by the
+shell at start-up (`console.transport`, from `ConsoleConfig.ready`), so nothing here imports
+the layer above. With nothing registered (the simulator, a bare import) a trigger is a
+no-op: the periodic loops do the same work a little later.
+"""
+
+import logging
+from collections.abc import Callable
+
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+SCHEDULER = "scheduler"
+_senders: dict[str, Callable[[], None]] = {}
+
+
+def register(name: str, send: Callable[[], None]) -> None:
+    """Set how the `name` trigger is delivered (replacing any earlier registration)."""
+    _senders[name] = send
+
+
+def request_scheduling() -> None:
+    """Ask for a scheduling cycle once the surrounding transaction commits."""
+    send = _senders.get(SCHEDULER)
+    if send is not None:
+        transaction.on_commit(send, robust=True)
