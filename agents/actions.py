@@ -20,10 +20,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 from pydantic import ValidationError
 
-from accounts.tokens import make_token
-from agents.auth import claim_bootstrap_token
+from accounts.tokens import make_token, matches, split_prefix
+from agents.auth import BOOTSTRAP_KIND, NODE_KIND, AgentApiError
 from agents.decisions import (
     PodFacts,
     Verdict,
@@ -32,7 +33,7 @@ from agents.decisions import (
     log_reject_reason,
     new_log_lines,
 )
-from agents.tokens import NODE_KIND
+from agents.models import BootstrapToken
 from cluster.actions import record_node_alive, save_registration, upsert_gpus
 from cluster.models import Node, NodeState
 from jobs.actions.logs import append_log_lines
@@ -76,6 +77,75 @@ def _fact_fields(facts: NodeFacts) -> dict:
         "cpus": facts.cpus,
         "memory_gb": facts.memory_gb,
     }
+
+
+# --- bootstrap tokens ---------------------------------------------------------------------
+
+
+def issue_bootstrap_token(
+    user,
+    note: str = "",
+    single_use: bool = True,
+    ttl: timedelta | int | None = None,
+    *,
+    now: datetime | None = None,
+) -> tuple[BootstrapToken, str]:
+    """Create a bootstrap token; returns the row and the plain token (show it once).
+
+    `ttl` is a timedelta or seconds; by default settings.BOOTSTRAP_TOKEN_TTL.
+    """
+    if ttl is None:
+        ttl = timedelta(seconds=settings.BOOTSTRAP_TOKEN_TTL)
+    elif isinstance(ttl, int):
+        ttl = timedelta(seconds=ttl)
+    if ttl <= timedelta(0):
+        raise ValueError("a bootstrap token needs a positive lifetime")
+    now = now or timezone.now()
+    new = make_token(BOOTSTRAP_KIND)
+    row = BootstrapToken.objects.create(
+        note=note[:200],
+        prefix=new.prefix,
+        digest=new.digest,
+        created_by=user,
+        expires_at=now + ttl,
+        single_use=single_use,
+    )
+    return row, new.plain
+
+
+def claim_bootstrap_token(plain: str, now: datetime) -> BootstrapToken:
+    """Check a bootstrap token and, if it is single-use, mark it used.
+
+    The claim is a compare-and-set, `UPDATE … SET used_at=now WHERE id=… AND used_at IS NULL
+    AND revoked_at IS NULL AND expires_at > now`: of two agents racing with one single-use
+    token exactly one UPDATE matches a row. Call it inside the registration transaction so
+    a registration that fails afterwards leaves the token unused.
+    """
+    prefix = split_prefix(plain, BOOTSTRAP_KIND)
+    if prefix is None:
+        raise AgentApiError(401, "malformed_token", "not a bootstrap token")
+    token = BootstrapToken.objects.filter(prefix=prefix).first()
+    if token is None or not matches(plain, token.digest):
+        raise AgentApiError(401, "invalid_token", "unknown bootstrap token")
+    usable = BootstrapToken.objects.filter(pk=token.pk, revoked_at__isnull=True, expires_at__gt=now)
+    if token.single_use:
+        claimed = usable.filter(used_at__isnull=True).update(used_at=now)
+    else:
+        # Reusable tokens record their first use only; the update still checks validity.
+        claimed = usable.update(used_at=token.used_at or now)
+    if claimed:
+        return token
+    token.refresh_from_db()
+    if token.revoked_at is not None:
+        raise AgentApiError(403, "token_revoked", "this bootstrap token was revoked")
+    if token.expires_at <= now:
+        raise AgentApiError(403, "token_expired", "this bootstrap token has expired")
+    raise AgentApiError(403, "token_used", "this single-use bootstrap token was already used")
+
+
+def revoke_bootstrap_tokens(tokens, now: datetime) -> int:
+    """Revoke the live bootstrap tokens of a queryset; returns how many were revoked."""
+    return tokens.filter(revoked_at__isnull=True).update(revoked_at=now)
 
 
 # --- register ----------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from django.db.models import IntegerField, Q, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agents.actions import issue_bootstrap_token, revoke_bootstrap_tokens
 from agents.models import BootstrapToken
-from agents.tokens import issue_bootstrap_token
 from cluster.actions import revoke_node_tokens, set_cordoned
 from cluster.models import GpuDevice, Node
 from jobs.statuses import ACTIVE_POD_STATUSES
@@ -183,5 +183,5 @@ class BootstrapTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset) -> None:
-        changed = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        changed = revoke_bootstrap_tokens(queryset, timezone.now())
         self.message_user(request, f"Revoked {changed} token(s).", messages.SUCCESS)

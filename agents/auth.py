@@ -1,18 +1,22 @@
 """Authentication of agent requests: bootstrap tokens for registering, node tokens after.
 
+Both are prefixed secrets stored as a lookup prefix plus a digest (accounts.tokens): an
+admin hands a bootstrap token (`gqb_…`) to a new node, whose agent presents it once to
+`POST /api/v1/agent/register/` and receives its own node token (`gqn_…`).
+
 401 means "we do not know this credential" (missing, malformed, unknown, wrong secret);
 403 means "we know it, but it may no longer be used" (expired, revoked, already used).
 """
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.http import HttpRequest
 
 from accounts.tokens import matches, split_prefix
-from agents.models import BootstrapToken
-from agents.tokens import BOOTSTRAP_KIND, NODE_KIND
 from cluster.models import Node
+
+BOOTSTRAP_KIND = "gqb"
+NODE_KIND = "gqn"
 
 
 @dataclass
@@ -49,33 +53,3 @@ def authenticate_node(request: HttpRequest) -> Node:
             403, "token_revoked", "this node's token was revoked; register it again"
         )
     return node
-
-
-def claim_bootstrap_token(plain: str, now: datetime) -> BootstrapToken:
-    """Check a bootstrap token and, if it is single-use, mark it used.
-
-    The claim is a compare-and-set, `UPDATE … SET used_at=now WHERE id=… AND used_at IS NULL
-    AND revoked_at IS NULL AND expires_at > now`: of two agents racing with one single-use
-    token exactly one UPDATE matches a row. Call it inside the registration transaction so
-    a registration that fails afterwards leaves the token unused.
-    """
-    prefix = split_prefix(plain, BOOTSTRAP_KIND)
-    if prefix is None:
-        raise AgentApiError(401, "malformed_token", "not a bootstrap token")
-    token = BootstrapToken.objects.filter(prefix=prefix).first()
-    if token is None or not matches(plain, token.digest):
-        raise AgentApiError(401, "invalid_token", "unknown bootstrap token")
-    usable = BootstrapToken.objects.filter(pk=token.pk, revoked_at__isnull=True, expires_at__gt=now)
-    if token.single_use:
-        claimed = usable.filter(used_at__isnull=True).update(used_at=now)
-    else:
-        # Reusable tokens record their first use only; the update still checks validity.
-        claimed = usable.update(used_at=token.used_at or now)
-    if claimed:
-        return token
-    token.refresh_from_db()
-    if token.revoked_at is not None:
-        raise AgentApiError(403, "token_revoked", "this bootstrap token was revoked")
-    if token.expires_at <= now:
-        raise AgentApiError(403, "token_expired", "this bootstrap token has expired")
-    raise AgentApiError(403, "token_used", "this single-use bootstrap token was already used")

@@ -1,11 +1,17 @@
-"""Read-only admin for jobs (the audit trail) with an immediate "terminate" action."""
+"""Read-only admin for jobs (the audit trail) with an immediate "terminate" action, and the
+quotas with their live usage (GPUs of live workers charged to each)."""
 
 from django.contrib import admin, messages
+from django.db.models import IntegerField, Q, Sum, Value
+from django.db.models.functions import Coalesce
 
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import TransitionConflict
 from jobs.models import Job, JobEvent, Pod
-from jobs.statuses import JobStatus
+from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
+from quotas.models import Quota
+
+_ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -104,3 +110,45 @@ class JobAdmin(admin.ModelAdmin):
             self.message_user(
                 request, f"{raced} job(s) kept changing; try again.", messages.WARNING
             )
+
+
+def _gpus(**extra) -> Coalesce:
+    return Coalesce(
+        Sum("charged_pods__gpus", filter=Q(charged_pods__status__in=_ACTIVE, **extra)),
+        Value(0),
+        output_field=IntegerField(),
+    )
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "tenant",
+        "resource_type",
+        "gpu_type",
+        "gpus",
+        "used_gpus",
+        "lent_gpus",
+        "preemption",
+    ]
+    list_filter = ["tenant", "resource_type", "gpu_type"]
+    list_select_related = ["tenant"]
+    search_fields = ["name"]
+
+    def get_queryset(self, request):
+        # One aggregate query for the whole page: GPUs of live workers charged to each quota,
+        # split into its own jobs and idle jobs borrowing it (DESIGN §5).
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_used=_gpus(), _lent=_gpus(charged_pods__in_quota=False))
+        )
+
+    @admin.display(description="Used GPUs", ordering="_used")
+    def used_gpus(self, obj: Quota) -> int:
+        return obj._used
+
+    @admin.display(description="Lent to idle jobs", ordering="_lent")
+    def lent_gpus(self, obj: Quota) -> int:
+        return obj._lent

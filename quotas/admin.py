@@ -1,13 +1,10 @@
-"""Admin for quota owners: tenants, workspaces with members, quotas with live usage."""
+"""Admin for quota owners: tenants and workspaces with members. (Quotas, shown with their
+live usage, are registered by jobs.admin: usage is counted from pods.)"""
 
 from django.contrib import admin
-from django.db.models import Count, IntegerField, Q, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Count
 
-from jobs.statuses import ACTIVE_POD_STATUSES
-from quotas.models import Membership, Quota, Tenant, Workspace
-
-_ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
+from quotas.models import Membership, Tenant, Workspace
 
 
 @admin.register(Tenant)
@@ -37,45 +34,3 @@ class WorkspaceAdmin(admin.ModelAdmin):
     @admin.display(description="Members", ordering="_members")
     def member_count(self, obj: Workspace) -> int:
         return obj._members
-
-
-def _gpus(**extra) -> Coalesce:
-    return Coalesce(
-        Sum("charged_pods__gpus", filter=Q(charged_pods__status__in=_ACTIVE, **extra)),
-        Value(0),
-        output_field=IntegerField(),
-    )
-
-
-@admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
-    list_display = [
-        "name",
-        "tenant",
-        "resource_type",
-        "gpu_type",
-        "gpus",
-        "used_gpus",
-        "lent_gpus",
-        "preemption",
-    ]
-    list_filter = ["tenant", "resource_type", "gpu_type"]
-    list_select_related = ["tenant"]
-    search_fields = ["name"]
-
-    def get_queryset(self, request):
-        # One aggregate query for the whole page: GPUs of live workers charged to each quota,
-        # split into its own jobs and idle jobs borrowing it (DESIGN §5).
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(_used=_gpus(), _lent=_gpus(charged_pods__in_quota=False))
-        )
-
-    @admin.display(description="Used GPUs", ordering="_used")
-    def used_gpus(self, obj: Quota) -> int:
-        return obj._used
-
-    @admin.display(description="Lent to idle jobs", ordering="_lent")
-    def lent_gpus(self, obj: Quota) -> int:
-        return obj._lent

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agents.tokens import issue_bootstrap_token
+from agents.actions import issue_bootstrap_token
 from cluster.models import Node
 from jobs.models import LogChunk, Pod
 

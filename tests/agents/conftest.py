@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from django.db import connections
 
-from agents.tokens import issue_bootstrap_token
+from agents.actions import issue_bootstrap_token
 from cluster.models import Node
 from jobs.models import Job, Pod
 from jobs.statuses import JobStatus, PodStatus

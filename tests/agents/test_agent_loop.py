@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from agents.actions import issue_bootstrap_token
 from agents.node.agent import Agent, AgentConfig
 from agents.node.state import AgentConfigError, StateStore
-from agents.tokens import issue_bootstrap_token
 from cluster.models import Node
 from jobs.actions.stop import request_stop
 from jobs.models import Job, Pod

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from agents.actions import issue_bootstrap_token
 from agents.node.agent import Agent, AgentConfig
 from agents.node.gpuhealth import APPLICATION_XIDS, DOUBLE_BIT_ECC, XID_CRITICAL, judge_event
 from agents.node.gpus import GpuInfo, GpuSource, worker_gpu_usage
-from agents.tokens import issue_bootstrap_token
 from cluster.models import GpuDevice, Node
 from jobs.models import Pod, WorkerGpuSample
 from jobs.scheduler.cycle import load_snapshot

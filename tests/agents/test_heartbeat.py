@@ -42,7 +42,7 @@ def test_wrong_secret_is_401(client):
 
 
 def test_bootstrap_token_is_not_a_node_token(client):
-    from agents.tokens import issue_bootstrap_token
+    from agents.actions import issue_bootstrap_token
 
     register(client)
     _, bootstrap = issue_bootstrap_token(None, "x")

@@ -9,8 +9,8 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.tokens import digest_of
+from agents.actions import issue_bootstrap_token
 from agents.models import BootstrapToken
-from agents.tokens import issue_bootstrap_token
 from cluster.models import GpuDevice, Node, NodeState
 from tests.agents.conftest import facts, heartbeat, post, run_together
 

@@ -167,7 +167,7 @@ def test_bootstrap_token_add_validates(admin_client_):
 
 
 def test_revoke_actions(admin_client_, researcher):
-    from agents.tokens import issue_bootstrap_token
+    from agents.actions import issue_bootstrap_token
 
     boot, _ = issue_bootstrap_token(researcher, "n")
     api_token, _ = issue_api_token(researcher)

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from agents.tokens import issue_bootstrap_token
+from agents.actions import issue_bootstrap_token
 
 
 class Command(BaseCommand):

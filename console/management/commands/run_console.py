@@ -81,7 +81,7 @@ class Command(BaseCommand):
             self.stdout.write("Stopped.")
 
     def _start_agent(self, url: str, options) -> subprocess.Popen:
-        from agents.tokens import issue_bootstrap_token
+        from agents.actions import issue_bootstrap_token
 
         state_dir = Path(settings.VAR_DIR) / "agent" / options["node_name"]
         state_dir.mkdir(parents=True, exist_ok=True)
