@@ -11,6 +11,7 @@ output again from the start, skipping the lines a previous run already shipped. 
 are counted the same way on every read (agents.node.lines), so "skip N lines" is exact.
 """
 
+import logging
 import signal
 import threading
 import time
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from protocol.agent import WorkerSpec
+
+log = logging.getLogger(__name__)
 
 # (pod_id, line without its newline, source): source=True for the worker's own output,
 # False for a line the agent adds (image pull progress, "stopping: sending SIGTERM"…).
@@ -171,18 +174,132 @@ class SourceLines:
         return "\n".join(self.tail)[-TAIL_CHARS:]
 
 
-class Stoppable(Protocol):
-    """What `stop_with_grace` needs of a runtime's worker record."""
+@dataclass
+class Worker:
+    """What every runtime keeps about one worker; a runtime subclasses it with its handles
+    (a process id, a container id)."""
 
-    lock: threading.Lock
+    pod_id: int
+    attempt: int
+    gpu_indices: tuple[int, ...]
     lines: SourceLines
-    stopping: bool
-    kill_at: float | None
-    timers: list[threading.Timer]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    starting: bool = False  # being prepared (image pull): not reported yet
+    stopping: bool = False
+    kill_at: float | None = None
+    timers: list[threading.Timer] = field(default_factory=list)
+    exit_code: int | None = None
+    error: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def handle(self) -> str:
+        """How the runtime names it to the console (container id, `process:<pid>`)."""
+        return ""
+
+    def state(self) -> WorkerState:
+        done = self.done.is_set()
+        return WorkerState(
+            pod_id=self.pod_id,
+            attempt=self.attempt,
+            running=not done,
+            gpu_indices=self.gpu_indices,
+            exit_code=self.exit_code if done else None,
+            error=self.error if done else "",
+            container_id=self.handle,
+            starting=self.starting and not done,
+        )
+
+
+class WorkerTable:
+    """The part every runtime shares: the table of its workers, stopping with a grace,
+    finishing, forgetting and shutting down. A runtime supplies `launch`, `adopt`,
+    `kill_leftovers` and three hooks: `_signal` (deliver a signal), `_has_exited` (checked
+    with the worker's lock held before any signal) and `_release` (clean up after a
+    forgotten worker)."""
+
+    name = ""
+    join_timeout = 5.0  # how long shutdown waits beyond the grace for output to drain
+
+    def __init__(self, on_line: LineSink, on_exit: ExitSink) -> None:
+        self._on_line = on_line
+        self._on_exit = on_exit
+        self._workers: dict[int, Worker] = {}
+        self._lock = threading.Lock()
+
+    # -- hooks ---------------------------------------------------------------------------
+    def _signal(self, worker: Worker, sig: signal.Signals) -> None:
+        raise NotImplementedError
+
+    def _has_exited(self, worker: Worker) -> bool:
+        return worker.done.is_set()
+
+    def _release(self, worker: Worker) -> None:
+        """A forgotten (exited and reported) worker's leftovers: files, a container."""
+
+    # -- the table -----------------------------------------------------------------------
+    def _add(self, worker: Worker) -> None:
+        with self._lock:
+            if worker.pod_id in self._workers:
+                raise LaunchError(f"pod {worker.pod_id} is already running here")
+            self._workers[worker.pod_id] = worker
+
+    def _get(self, pod_id: int) -> Worker | None:
+        with self._lock:
+            return self._workers.get(pod_id)
+
+    def has(self, pod_id: int) -> bool:
+        return self._get(pod_id) is not None
+
+    def _finish(self, worker: Worker, code: int | None, error: str) -> None:
+        """The worker has exited (its last output read): record it and tell the agent."""
+        worker.exit_code = code
+        worker.error = error
+        worker.starting = False
+        worker.done.set()
+        log.info("pod %s exited with code %s", worker.pod_id, code)
+        self._on_exit(worker.pod_id)
+
+    # -- what the agent calls ------------------------------------------------------------
+    def stop(self, pod_id: int, grace_seconds: float) -> None:
+        worker = self._get(pod_id)
+        if worker is not None:
+            stop_with_grace(
+                worker,
+                grace_seconds,
+                finished=lambda: self._has_exited(worker),
+                send=lambda sig: self._signal(worker, sig),
+            )
+
+    def workers(self) -> list[WorkerState]:
+        with self._lock:
+            workers = list(self._workers.values())
+        return [w.state() for w in workers]
+
+    def forget(self, pod_id: int) -> None:
+        with self._lock:
+            worker = self._workers.get(pod_id)
+            if worker is None or not worker.done.is_set():
+                return
+            del self._workers[pod_id]
+        self._release(worker)
+
+    def wait(self, pod_id: int, timeout: float) -> bool:
+        worker = self._get(pod_id)
+        return worker is None or worker.done.wait(timeout)
+
+    def shutdown(self, grace_seconds: float) -> None:
+        with self._lock:
+            workers = [w for w in self._workers.values() if not w.done.is_set()]
+        for w in workers:
+            self.stop(w.pod_id, grace_seconds)
+        deadline = time.monotonic() + grace_seconds + self.join_timeout + 5
+        for w in workers:
+            w.done.wait(max(0.0, deadline - time.monotonic()))
 
 
 def stop_with_grace(
-    worker: Stoppable,
+    worker: Worker,
     grace_seconds: float,
     *,
     finished: Callable[[], bool],

@@ -18,10 +18,11 @@ progress goes to the worker's log; a failed pull fails the worker with the engin
 import contextlib
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -37,8 +38,8 @@ from agents.node.runtimes.base import (
     LaunchSpec,
     LineSink,
     SourceLines,
-    WorkerState,
-    stop_with_grace,
+    Worker,
+    WorkerTable,
 )
 from agents.node.runtimes.container_config import (
     LABEL,
@@ -66,24 +67,17 @@ READER_JOIN_TIMEOUT = 10.0
 
 
 @dataclass
-class _Worker:
-    pod_id: int
-    attempt: int
-    gpu_indices: tuple[int, ...]
-    lines: SourceLines
+class _Container(Worker):
     container_id: str = ""
-    starting: bool = True
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    stopping: bool = False
-    kill_at: float | None = None
-    timers: list[threading.Timer] = field(default_factory=list)
-    exit_code: int | None = None
-    error: str = ""
-    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def handle(self) -> str:
+        return self.container_id[:64]
 
 
-class DockerRuntime:
+class DockerRuntime(WorkerTable):
     name = "docker"
+    join_timeout = READER_JOIN_TIMEOUT
 
     def __init__(
         self,
@@ -93,9 +87,8 @@ class DockerRuntime:
         *,
         base_url: str | None = None,
     ) -> None:
+        super().__init__(on_line, on_exit)
         self.opts = opts
-        self._on_line = on_line
-        self._on_exit = on_exit
         base_url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
         # One client for calls, one without a read timeout for streams that idle. Both
         # ask the engine for its API version when created.
@@ -113,8 +106,6 @@ class DockerRuntime:
             raise LaunchError(f"cannot reach the Docker engine: {exc}") from exc
         self.client = client
         self.api = self.client.api
-        self._workers: dict[int, _Worker] = {}
-        self._lock = threading.Lock()
 
     def engine_has_nvidia(self) -> bool:
         return "nvidia" in (self.client.info().get("Runtimes") or {})
@@ -122,21 +113,19 @@ class DockerRuntime:
     # --- launching ---
 
     def launch(self, spec: LaunchSpec) -> None:
-        with self._lock:
-            if spec.pod_id in self._workers:
-                raise LaunchError(f"pod {spec.pod_id} is already running here")
-            worker = _Worker(
-                pod_id=spec.pod_id,
-                attempt=spec.attempt,
-                gpu_indices=spec.gpu_indices,
-                lines=SourceLines(spec.pod_id, self._on_line),
-            )
-            self._workers[spec.pod_id] = worker
+        worker = _Container(
+            pod_id=spec.pod_id,
+            attempt=spec.attempt,
+            gpu_indices=spec.gpu_indices,
+            lines=SourceLines(spec.pod_id, self._on_line),
+            starting=True,
+        )
+        self._add(worker)
         threading.Thread(
             target=self._prepare, args=(worker, spec), name=f"pod-{spec.pod_id}-start", daemon=True
         ).start()
 
-    def _prepare(self, worker: _Worker, spec: LaunchSpec) -> None:
+    def _prepare(self, worker: _Container, spec: LaunchSpec) -> None:
         try:
             if spec.gpu_indices and not self.opts.gpus:
                 worker.lines.agent(
@@ -175,7 +164,7 @@ class DockerRuntime:
             # it). Take it over rather than starting a second one.
             return self.client.containers.get(config["name"])
 
-    def _ensure_image(self, worker: _Worker, image: str) -> None:
+    def _ensure_image(self, worker: _Container, image: str) -> None:
         try:
             self.api.inspect_image(image)
             return
@@ -204,7 +193,7 @@ class DockerRuntime:
 
     # --- watching: logs and exit ---
 
-    def _watch(self, worker: _Worker) -> None:
+    def _watch(self, worker: _Container) -> None:
         reader = threading.Thread(
             target=self._follow, args=(worker,), name=f"pod-{worker.pod_id}-out", daemon=True
         )
@@ -213,7 +202,7 @@ class DockerRuntime:
             target=self._wait, args=(worker, reader), name=f"pod-{worker.pod_id}-wait", daemon=True
         ).start()
 
-    def _follow(self, worker: _Worker) -> None:
+    def _follow(self, worker: _Container) -> None:
         """Stream the container's output to its end. An interrupted stream is opened again
         from the start and the lines already seen are skipped."""
         seen = 0
@@ -244,7 +233,7 @@ class DockerRuntime:
                 log.warning("pod %s: log stream interrupted (%s); reopening", worker.pod_id, exc)
                 time.sleep(1)
 
-    def _wait(self, worker: _Worker, reader: threading.Thread) -> None:
+    def _wait(self, worker: _Container, reader: threading.Thread) -> None:
         code, error = None, ""
         while True:
             try:
@@ -264,75 +253,18 @@ class DockerRuntime:
             error = worker.lines.error_tail()
         self._finish(worker, code, error)
 
-    def _finish(self, worker: _Worker, code: int | None, error: str) -> None:
-        worker.exit_code = code
-        worker.error = error
-        worker.starting = False
-        worker.done.set()
-        log.info("pod %s exited with code %s", worker.pod_id, code)
-        self._on_exit(worker.pod_id)
-
     # --- stopping ---
 
-    def stop(self, pod_id: int, grace_seconds: float) -> None:
-        with self._lock:
-            worker = self._workers.get(pod_id)
-        if worker is not None:
-            stop_with_grace(
-                worker,
-                grace_seconds,
-                finished=worker.done.is_set,
-                send=lambda sig: self._signal(worker, sig.name),
-            )
-
-    def _signal(self, worker: _Worker, sig: str) -> None:
+    def _signal(self, worker: _Container, sig: signal.Signals) -> None:
         if not worker.container_id:  # still pulling: it will not start
             return
         with contextlib.suppress(DockerException, requests.RequestException):
-            self.api.kill(worker.container_id, signal=sig)
+            self.api.kill(worker.container_id, signal=sig.name)
 
-    # --- state ---
-
-    def workers(self) -> list[WorkerState]:
-        with self._lock:
-            workers = list(self._workers.values())
-        return [
-            WorkerState(
-                pod_id=w.pod_id,
-                attempt=w.attempt,
-                running=not w.done.is_set(),
-                gpu_indices=w.gpu_indices,
-                exit_code=w.exit_code if w.done.is_set() else None,
-                error=w.error if w.done.is_set() else "",
-                container_id=w.container_id[:64],
-                starting=w.starting and not w.done.is_set(),
-            )
-            for w in workers
-        ]
-
-    def forget(self, pod_id: int) -> None:
-        with self._lock:
-            worker = self._workers.get(pod_id)
-            if worker is None or not worker.done.is_set():
-                return
-            del self._workers[pod_id]
-        if worker.container_id:
+    def _release(self, worker: _Container) -> None:
+        if worker.container_id:  # shipped and reported: nothing to adopt any more
             with contextlib.suppress(DockerException, requests.RequestException):
                 self.api.remove_container(worker.container_id, force=True)
-
-    def wait(self, pod_id: int, timeout: float) -> bool:
-        with self._lock:
-            worker = self._workers.get(pod_id)
-        return worker is None or worker.done.wait(timeout)
-
-    def shutdown(self, grace_seconds: float) -> None:
-        with self._lock:
-            workers = [w for w in self._workers.values() if not w.done.is_set()]
-        for w in workers:
-            self.stop(w.pod_id, grace_seconds)
-        deadline = time.monotonic() + grace_seconds + READER_JOIN_TIMEOUT + 5
-        for w in workers:
-            w.done.wait(max(0.0, deadline - time.monotonic()))
 
     # --- after an agent restart ---
 
@@ -349,18 +281,16 @@ class DockerRuntime:
             except (KeyError, ValueError):
                 log.warning("container %s has unreadable labels; ignoring it", container.name)
                 continue
-            with self._lock:
-                if pod_id in self._workers:
-                    continue
-                worker = _Worker(
-                    pod_id=pod_id,
-                    attempt=attempt,
-                    gpu_indices=gpus,
-                    lines=SourceLines(pod_id, self._on_line, skip.get(pod_id, 0)),
-                    container_id=container.id,
-                    starting=False,
-                )
-                self._workers[pod_id] = worker
+            if self.has(pod_id):
+                continue
+            worker = _Container(
+                pod_id=pod_id,
+                attempt=attempt,
+                gpu_indices=gpus,
+                lines=SourceLines(pod_id, self._on_line, skip.get(pod_id, 0)),
+                container_id=container.id,
+            )
+            self._add(worker)
             if container.status == "created":  # we crashed between create and start
                 with contextlib.suppress(DockerException):
                     container.start()

@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +37,10 @@ from agents.node.runtimes.base import (
     LaunchSpec,
     LineSink,
     SourceLines,
-    WorkerState,
+    Worker,
+    WorkerTable,
     injected_env,
     normalize_exit_code,
-    stop_with_grace,
 )
 
 log = logging.getLogger(__name__)
@@ -64,25 +63,18 @@ def split_output(stream, emit, max_bytes: int = MAX_LINE_BYTES) -> None:
     split_chunks(iter(lambda: stream.read1(65536), b""), emit, max_bytes)
 
 
-@dataclass
-class _Worker:
-    pod_id: int
-    attempt: int
-    gpu_indices: tuple[int, ...]
+@dataclass(kw_only=True)
+class _Process(Worker):
     pid: int
     workdir: Path
-    lines: SourceLines
     proc: subprocess.Popen | None = None  # None when adopted from a previous agent run
-    lock: threading.Lock = field(default_factory=threading.Lock)
     leader_exited: bool = False
-    stopping: bool = False
     killed: bool = False
-    kill_at: float | None = None
-    timers: list[threading.Timer] = field(default_factory=list)
-    exit_code: int | None = None
-    error: str = ""
     output_end: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def handle(self) -> str:
+        return f"process:{self.pid}"
 
     def signal_group(self, sig: int) -> None:
         """Signal the whole process group; caller holds `lock`. After the main process has
@@ -110,8 +102,9 @@ def _proc_stat(pid: int) -> list[str] | None:
         return None
 
 
-class ProcessRuntime:
+class ProcessRuntime(WorkerTable):
     name = "process"
+    join_timeout = READER_JOIN_TIMEOUT
 
     def __init__(
         self,
@@ -121,23 +114,19 @@ class ProcessRuntime:
         *,
         base_env: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__(on_line, on_exit)
         self.work_root = Path(work_root)
         self.home = str(self.work_root.resolve())
-        self._on_line = on_line
-        self._on_exit = on_exit
         source = os.environ if base_env is None else base_env
         self._base_env = {
             k: v for k, v in source.items() if not k.startswith(_PRIVATE_ENV_PREFIXES)
         }
-        self._workers: dict[int, _Worker] = {}
-        self._lock = threading.Lock()
 
     # --- launching and output ---
 
     def launch(self, spec: LaunchSpec) -> None:
-        with self._lock:
-            if spec.pod_id in self._workers:
-                raise LaunchError(f"pod {spec.pod_id} is already running here")
+        if self.has(spec.pod_id):
+            raise LaunchError(f"pod {spec.pod_id} is already running here")
         workdir = self.work_root / f"pod-{spec.pod_id}-{spec.attempt}"
         env = {**self._base_env, **spec.env, **injected_env(spec), HOME_MARKER: self.home}
         try:
@@ -160,7 +149,7 @@ class ProcessRuntime:
                 os.close(out)
         except OSError as exc:
             raise LaunchError(f"cannot start the worker: {exc}") from exc
-        worker = _Worker(
+        worker = _Process(
             pod_id=spec.pod_id,
             attempt=spec.attempt,
             gpu_indices=spec.gpu_indices,
@@ -177,9 +166,8 @@ class ProcessRuntime:
             )
         self._start(worker)
 
-    def _start(self, worker: _Worker) -> None:
-        with self._lock:
-            self._workers[worker.pod_id] = worker
+    def _start(self, worker: _Process) -> None:
+        self._add(worker)
         reader = threading.Thread(
             target=self._read, args=(worker,), name=f"pod-{worker.pod_id}-out", daemon=True
         )
@@ -188,7 +176,7 @@ class ProcessRuntime:
             target=self._wait, args=(worker, reader), name=f"pod-{worker.pod_id}-wait", daemon=True
         ).start()
 
-    def _read(self, worker: _Worker) -> None:
+    def _read(self, worker: _Process) -> None:
         """Tail the output file until the worker has exited and every byte is read."""
         splitter = LineSplitter(worker.lines)
         try:
@@ -207,7 +195,7 @@ class ProcessRuntime:
         except OSError as exc:
             log.warning("pod %s: reading output failed: %s", worker.pod_id, exc)
 
-    def _wait(self, worker: _Worker, reader: threading.Thread) -> None:
+    def _wait(self, worker: _Process, reader: threading.Thread) -> None:
         if worker.proc is not None:
             with contextlib.suppress(ChildProcessError):  # reaped elsewhere: wait() copes
                 os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
@@ -228,71 +216,24 @@ class ProcessRuntime:
             code = normalize_exit_code(returncode)
         elif code is None and worker.killed:
             code = 137
-        worker.exit_code = code
+        error = ""
         if code is None:
-            worker.error = "the worker ended without an exit status (killed?)"
+            error = "the worker ended without an exit status (killed?)"
         elif code != 0:
-            worker.error = worker.lines.error_tail()
-        worker.done.set()
-        log.info("pod %s exited with code %s", worker.pod_id, code)
-        self._on_exit(worker.pod_id)
+            error = worker.lines.error_tail()
+        self._finish(worker, code, error)
 
-    # --- stopping ---
+    # --- the shared table's hooks (base.WorkerTable) ---
 
-    def stop(self, pod_id: int, grace_seconds: float) -> None:
-        with self._lock:
-            worker = self._workers.get(pod_id)
-        if worker is not None:
-            stop_with_grace(
-                worker,
-                grace_seconds,
-                finished=lambda: worker.leader_exited,
-                send=worker.signal_group,
-            )
+    def _signal(self, worker: _Process, sig: signal.Signals) -> None:
+        worker.signal_group(sig)
 
-    # --- state ---
+    def _has_exited(self, worker: _Process) -> bool:
+        return worker.leader_exited
 
-    def workers(self) -> list[WorkerState]:
-        with self._lock:
-            workers = list(self._workers.values())
-        states = []
-        for w in workers:
-            done = w.done.is_set()
-            states.append(
-                WorkerState(
-                    pod_id=w.pod_id,
-                    attempt=w.attempt,
-                    running=not done,
-                    gpu_indices=w.gpu_indices,
-                    exit_code=w.exit_code if done else None,
-                    error=w.error if done else "",
-                    container_id=f"process:{w.pid}",
-                )
-            )
-        return states
-
-    def forget(self, pod_id: int) -> None:
-        with self._lock:
-            worker = self._workers.get(pod_id)
-            if worker is None or not worker.done.is_set():
-                return
-            del self._workers[pod_id]
+    def _release(self, worker: _Process) -> None:
         for name in (OUTPUT, EXIT_FILE):  # shipped and reported: nothing to adopt any more
             (worker.workdir / name).unlink(missing_ok=True)
-
-    def wait(self, pod_id: int, timeout: float) -> bool:
-        with self._lock:
-            worker = self._workers.get(pod_id)
-        return worker is None or worker.done.wait(timeout)
-
-    def shutdown(self, grace_seconds: float) -> None:
-        with self._lock:
-            workers = [w for w in self._workers.values() if not w.done.is_set()]
-        for w in workers:
-            self.stop(w.pod_id, grace_seconds)
-        deadline = time.monotonic() + grace_seconds + READER_JOIN_TIMEOUT + 5
-        for w in workers:
-            w.done.wait(max(0.0, deadline - time.monotonic()))
 
     # --- after an agent restart ---
 
@@ -333,11 +274,10 @@ class ProcessRuntime:
             if not match or not (workdir / OUTPUT).exists():
                 continue
             pod_id, attempt = int(match[1]), int(match[2])
-            with self._lock:
-                if pod_id in self._workers:
-                    continue
+            if self.has(pod_id):
+                continue
             pid = live.get(f"{pod_id}.{attempt}", 0)
-            worker = _Worker(
+            worker = _Process(
                 pod_id=pod_id,
                 attempt=attempt,
                 gpu_indices=(),
