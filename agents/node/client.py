@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1/agent/"
 
 
-class ApiError(Exception):
-    """The console refused the request (4xx other than 429)."""
+class ConsoleRefused(Exception):
+    """The console refused the request (4xx other than 429): retrying it as it is would not
+    help (a revoked token, a request the console will never accept)."""
 
     def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
         super().__init__(f"{status} {code}: {message}" + (f" (field {field})" if field else ""))
@@ -118,7 +119,7 @@ class AgentClient:
                 elif response.status_code == 429 or response.status_code >= 500:
                     problem = f"{url} answered {response.status_code}"
                 else:
-                    raise _api_error(response)
+                    raise _refusal(response)
             if attempts is not None and tries >= attempts:
                 raise TransportError(problem)
             delay = next(delays)
@@ -127,9 +128,9 @@ class AgentClient:
                 raise TransportError(f"{problem} (gave up: shutting down)")
 
 
-def _api_error(response: requests.Response) -> ApiError:
+def _refusal(response: requests.Response) -> ConsoleRefused:
     try:
         body = ErrorResponse.model_validate_json(response.content).error
-        return ApiError(response.status_code, body.code, body.message, body.field)
+        return ConsoleRefused(response.status_code, body.code, body.message, body.field)
     except ValidationError:
-        return ApiError(response.status_code, "http_error", response.text[:200])
+        return ConsoleRefused(response.status_code, "http_error", response.text[:200])

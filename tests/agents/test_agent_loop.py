@@ -113,15 +113,15 @@ def test_an_adopted_worker_keeps_reporting_its_progress(make_agent, job_on):
     )
     step(first)
     deadline = time.monotonic() + WAIT
-    while (first._progress_of(pod.pk)[0] or None) is None and time.monotonic() < deadline:
+    while (first.ledger.progress_of(pod.pk)[0] or None) is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert first._progress_of(pod.pk)[0].step == 7
+    assert first.ledger.progress_of(pod.pk)[0].step == 7
     first.store.unlock()  # the first agent "dies"; its worker keeps running
 
     second = make_agent("loop-node")
     second.recover()
     assert [s.pod_id for s in second.runtime.workers() if s.running] == [pod.pk]
-    progress, _ = second._progress_of(pod.pk)
+    progress, _ = second.ledger.progress_of(pod.pk)
     assert progress is not None and progress.step == 7
 
 

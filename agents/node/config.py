@@ -1,0 +1,69 @@
+"""How the agent is configured (`python -m agents.node --help`), and the runtime it builds."""
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.node.progress import checkpoint_root
+from agents.node.runtimes.base import ExitSink, LaunchError, LineSink, Runtime
+from agents.node.runtimes.processes import ProcessRuntime
+from agents.node.state import AgentConfigError
+
+log = logging.getLogger(__name__)
+
+AGENT_VERSION = "0.1.0"
+DEFAULT_INTERVAL = 5.0
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    server: str
+    name: str
+    state_dir: Path
+    runtime: str = "process"
+    bootstrap_token: str | None = None
+    fake_gpus: str | None = None
+    resource_type: str = "Lingjun"
+    cpus: int | None = None
+    memory_gb: int | None = None
+    heartbeat_interval: float | None = None  # None: the console's
+    shutdown_grace: float = 10.0
+    docker_url: str | None = None  # default: DOCKER_HOST or the local socket
+    docker_gpus: str = "auto"  # attach GPUs by device request: auto (NVIDIA runtime), on, off
+
+
+def host_memory_gb() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**30
+    except (ValueError, OSError):
+        return 0
+
+
+def make_runtime(
+    config: AgentConfig, state_dir: Path, on_line: LineSink, on_exit: ExitSink
+) -> Runtime:
+    if config.runtime == "process":
+        return ProcessRuntime(state_dir / "work", on_line, on_exit)
+    if config.runtime != "docker":
+        raise AgentConfigError(f"unknown runtime {config.runtime!r}")
+    from agents.node.runtimes.containers import DockerOptions, DockerRuntime
+
+    root = checkpoint_root(state_dir)  # the only host folder bind-mounted into containers
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        runtime = DockerRuntime(
+            DockerOptions(node=config.name, checkpoint_root=root),
+            on_line,
+            on_exit,
+            base_url=config.docker_url,
+        )
+    except LaunchError as exc:
+        raise AgentConfigError(str(exc)) from exc
+    gpus = config.docker_gpus == "on" or (
+        config.docker_gpus == "auto" and runtime.engine_has_nvidia()
+    )
+    if not gpus:
+        log.warning("GPUs are not attached to containers (--docker-gpus %s)", config.docker_gpus)
+    runtime.opts = DockerOptions(node=config.name, checkpoint_root=root, gpus=gpus)
+    return runtime
