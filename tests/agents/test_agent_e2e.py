@@ -91,6 +91,8 @@ def test_agent_shutdown_stops_workers_and_reports_them_honestly(
         command='trap "echo bye; exit 0" TERM; echo up; while :; do sleep 0.05; done',
     )
     wait_for(lambda: pod_status(pod) == PodStatus.RUNNING, "the pod to run")
+    # "up" is printed after the trap is set: a SIGTERM before it would kill the shell.
+    wait_for(lambda: "up" in stored_lines(pod), "the worker to set its trap")
     assert agent.terminate() == 0, agent.output()
     # Exit code 0 after the agent's own SIGTERM is not success: the work was interrupted.
     pod.refresh_from_db()

@@ -6,7 +6,6 @@ import contextlib
 import signal
 import socket
 import threading
-import time
 import uuid
 from datetime import timedelta
 
@@ -43,14 +42,13 @@ def expected_lines(lines: list[str], preamble: list[str]) -> list[str]:
 
 
 def settled_lines(pod: Pod) -> list[str]:
-    """The stored log once the pod is final and its sequence stopped moving."""
-    last = -1
-    while True:
-        now = Pod.objects.get(pk=pod.pk).log_next_seq
-        if now == last:
-            return stored_lines(pod)
-        last = now
-        time.sleep(0.5)
+    """The whole stored log of a counting worker: its last line is "done after N" and
+    sequence numbers are contiguous, so once that line is stored every earlier one is."""
+    wait_for(
+        lambda: (stored_lines(pod)[-1:] or [""])[0].startswith("done after"),
+        "the worker's last line to be stored",
+    )
+    return stored_lines(pod)
 
 
 def test_ten_sigkills_in_a_row_keep_one_container_and_every_line_once(
@@ -121,7 +119,11 @@ class Proxy:
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def down(self) -> None:
-        """Refuse new connections and cut the open ones."""
+        """Refuse new connections and cut the open ones. The listener is shut down before
+        it is closed: close() alone does not wake a thread blocked in accept(), which would
+        still let one more connection through (and a keep-alive client would use it on)."""
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         with self._lock:
             for s in self._sockets:
@@ -172,11 +174,18 @@ def test_a_console_outage_longer_than_a_heartbeat_window_loses_no_line(
     wait_for(lambda: pod_status(pod) == PodStatus.RUNNING, "the pod to run")
     wait_for(lambda: len(stored_lines(pod)) > 20, "the first lines")
 
+    failures = agent.output().count("log shipping failed")
+    heartbeats_failed = agent.output().count("heartbeat failed")
     proxy.down()
-    time.sleep(0.5)  # let requests in flight fail
+    # Once a batch has failed the shipper backs off: nothing sent before the cut is still
+    # in flight, so what is stored now is all the console gets until the proxy is back.
+    wait_for(lambda: agent.output().count("log shipping failed") > failures, "log shipping to fail")
     stored_before = len(stored_lines(pod))
+    wait_for(
+        lambda: agent.output().count("heartbeat failed") >= heartbeats_failed + 3,
+        "three heartbeats to fail",
+    )
     outage = settings.NODE_NOT_READY_AFTER + 1
-    time.sleep(3)  # 15 heartbeat intervals of 0.2 s
     # The console sees a silent node: NotReady, its pod Unknown…
     run_node_monitor(now=timezone.now() + timedelta(seconds=outage))
     assert Node.objects.get(pk=node.pk).state == NodeState.NOT_READY
