@@ -1,0 +1,1 @@
+"""Who calls the console: researchers' API tokens and bearer authentication."""

@@ -1,6 +1,6 @@
 """Console side of progress, checkpoints and log activity reported by agents (DESIGN §6).
 
-Called by `agents.services` while it handles a heartbeat or a log batch, with pods already
+Called by `agents.actions` while it handles a heartbeat or a log batch, with pods already
 loaded (job joined). Fencing: only a live worker of a placed job may speak, and only while it
 is meant to run (or its job is being stopped as a whole, so a save on SIGTERM still counts);
 a worker of an old attempt, a worker the console already ordered away for a restart, or one

@@ -4,7 +4,7 @@ preempted, hung or were lost (DESIGN §4, §6). A new attempt of the same job is
 
 Called from `actions.workers.reconcile_job` (worker exits, lost nodes, preemption) and from
 `jobs.job_monitor` (hangs), always inside the caller's transaction. Job writes go through
-`lifecycle.transition` (compare-and-set on the status); a conflict means another writer moved
+`transitions.transition` (compare-and-set on the status); a conflict means another writer moved
 the job first and nothing here is applied (the transaction rolls back with it).
 
 - Synchronous restart: the job goes Running/Starting → Pending (Preempted → Pending) as a new

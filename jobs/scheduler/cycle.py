@@ -10,7 +10,7 @@ lock keeps threads apart and the IMMEDIATE transaction mode (console.settings) t
 database write lock at BEGIN, which keeps other processes apart.
 
 Races with writers outside the lock (a user's stop, an agent's report) are settled row by
-row. Status changes are the bulk form of `lifecycle.transition`: the rows to move are
+row. Status changes are the bulk form of `jobs.actions.transitions.transition`: the rows to move are
 locked (`SELECT … FOR UPDATE`, ordered by id), only those still in the status the snapshot
 saw are moved (UPDATE … WHERE status = <seen>) and get a JobEvent, in the same transaction.
 A job that lost (stopped meanwhile) is skipped and its pods are not created; the user's
@@ -329,7 +329,7 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     """Write the plan. Must run inside the cycle's transaction (see `run_cycle`).
 
     Status changes (admissions → Starting, new waiters Pending → Inqueue) are the bulk form
-    of `lifecycle.transition`: lock the rows (`SELECT … FOR UPDATE`; on SQLite the
+    of `transitions.transition`: lock the rows (`SELECT … FOR UPDATE`; on SQLite the
     transaction already holds the write lock), keep only those still in the status the plan
     was made on, then one UPDATE per 500 rows plus one INSERT of JobEvents. A job that
     another writer moved first (a user's stop) is a conflict: skipped, no pods. Query count

@@ -137,14 +137,33 @@ def _chain_is_orm(node: ast.expr) -> bool:
             return False
 
 
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def model_apps(tree: ast.Module) -> dict[str, str]:
+    """Names imported from `<app>.models` in this module → the app that owns them."""
+    owners = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(".models"):
+            for alias in node.names:
+                owners[alias.asname or alias.name] = node.module.rsplit(".", 1)[0]
+    return owners
+
+
 def orm_writes(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, what) of each ORM write; `what` names the model's app when it is known."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    owners = model_apps(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         name = node.func.attr
         if name in WRITE_METHODS and _chain_is_orm(node.func.value):
-            yield node.lineno, name
+            owner = owners.get(_root_name(node.func.value) or "")
+            yield node.lineno, f"{name} of {owner}" if owner else name
         elif name == "save" and not node.args and isinstance(node.func.value, ast.Name):
             yield node.lineno, "save"  # a model instance saved
         elif name == "execute" and node.args:
@@ -163,13 +182,18 @@ def is_actions_module(module: str) -> bool:
 
 
 def write_violations() -> list[str]:
+    """ORM writes outside `actions` modules, and actions writing another app's tables."""
     problems = []
     for path in source_files():
         module = module_name(path)
         if room_of(module) in DJANGO_FREE or module in WRITE_EXCEPTIONS:
             continue
-        if is_actions_module(module) or path.parent.name == "commands":
+        if path.parent.name == "commands":
             continue  # management commands are shells: they call actions, or seed data
+        app = module.split(".")[0]
         for line, what in orm_writes(path):
-            problems.append(f"{module}:{line}: {what}")
+            if not is_actions_module(module):
+                problems.append(f"{module}:{line}: {what}")
+            elif " of " in what and what.rsplit(" of ", 1)[1] != app:
+                problems.append(f"{module}:{line}: {what} (another app's table)")
     return problems

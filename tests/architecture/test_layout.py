@@ -20,7 +20,7 @@ def test_database_writes_live_in_actions_modules():
     assert rules.write_violations() == []
 
 
-def test_the_rules_catch_what_they_are_for(tmp_path, monkeypatch):
+def test_the_rules_catch_what_they_are_for():
     """A deliberate violation of each rule is reported (so the rules cannot pass vacuously)."""
     bad = rules.ROOT / "jobs" / "_rules_probe.py"
     bad.write_text(
@@ -34,11 +34,27 @@ def test_the_rules_catch_what_they_are_for(tmp_path, monkeypatch):
             """
         )
     )
+    trespass = rules.ROOT / "jobs" / "actions" / "_rules_probe.py"
+    trespass.write_text(
+        textwrap.dedent(
+            """
+            from cluster.models import Node
+
+            def cordon_behind_clusters_back():
+                Node.objects.filter(pk=1).update(cordoned=True)
+            """
+        )
+    )
     try:
         assert any("jobs._rules_probe" in v for v in rules.layer_violations())
         assert any("jobs._rules_probe" in v for v in rules.write_violations())
+        assert any(
+            "jobs.actions._rules_probe" in v and "another app" in v
+            for v in rules.write_violations()
+        )
     finally:
         bad.unlink()
+        trespass.unlink()
 
 
 def test_the_node_program_and_sdk_import_without_django():

@@ -1,4 +1,4 @@
-"""Every (from, to) pair of the nine statuses through lifecycle.transition on a real row."""
+"""Every (from, to) pair of the nine statuses through `transitions.transition` on a row."""
 
 import itertools
 
