@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: run test venv lint format check bench clean
+.PHONY: run test test-deploy venv lint format check bench clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
@@ -22,6 +22,11 @@ run: venv
 ## make test: the whole suite (PostgreSQL when DATABASE_URL is set, else SQLite)
 test: venv
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+## make test-deploy: build the images (Debian base made here), bring the compose stack up
+## on podman, run jobs through it, restart, back up and restore, tear it all down
+test-deploy: venv
+	DEPLOY_TEST=1 $(BIN)/pytest tests/deploy -p no:randomly -v -s --durations=0 $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -42,3 +42,9 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def postgres_session_options(**seconds: int) -> str:
+    """libpq `options` that set server parameters for every session, e.g.
+    `-c statement_timeout=60000`; a value of 0 leaves the server's default (none)."""
+    return " ".join(f"-c {name}={value * 1000}" for name, value in seconds.items() if value)

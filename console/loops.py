@@ -7,9 +7,13 @@ functions are the same ones the Celery tasks call in production; only the transp
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from console.actions import describe_error, record_run
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +32,16 @@ class Loop(threading.Thread):
         while not self.stopping.is_set():
             self.woken.clear()
             close_old_connections()
+            started_at, started, error = timezone.now(), time.monotonic(), None
             try:
                 self.func()
-            except Exception:
+            except Exception as exc:
                 # One bad cycle must not kill the loop; the next tick retries from the DB.
                 log.exception("loop %s failed; retrying at the next tick", self.loop_name)
+                error = describe_error(exc)
             finally:
                 self.runs += 1
+            record_run(self.loop_name, started_at, time.monotonic() - started, error)
             self.woken.wait(self.interval)
         connection.close()
 

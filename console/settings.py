@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from console.env import env_bool, env_int, env_list, env_str
+from console.env import env_bool, env_int, env_list, env_str, postgres_session_options
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CONSOLE_VAR_DIR", str(BASE_DIR / "var")))
@@ -51,6 +51,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every later log line of the request carries its id.
+    "console.requestid.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -82,7 +84,27 @@ TEMPLATES = [
 
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # Persistent connections, checked before reuse: a connection the database (or a restart
+    # of it) closed meanwhile is replaced instead of failing the request that picks it up.
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL,
+            conn_max_age=env_int("CONN_MAX_AGE", 60, minimum=0),
+            conn_health_checks=True,
+        )
+    }
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        # Server-side limits for every session (seconds, 0 = none): a stuck statement, a
+        # transaction left open (a scheduler cycle stuck in Python while it holds the
+        # advisory lock) or a wait for a lock ends with an error instead of blocking the
+        # cycles queued behind it forever. The migrate step turns them off.
+        DATABASES["default"].setdefault("OPTIONS", {})["options"] = postgres_session_options(
+            statement_timeout=env_int("DB_STATEMENT_TIMEOUT", 60, minimum=0),
+            lock_timeout=env_int("DB_LOCK_TIMEOUT", 30, minimum=0),
+            idle_in_transaction_session_timeout=env_int(
+                "DB_IDLE_IN_TRANSACTION_TIMEOUT", 60, minimum=0
+            ),
+        )
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -137,10 +159,19 @@ SESSION_COOKIE_SECURE = PRODUCTION
 CSRF_COOKIE_SECURE = PRODUCTION
 SESSION_COOKIE_HTTPONLY = True
 SECURE_SSL_REDIRECT = PRODUCTION and env_bool("SECURE_SSL_REDIRECT", True)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if PRODUCTION else None
+# The health check is plain HTTP from inside the web container (no proxy in between).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Whether a request came over HTTPS is gunicorn's decision (`wsgi.url_scheme`): it honours
+# X-Forwarded-Proto only from `forwarded_allow_ips`, the TLS proxy (deploy/gunicorn.conf.py).
+# Django's own SECURE_PROXY_SSL_HEADER would believe the header from any client that reaches
+# the server, so it is off unless a deployment without gunicorn turns it on.
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("TRUST_X_FORWARDED_PROTO", False) else None
+)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = PRODUCTION
-SECURE_HSTS_PRELOAD = PRODUCTION
+SECURE_HSTS_INCLUDE_SUBDOMAINS = PRODUCTION and env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+# Preloading is a promise about the whole domain that is slow to undo: the operator opts in.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 # The agent API is called by machines with bearer tokens, never by a browser with cookies.
@@ -165,6 +196,19 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A task is a short trigger: past the soft limit it gets SoftTimeLimitExceeded (its
+# transaction rolls back), past the hard limit its worker process is killed, which closes
+# its database session and so releases the scheduler's advisory lock.
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 120, minimum=1)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 180, minimum=1)
+if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
+    raise ImproperlyConfigured("CELERY_TASK_TIME_LIMIT must be above CELERY_TASK_SOFT_TIME_LIMIT")
+# Recycle worker processes now and then (memory growth in long-lived processes).
+CELERY_WORKER_MAX_TASKS_PER_CHILD = env_int("CELERY_WORKER_MAX_TASKS_PER_CHILD", 1000, minimum=1)
+# Celery logs through the LOGGING below (JSON in production) instead of its own handlers.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
 
 # Scheduling and monitoring cadence (seconds).
 SCHEDULER_INTERVAL = env_int("SCHEDULER_INTERVAL", 5, minimum=1)
@@ -179,22 +223,46 @@ NODE_LOST_TIMEOUT = env_int("NODE_LOST_TIMEOUT", 300, minimum=1)
 BOOTSTRAP_TOKEN_TTL = env_int("BOOTSTRAP_TOKEN_TTL", 24 * 3600, minimum=60)
 DEFAULT_STOP_GRACE = env_int("DEFAULT_STOP_GRACE", 30, minimum=0)
 
+# /metrics (console.metrics): Prometheus scrapes with `Authorization: Bearer <METRICS_TOKEN>`;
+# without a token only a logged-in superuser may read it.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+if PRODUCTION and METRICS_TOKEN and len(METRICS_TOKEN) < 32:
+    raise ImproperlyConfigured("METRICS_TOKEN must be at least 32 characters")
+
+# Logs: one JSON object per line in production (LOG_FORMAT=json), with the request id of the
+# request or the trigger that caused them (console.requestid); plain text for a terminal.
+LOG_FORMAT = env_str("LOG_FORMAT", "json" if PRODUCTION else "plain")
+if LOG_FORMAT not in {"json", "plain"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be json or plain, got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "filters": {"quiet_agent": {"()": "console.logfilters.QuietAgentRequests"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
+        "json": {"()": "console.logjson.JsonFormatter"},
+    },
+    "filters": {
+        "quiet_agent": {"()": "console.logfilters.QuietAgentRequests"},
+        "request_id": {"()": "console.requestid.RequestIdFilter"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["request_id"],
+        },
         "server": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
-            "filters": ["quiet_agent"],
+            "formatter": LOG_FORMAT,
+            "filters": ["quiet_agent", "request_id"],
         },
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         "django.server": {"handlers": ["server"], "level": "INFO", "propagate": False},
+        # One access line per request, written by console.requestid (gunicorn's own access
+        # log is off: it knows no request id).
+        "console.access": {"handlers": ["server"], "level": "INFO", "propagate": False},
     },
 }

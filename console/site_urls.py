@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console import views
+from console import metrics, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -15,4 +15,5 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/token/", views.api_token, name="api-token"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics.metrics, name="metrics"),
 ]

@@ -14,9 +14,15 @@ from jobs import triggers
 def send_scheduling() -> None:
     mode = settings.CONSOLE_LOOPS
     if mode == "celery":
+        from console.requestid import current_request_id
         from jobs.tasks import schedule_tick
 
-        schedule_tick.delay()
+        # Expires after one interval: a trigger still queued by then is redundant (beat's
+        # next tick, or any later cycle, does the same work), so an outage leaves no backlog.
+        schedule_tick.apply_async(
+            expires=settings.SCHEDULER_INTERVAL,
+            headers={"request_id": current_request_id()},
+        )
     elif mode == "inprocess":
         from console.loops import wake
 
