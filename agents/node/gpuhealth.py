@@ -79,6 +79,7 @@ class HealthWatcher:
         self.problem = ""  # why watching fails, once it has failed often enough
         self.unsupported = False
         self._last_id = 0
+        self._sleep = self._stop.wait  # between retries; returns early on close()
         self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
 
     # --- what the agent calls ---------------------------------------------------------
@@ -178,7 +179,7 @@ class HealthWatcher:
         else:
             log.warning("NVML event watching failed (%s); trying again", exc)
         if wait:
-            self._stop.wait(retry_delay(self.failures))
+            self._sleep(retry_delay(self.failures, RETRY_BASE_SECONDS, RETRY_MAX_SECONDS))
 
     def _ok(self) -> None:
         if self.failures:

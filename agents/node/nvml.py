@@ -47,7 +47,7 @@ class NvmlReader:
 
     def _note(self, subject: str, problem: str) -> None:
         """Log a problem when it starts or changes, not on every heartbeat."""
-        if self._logged.get(subject) != problem:
+        if self._logged.get(subject, "") != problem:
             self._logged[subject] = problem
             if problem:
                 log.warning("NVML: %s: %s", subject, problem)
