@@ -148,20 +148,26 @@ class GpuSource:
         self.health: HealthWatcher | None = None
         self.last: list[GpuInfo] = []
         self._gpu_type = ""
+        self._watching = False  # a HealthWatcher was started (or could not be)
         if self.fake:
             self._fakes = fake_gpus(fake_spec, node_name)
             self._gpu_type = parse_fake_spec(fake_spec)[1]
             if self._nvml_ok and self._reader.read():
                 log.warning("--fake-gpus given: ignoring the real GPUs NVML found")
             return
-        found = self.sample()
+        self.sample()  # starts watching Xid events once NVML has named the GPUs
         if not self._nvml_ok:
             log.warning("NVML not available and no --fake-gpus given: reporting no GPUs")
-        elif found:
-            try:
-                self.health = HealthWatcher(nvml, [d.uuid for d in found]).start()
-            except Exception as exc:
-                log.warning("NVML events not available (%s): no Xid health checks", exc)
+
+    def _watch(self, devices: list[GpuInfo]) -> None:
+        uuids = [d.uuid for d in devices if d.uuid]
+        if self._watching or not uuids:
+            return
+        self._watching = True
+        try:
+            self.health = HealthWatcher(self._nvml, uuids).start()
+        except Exception as exc:
+            log.warning("NVML events not available (%s): no Xid health checks", exc)
 
     @property
     def gpu_type(self) -> str:
@@ -182,6 +188,7 @@ class GpuSource:
         except Exception:  # a bug must cost the GPU facts of one heartbeat, not the heartbeat
             log.exception("reading the GPUs failed")
             devices = list(self.last)
+        self._watch(devices)
         marks = self.health.snapshot() if self.health is not None else {}
         self.last = [_with_mark(d, marks.get(d.uuid)) for d in devices]
         return self.last

@@ -142,6 +142,8 @@ def test_the_agent_starts_when_nvml_cannot_count_at_start(world, nvml):
         assert (source.sample(), source.gpu_type) == ([], "")
         world.heal("nvmlDeviceGetCount")
         assert len(source.sample()) == 4 and source.gpu_type == "H200"
+        assert source.health is not None  # Xid watching starts once NVML names the GPUs
+        assert sorted(source.health.watched) == sorted(g.uuid for g in world.gpus)
     finally:
         source.close()
 
