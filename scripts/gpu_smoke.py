@@ -26,6 +26,7 @@ from pathlib import Path
 import django
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the console's packages, wherever this is run from
 HOLD_MIB = 1024
 
 
@@ -68,13 +69,13 @@ class Api:
 
 def nvidia_smi() -> list[tuple[int, str, int]]:
     """(index, UUID, memory MiB) of every GPU, as the driver's own tool reports them."""
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    query = ["--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", *query], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SmokeFailed(f"nvidia-smi --query-gpu failed: {exc}") from None
     rows = []
     for line in out.strip().splitlines():
         index, uuid, memory = (part.strip() for part in line.split(","))
