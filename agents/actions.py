@@ -34,7 +34,12 @@ from agents.decisions import (
     new_log_lines,
 )
 from agents.models import BootstrapToken
-from cluster.actions import record_node_alive, save_registration, upsert_gpus
+from cluster.actions import (
+    health_marks_to_clear,
+    record_node_alive,
+    save_registration,
+    upsert_gpus,
+)
 from cluster.models import Node, NodeState
 from jobs.actions.logs import append_log_lines
 from jobs.actions.progress import store_worker_extras, worker_ft_fields
@@ -42,6 +47,7 @@ from jobs.actions.workers import apply_worker_state, note_reports, record_gpu_sa
 from jobs.models import Pod
 from jobs.statuses import ACTIVE_POD_STATUSES
 from protocol.agent import (
+    ClearHealthMark,
     Heartbeat,
     HeartbeatReply,
     LogAck,
@@ -192,6 +198,8 @@ def _load_pods(node_id: int, reported: Iterable[int]) -> dict[int, Pod]:
 
 def worker_spec(pod: Pod) -> WorkerSpec:
     job = pod.job
+    indices = list(pod.gpu_indices or [])
+    uuids = list(pod.gpu_uuids or [])
     return WorkerSpec(
         pod_id=pod.pk,
         job_id=job.pk,
@@ -201,7 +209,8 @@ def worker_spec(pod: Pod) -> WorkerSpec:
         image=job.image,
         command=job.command,
         env={str(k): str(v) for k, v in (job.env or {}).items()},
-        gpu_indices=list(pod.gpu_indices or []),
+        gpu_indices=indices,
+        gpu_uuids=uuids if len(uuids) == len(indices) else [],
         cpus=pod.cpus,
         memory_gb=pod.memory_gb,
         log_next_seq=pod.log_next_seq,
@@ -277,7 +286,20 @@ def record_heartbeat(node: Node, hb: Heartbeat, now: datetime) -> HeartbeatReply
             apply_worker_state(
                 pod, running=False, error=f"invalid worker spec: {where}: {first['msg']}", now=now
             )
-    return HeartbeatReply(heartbeat_interval=heartbeat_interval(), run=run, stop=stop)
+    return HeartbeatReply(
+        heartbeat_interval=heartbeat_interval(),
+        run=run,
+        stop=stop,
+        clear_health_marks=_marks_to_clear(node.pk, hb.facts),
+    )
+
+
+def _marks_to_clear(node_id: int, facts: NodeFacts) -> list[ClearHealthMark]:
+    """Health marks an operator cleared that the agent still reports (a query only when it
+    reports one)."""
+    if not any(g.health_mark for g in facts.gpus):
+        return []
+    return [ClearHealthMark(uuid=u, mark=m) for u, m in health_marks_to_clear(node_id)]
 
 
 # --- logs --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Admin for nodes (usage, cordon/uncordon) and agent bootstrap tokens (shown once)."""
+"""Admin for nodes (usage, cordon/uncordon), their GPUs (clear health marks) and agent
+bootstrap tokens (shown once)."""
 
 from datetime import timedelta
 
@@ -10,7 +11,7 @@ from django.utils import timezone
 
 from agents.actions import issue_bootstrap_token, revoke_bootstrap_tokens
 from agents.models import BootstrapToken
-from cluster.actions import revoke_node_tokens, set_cordoned
+from cluster.actions import clear_health_marks, revoke_node_tokens, set_cordoned
 from cluster.models import GpuDevice, Node
 from jobs.statuses import ACTIVE_POD_STATUSES
 
@@ -25,11 +26,13 @@ class GpuDeviceInline(admin.TabularInline):
         "index",
         "name",
         "uuid",
+        "pci_bus_id",
         "memory_total_mb",
         "memory_used_mb",
         "utilization",
         "temperature",
         "ecc_errors",
+        "mig",
         "healthy",
         "health_reason",
         "updated_at",
@@ -38,6 +41,69 @@ class GpuDeviceInline(admin.TabularInline):
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
+
+    @admin.display(description="MIG")
+    def mig(self, obj: GpuDevice) -> str:
+        return mig_summary(obj)
+
+
+def mig_summary(device: GpuDevice) -> str:
+    if not device.mig_enabled:
+        return "off"
+    names = [str(m.get("name") or m.get("uuid") or "?") for m in device.mig_instances or []]
+    return f"on: {len(names)} MIG device(s)" + (f" ({', '.join(names)})" if names else "")
+
+
+CLEAR_HINT = (
+    "Only Xid/ECC event marks can be cleared; a GPU the agent finds unhealthy on every "
+    "sample (uncorrectable ECC errors since boot, missing from NVML, unreadable) stays "
+    "unhealthy until it is reset or replaced."
+)
+
+
+def _clear_marks(admin_: admin.ModelAdmin, request, devices) -> None:
+    cleared = clear_health_marks(devices, timezone.now())
+    admin_.message_user(
+        request,
+        f"Cleared {cleared} GPU health mark(s); the agents drop them at their next "
+        f"heartbeat and the GPUs are placed again once reported healthy. {CLEAR_HINT}",
+        messages.SUCCESS if cleared else messages.WARNING,
+    )
+
+
+@admin.register(GpuDevice)
+class GpuDeviceAdmin(admin.ModelAdmin):
+    list_display = [
+        "__str__",
+        "uuid",
+        "name",
+        "utilization",
+        "memory_used_mb",
+        "memory_total_mb",
+        "mig",
+        "healthy",
+        "health_reason",
+        "updated_at",
+    ]
+    list_filter = ["healthy", "mig_enabled", "name"]
+    list_select_related = ["node"]
+    search_fields = ["node__name", "uuid", "pci_bus_id"]
+    actions = ["clear_health_marks"]
+    readonly_fields = [f.name for f in GpuDevice._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # agents report their GPUs
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="MIG")
+    def mig(self, obj: GpuDevice) -> str:
+        return mig_summary(obj)
+
+    @admin.action(description="Clear the health marks of the selected GPUs (after a reset)")
+    def clear_health_marks(self, request, queryset) -> None:
+        _clear_marks(self, request, queryset)
 
 
 @admin.register(Node)
@@ -72,7 +138,7 @@ class NodeAdmin(admin.ModelAdmin):
         "created_at",
     ]
     inlines = [GpuDeviceInline]
-    actions = ["cordon", "uncordon", "revoke_tokens"]
+    actions = ["cordon", "uncordon", "revoke_tokens", "clear_gpu_health_marks"]
 
     def has_add_permission(self, request) -> bool:
         return False  # nodes register themselves with a bootstrap token
@@ -103,6 +169,10 @@ class NodeAdmin(admin.ModelAdmin):
     def uncordon(self, request, queryset) -> None:
         changed = set_cordoned(queryset, False)
         self.message_user(request, f"Uncordoned {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Clear the GPU health marks of the selected nodes")
+    def clear_gpu_health_marks(self, request, queryset) -> None:
+        _clear_marks(self, request, GpuDevice.objects.filter(node__in=queryset))
 
     @admin.action(description="Revoke the node tokens (the agents must register again)")
     def revoke_tokens(self, request, queryset) -> None:

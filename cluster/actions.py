@@ -1,10 +1,11 @@
 """Every write to the cluster's inventory: node state from the node monitor, operators'
-cordons. Compare-and-set on the state the caller saw, so two monitors never act twice."""
+cordons and cleared GPU health marks. Compare-and-set on the state the caller saw, so two
+monitors never act twice."""
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from cluster.models import GpuDevice, Node, NodeState
 
@@ -20,6 +21,10 @@ _GPU_FIELDS = [
     "ecc_errors",
     "healthy",
     "health_reason",
+    "health_mark",
+    "pci_bus_id",
+    "mig_enabled",
+    "mig_instances",
     "updated_at",
 ]
 
@@ -52,7 +57,28 @@ def upsert_gpus(node_id: int, gpus: Sequence[dict], *, known_count: int | None) 
     if known_count != len(gpus):
         GpuDevice.objects.filter(node_id=node_id).exclude(
             index__in=[g["index"] for g in gpus]
-        ).update(healthy=False, health_reason=MISSING_GPU, utilization=0, memory_used_mb=0)
+        ).update(healthy=False, health_reason=MISSING_GPU, utilization=None, memory_used_mb=0)
+
+
+def clear_health_marks(devices: QuerySet[GpuDevice], now: datetime) -> int:
+    """An operator has checked (or reset) these GPUs: clear the agent's current Xid mark on
+    each. Only the mark as last reported is cleared; one the agent sets afterwards has a
+    newer id and stays. Returns how many marks were cleared."""
+    return devices.filter(health_mark__gt=F("health_cleared_mark")).update(
+        health_cleared_mark=F("health_mark"), health_cleared_at=now
+    )
+
+
+def health_marks_to_clear(node_id: int) -> list[tuple[str, int]]:
+    """(uuid, mark) the node's agent should drop: reported marks an operator has cleared.
+    Level-triggered: asked for again in every reply until the agent stops reporting them."""
+    return list(
+        GpuDevice.objects.filter(
+            node_id=node_id, health_mark__gt=0, health_cleared_mark__gte=F("health_mark")
+        )
+        .exclude(uuid="")
+        .values_list("uuid", "health_mark")
+    )
 
 
 def revoke_node_tokens(nodes: QuerySet[Node], now: datetime) -> int:

@@ -65,12 +65,23 @@ class GpuDevice(models.Model):
     name = models.CharField(max_length=100, blank=True)
     memory_total_mb = models.PositiveIntegerField(default=0)
     memory_used_mb = models.PositiveIntegerField(default=0)
-    utilization = models.PositiveSmallIntegerField(default=0)
+    # NULL: unknown (MIG mode, NVML could not read it, not reported), never "idle".
+    utilization = models.PositiveSmallIntegerField(default=0, null=True, blank=True)
     temperature = models.SmallIntegerField(null=True, blank=True)
     power_watts = models.FloatField(null=True, blank=True)
     ecc_errors = models.PositiveIntegerField(default=0)
     healthy = models.BooleanField(default=True)
     health_reason = models.CharField(max_length=200, blank=True)
+    # The agent's current Xid mark on this GPU (0: none), and the newest mark an operator
+    # cleared: the heartbeat reply asks the agent to drop a mark while cleared >= mark.
+    health_mark = models.BigIntegerField(default=0)
+    health_cleared_mark = models.BigIntegerField(default=0)
+    health_cleared_at = models.DateTimeField(null=True, blank=True)
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    # A GPU in MIG mode is split into MIG devices (listed as the agent reported them); the
+    # scheduler, which places whole GPUs, leaves it alone.
+    mig_enabled = models.BooleanField(default=False)
+    mig_instances = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -16,6 +16,7 @@ from jobs.actions.submit import JobSpec, create_job
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
 from jobs.models import Job
 from jobs.statuses import IdleResources
+from protocol.devices import is_device_env
 from quotas.models import Quota, Workspace
 
 # Per-worker and per-job bounds (a worker must also fit on one registered node).
@@ -80,6 +81,11 @@ def parse_env(value: Any) -> dict[str, str]:
     for key, val in items:
         if not ENV_KEY.fullmatch(key):
             errors.append(f"{key[:40]!r} is not a valid variable name")
+        elif is_device_env(key):
+            errors.append(
+                f"{key} cannot be set: each worker sees exactly the GPUs it was given "
+                "(the agent sets the device variables)"
+            )
         elif key in env:
             errors.append(f"{key} is set twice")
         elif "\x00" in val or len(val) > MAX_ENV_VALUE:

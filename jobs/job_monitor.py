@@ -50,15 +50,18 @@ class JobMonitorResult:
         return asdict(self)
 
 
-def _gpu_utilization(pods) -> list[int]:
-    """Known utilization of the GPUs the running workers hold (supporting evidence)."""
+def _gpu_utilization(pods) -> tuple[list[int], int]:
+    """Known utilization of the GPUs the running workers hold (supporting evidence), and
+    how many of them have none known (MIG mode, unreadable): unknown is not idle."""
     wanted = {(p.node_id, i) for p in pods if p.node_id for i in (p.gpu_indices or [])}
     if not wanted:
-        return []
+        return [], 0
     rows = GpuDevice.objects.filter(node_id__in={n for n, _ in wanted}).values_list(
         "node_id", "index", "utilization"
     )
-    return [util for node_id, index, util in rows if (node_id, index) in wanted]
+    mine = [util for node_id, index, util in rows if (node_id, index) in wanted]
+    known = [u for u in mine if u is not None]
+    return known, len(mine) - len(known)
 
 
 def hang_evidence(job: Job, seen_deadline: datetime, now: datetime) -> str:
@@ -66,12 +69,14 @@ def hang_evidence(job: Job, seen_deadline: datetime, now: datetime) -> str:
     pods = [p for p in current_pods(job) if p.status == PodStatus.RUNNING]
     progress = [p.progress_at for p in pods if p.progress_at is not None]
     quiet_since = seen_deadline - timedelta(seconds=config.hang_timeout)
+    utilization, unknown = _gpu_utilization(pods)
     state = hang.HangInput(
         timeout_seconds=config.hang_timeout,
         running_since=job.started_at or quiet_since,
         last_progress_at=max(progress) if progress else None,
         last_new_line_at=None if progress else quiet_since,
-        gpu_utilization=_gpu_utilization(pods),
+        gpu_utilization=utilization,
+        gpu_utilization_unknown=unknown,
     )
     return hang.hang_reason(state, now)
 

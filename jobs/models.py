@@ -130,6 +130,9 @@ class Pod(models.Model):
         "cluster.Node", null=True, blank=True, on_delete=models.PROTECT, related_name="pods"
     )
     gpu_indices = models.JSONField(default=list)
+    # The same GPUs by UUID when they were placed (cluster.GpuDevice.uuid), in the same
+    # order: what the agent requests, and how it notices the node's GPU order changed.
+    gpu_uuids = models.JSONField(default=list, blank=True)
     gpus = models.PositiveIntegerField(default=0)
     cpus = models.PositiveIntegerField(default=0)
     memory_gb = models.PositiveIntegerField(default=0)
@@ -317,7 +320,7 @@ class WorkerGpuSample(models.Model):
     pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="gpu_samples")
     at = models.DateTimeField()
     gpus = models.PositiveSmallIntegerField()
-    utilization = models.PositiveSmallIntegerField()
+    utilization = models.PositiveSmallIntegerField(null=True)  # NULL: unknown (MIG)
     memory_used_mb = models.PositiveIntegerField()
 
     class Meta:
@@ -326,4 +329,5 @@ class WorkerGpuSample(models.Model):
         indexes = [models.Index(fields=["pod", "at"], name="gpu_sample_pod_at")]
 
     def __str__(self) -> str:
-        return f"pod {self.pod_id} at {self.at:%H:%M:%S}: {self.utilization}%"
+        util = "unknown" if self.utilization is None else f"{self.utilization}%"
+        return f"pod {self.pod_id} at {self.at:%H:%M:%S}: {util}"

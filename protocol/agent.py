@@ -52,18 +52,40 @@ class _FromConsole(BaseModel):
 # --- agent → console ---------------------------------------------------------------------
 
 
+MAX_MIG_INSTANCES = 16
+GpuUuid = Annotated[str, StringConstraints(pattern=r"^GPU-[A-Za-z0-9-]{1,90}$")]
+# An agent's health mark: when it was set (ms since the epoch), so ids never repeat across
+# agent restarts; 0 = no mark the operator can clear.
+HealthMark = Annotated[int, Field(ge=0, le=2**62)]
+Percent = Annotated[int, Field(ge=0, le=100)]
+
+
+class MigInstance(_FromAgent):
+    """One MIG device of a GPU in MIG mode (what CUDA in a container would see)."""
+
+    uuid: Annotated[str, StringConstraints(max_length=100)] = ""
+    name: Annotated[str, StringConstraints(max_length=100)] = ""
+    memory_total_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
+    memory_used_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
+
+
 class GpuReport(_FromAgent):
     index: Annotated[int, Field(ge=0, lt=MAX_GPUS)]
     uuid: Annotated[str, StringConstraints(max_length=100)] = ""
     name: Annotated[str, StringConstraints(max_length=100)] = ""
     memory_total_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
     memory_used_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
-    utilization: Annotated[int, Field(ge=0, le=100)] = 0
+    utilization: Percent | None = 0  # None: unknown (MIG mode, or NVML could not say)
     temperature: Annotated[int, Field(ge=-100, le=300)] | None = None
     power_watts: Annotated[float, Field(ge=0, le=100_000)] | None = None
     ecc_errors: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
     healthy: bool = True
     health_reason: Short = ""
+    # Additive (real GPU nodes): older agents send none of these.
+    health_mark: HealthMark = 0  # an Xid mark the operator may clear (HeartbeatReply)
+    pci_bus_id: Annotated[str, StringConstraints(max_length=32)] = ""
+    mig_enabled: bool = False
+    mig_instances: Annotated[list[MigInstance], Field(max_length=MAX_MIG_INSTANCES)] = []
 
 
 class NodeFacts(_FromAgent):
@@ -121,7 +143,7 @@ class GpuUsage(_FromAgent):
     scheduler gives each device to one worker, so the devices' numbers are the worker's)."""
 
     gpus: Annotated[int, Field(ge=1, le=MAX_GPUS)]
-    utilization: Annotated[int, Field(ge=0, le=100)]  # mean over its GPUs
+    utilization: Percent | None  # mean over its GPUs whose utilization is known; None: none is
     memory_used_mb: Annotated[int, Field(ge=0, le=10**9)]  # sum over its GPUs
 
 
@@ -207,6 +229,11 @@ class WorkerSpec(_FromConsole):
     gpu_indices: Annotated[
         list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]], Field(max_length=MAX_GPUS)
     ] = []
+    # Additive: the UUIDs of those GPUs when the console placed the worker, in the same
+    # order. The agent requests devices by UUID and refuses a launch whose index and UUID
+    # no longer match (the GPU order changed). Empty from older consoles: the agent maps
+    # the indices itself.
+    gpu_uuids: Annotated[list[GpuUuid], Field(max_length=MAX_GPUS)] = []
     cpus: Annotated[int, Field(ge=0)] = 0
     memory_gb: Annotated[int, Field(ge=0)] = 0
     log_next_seq: Seq = 0
@@ -218,6 +245,12 @@ class WorkerSpec(_FromConsole):
         str, StringConstraints(pattern=r"^$|^[A-Za-z0-9_.-]{1,100}(/[A-Za-z0-9_.-]{1,100}){0,7}$")
     ] = ""
 
+    @model_validator(mode="after")
+    def _uuids_match_indices(self) -> "WorkerSpec":
+        if self.gpu_uuids and len(self.gpu_uuids) != len(self.gpu_indices):
+            raise ValueError("gpu_uuids must name the same GPUs as gpu_indices")
+        return self
+
 
 class StopOrder(_FromConsole):
     pod_id: PodId
@@ -226,10 +259,19 @@ class StopOrder(_FromConsole):
     reason: str = ""
 
 
+class ClearHealthMark(_FromConsole):
+    """An operator cleared this GPU's health mark in the console: the agent drops the mark
+    if it is still that one (or older), never a newer one set since."""
+
+    uuid: str
+    mark: HealthMark
+
+
 class HeartbeatReply(_FromConsole):
     heartbeat_interval: float
     run: list[WorkerSpec] = []
     stop: list[StopOrder] = []
+    clear_health_marks: list[ClearHealthMark] = []  # additive; repeated until no longer reported
 
 
 class LogAck(_FromConsole):

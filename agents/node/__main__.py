@@ -92,10 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--docker-gpus",
-        choices=["auto", "on", "off"],
+        choices=["auto", "nvidia", "cdi", "off", "on"],
         default="auto",
-        help="attach GPUs to containers by device request (auto: when the engine has the "
-        "NVIDIA runtime)",
+        help="how GPUs reach containers: 'cdi' (CDI device names), 'nvidia' (the NVIDIA "
+        "container toolkit's device request; 'on' is the old name), 'off'; 'auto' picks by "
+        "what the host has: CDI specs for nvidia.com/gpu, else the toolkit, else off",
     )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p

@@ -20,6 +20,7 @@ that pod afterwards (it could not apply the report), the agent reports the exit 
 than launching the pod again.
 """
 
+import dataclasses
 import logging
 import os
 import socket
@@ -33,7 +34,7 @@ from agents.node.config import (
     host_memory_gb,
     make_runtime,
 )
-from agents.node.gpus import GpuSource
+from agents.node.gpus import GpuMismatch, GpuSource, resolve
 from agents.node.ledger import Ledger
 from agents.node.logship import LogShipper
 from agents.node.progress import BadCheckpointDir
@@ -49,6 +50,7 @@ from protocol.agent import (
     RegisterRequest,
     WorkerSpec,
 )
+from protocol.devices import without_device_env
 
 __all__ = ["Agent", "AgentConfig", "AgentConfigError"]
 
@@ -215,34 +217,36 @@ class Agent:
                     order.pod_id, order.attempt, f"stopped before it was launched: {order.reason}"
                 )
                 changed = True
-        busy = {i for s in held.values() if s.running for i in s.gpu_indices}
+        busy = {u for s in held.values() if s.running for u in s.gpu_uuids}
+        # Workers launched before GPUs were named by UUID hold theirs by index.
+        busy_indices = {
+            i for s in held.values() if s.running and not s.gpu_uuids for i in s.gpu_indices
+        }
         for spec in reply.run:
             if spec.pod_id in self.launched:
                 continue
-            missing = [i for i in spec.gpu_indices if i >= self._gpu_count]
-            if missing:
-                self.ledger.record_unlaunched(
-                    spec.pod_id,
-                    spec.attempt,
-                    f"GPU {missing[0]} does not exist on this node ({self._gpu_count} GPUs)",
-                )
+            try:  # by UUID, and still where the console placed it
+                uuids = resolve(spec.gpu_indices, spec.gpu_uuids, self._last_gpus)
+            except GpuMismatch as exc:
+                self.ledger.record_unlaunched(spec.pod_id, spec.attempt, str(exc))
                 changed = True
                 continue
-            clash = busy.intersection(spec.gpu_indices)
+            clash = busy.intersection(uuids) | busy_indices.intersection(spec.gpu_indices)
             if clash:  # an old worker still holds them (stopping): launch once it is gone
                 if spec.pod_id not in self._waiting:
-                    log.warning("pod %s waits for busy GPUs %s", spec.pod_id, sorted(clash))
+                    waiting_for = sorted(clash, key=str)
+                    log.warning("pod %s waits for busy GPUs %s", spec.pod_id, waiting_for)
                     self._waiting.add(spec.pod_id)
                 continue
             self._waiting.discard(spec.pod_id)
-            self.launch(spec)
-            busy.update(spec.gpu_indices)
+            self.launch(spec, uuids)
+            busy.update(uuids)
             changed = True
         if changed:
             self.ledger.save()
             self.wake.set()  # report the new workers at once
 
-    def launch(self, spec: WorkerSpec) -> None:
+    def launch(self, spec: WorkerSpec, gpu_uuids: tuple[str, ...] = ()) -> None:
         record = self.ledger.record_launch(spec.pod_id, spec.attempt)
         if record is None:
             return  # not recorded: not launched (retried at the next heartbeat)
@@ -255,7 +259,15 @@ class Agent:
             if note:
                 log.warning("pod %s: %s", spec.pod_id, note)
                 self.shipper.append(spec.pod_id, f"[agent] {note}")
-            self.runtime.launch(launch)
+            _, dropped = without_device_env(dict(spec.env))
+            if dropped:  # the agent alone says which GPUs a worker sees (protocol.devices)
+                self.shipper.append(
+                    spec.pod_id,
+                    f"[agent] ignored {', '.join(dropped)} from the job's environment: "
+                    "the agent sets which GPUs a worker sees",
+                    False,
+                )
+            self.runtime.launch(dataclasses.replace(launch, gpu_uuids=gpu_uuids))
         except (LaunchError, BadCheckpointDir) as exc:
             record.error = f"launch failed: {exc}"
             self.shipper.append(spec.pod_id, f"[agent] {record.error}", False)
@@ -270,6 +282,8 @@ class Agent:
             return
         if self.cfg.heartbeat_interval is None:
             self.interval = reply.heartbeat_interval
+        if reply.clear_health_marks:
+            self.gpus.clear_marks((c.uuid, c.mark) for c in reply.clear_health_marks)
         self.converge(reply)
 
     def run(self) -> int:

@@ -30,7 +30,7 @@ class AgentConfig:
     heartbeat_interval: float | None = None  # None: the console's
     shutdown_grace: float = 10.0
     docker_url: str | None = None  # default: DOCKER_HOST or the local socket
-    docker_gpus: str = "auto"  # attach GPUs by device request: auto (NVIDIA runtime), on, off
+    docker_gpus: str = "auto"  # how GPUs reach containers: auto, nvidia, cdi, off (gpu_attach)
 
 
 def host_memory_gb() -> int:
@@ -60,10 +60,14 @@ def make_runtime(
         )
     except LaunchError as exc:
         raise AgentConfigError(str(exc)) from exc
-    gpus = config.docker_gpus == "on" or (
-        config.docker_gpus == "auto" and runtime.engine_has_nvidia()
+    from agents.node.runtimes.gpu_attach import choose_gpu_attach
+
+    attach = choose_gpu_attach(config.docker_gpus, runtime.engine_info())
+    if attach.style == "off":
+        log.warning("GPUs are not attached to containers: %s", attach.why)
+    else:
+        log.info("GPUs are attached by %s device request (%s)", attach.style, attach.why)
+    runtime.opts = DockerOptions(
+        node=config.name, checkpoint_root=root, gpus=attach.style, cdi_names=attach.cdi_names
     )
-    if not gpus:
-        log.warning("GPUs are not attached to containers (--docker-gpus %s)", config.docker_gpus)
-    runtime.opts = DockerOptions(node=config.name, checkpoint_root=root, gpus=gpus)
     return runtime

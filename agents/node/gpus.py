@@ -1,36 +1,35 @@
 """GPU discovery: NVML (nvidia-ml-py) on real nodes, fake devices for the embedded default.
 
-Both produce the same `GpuInfo`, so the rest of the agent cannot tell them apart.
+Both produce the same `GpuInfo`, so the rest of the agent cannot tell them apart. GPUs are
+addressed by UUID (NVML's index order is not stable across reboots); `resolve` checks that a
+worker's GPUs are still where the console placed them before it is launched.
 """
 
 import contextlib
 import hashlib
 import logging
 import re
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from agents.node.gpuhealth import HealthWatcher
+from agents.node.gpuinfo import GpuInfo, MigInfo, worker_gpu_usage
+from agents.node.nvml import NvmlReader
+
+__all__ = [
+    "GpuInfo",
+    "GpuMismatch",
+    "GpuSource",
+    "GpuSpecError",
+    "MigInfo",
+    "fake_gpus",
+    "gpu_type_from_name",
+    "parse_fake_spec",
+    "resolve",
+    "worker_gpu_usage",
+]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    index: int
-    uuid: str
-    name: str
-    memory_total_mb: int
-    memory_used_mb: int = 0
-    utilization: int = 0
-    temperature: int | None = None
-    power_watts: float | None = None
-    ecc_errors: int = 0
-    healthy: bool = True
-    health_reason: str = ""
-
-    def as_report(self) -> dict:
-        return asdict(self)
-
 
 # Memory as NVML reports it for common data-centre parts (MiB).
 FAKE_MEMORY_MB = {
@@ -90,137 +89,129 @@ def gpu_type_from_name(name: str) -> str:
     return words[0].split("-")[0][:40]
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def nvml_init(nvml) -> bool:
     """Initialise NVML once; False when it is not available (no driver, no library)."""
     try:
         nvml.nvmlInit()
-    except nvml.NVMLError as exc:
+    except Exception as exc:  # NVMLError, or a library that cannot be loaded at all
         log.info("NVML not available: %s", exc)
         return False
     return True
 
 
-def read_nvml(nvml) -> list[GpuInfo]:
-    """Every device NVML sees. A device NVML can no longer open (fallen off the bus) is
-    reported unhealthy rather than silently dropped."""
-    devices = []
-    for index in range(nvml.nvmlDeviceGetCount()):
-        try:
-            devices.append(_read_device(nvml, index))
-        except nvml.NVMLError as exc:
-            devices.append(
-                GpuInfo(
-                    index=index,
-                    uuid="",
-                    name="",
-                    memory_total_mb=0,
-                    healthy=False,
-                    health_reason=f"NVML error: {exc}"[:200],
+class GpuMismatch(Exception):
+    """A worker's GPUs are not (or no longer) where the console placed it."""
+
+
+def resolve(
+    indices: Sequence[int], uuids: Sequence[str], devices: Sequence[GpuInfo]
+) -> tuple[str, ...]:
+    """The UUIDs a worker placed on GPUs `indices` gets (pure). With `uuids` from the
+    console, each must still be at its index: after a reboot NVML may number the GPUs
+    differently, and the console's bookkeeping is by index. Raises GpuMismatch."""
+    by_index = {d.index: d for d in devices}
+    where = {d.uuid: d.index for d in devices if d.uuid}
+    found = []
+    for n, index in enumerate(indices):
+        device = by_index.get(index)
+        if device is None:
+            raise GpuMismatch(f"GPU {index} does not exist on this node ({len(devices)} GPUs)")
+        wanted = uuids[n] if n < len(uuids) else ""
+        if not device.uuid:
+            raise GpuMismatch(f"GPU {index}: NVML cannot read its UUID")
+        if wanted and device.uuid != wanted:
+            if wanted in where:
+                raise GpuMismatch(
+                    f"GPU {wanted} is now GPU {where[wanted]}, not GPU {index} "
+                    "(the GPU order changed since it was placed)"
                 )
-            )
-    return devices
-
-
-def _read_device(nvml, index: int) -> GpuInfo:
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-
-    def read(fn, *args, default=None):
-        try:
-            return fn(handle, *args)
-        except nvml.NVMLError:
-            return default
-
-    memory = read(nvml.nvmlDeviceGetMemoryInfo)
-    util = read(nvml.nvmlDeviceGetUtilizationRates)
-    power_mw = read(nvml.nvmlDeviceGetPowerUsage)
-    ecc = read(
-        nvml.nvmlDeviceGetTotalEccErrors,
-        nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-        nvml.NVML_VOLATILE_ECC,
-        default=0,
-    )
-    healthy, reason = True, ""
-    if ecc:
-        healthy, reason = False, f"{ecc} uncorrectable ECC errors since boot"
-    elif memory is None:
-        healthy, reason = False, "NVML cannot read device memory"
-    return GpuInfo(
-        index=index,
-        uuid=_text(read(nvml.nvmlDeviceGetUUID, default="")),
-        name=_text(read(nvml.nvmlDeviceGetName, default="")),
-        memory_total_mb=int(memory.total // (1024 * 1024)) if memory else 0,
-        memory_used_mb=int(memory.used // (1024 * 1024)) if memory else 0,
-        utilization=int(util.gpu) if util else 0,
-        temperature=read(nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU),
-        power_watts=round(power_mw / 1000, 1) if power_mw is not None else None,
-        ecc_errors=int(ecc or 0),
-        healthy=healthy,
-        health_reason=reason,
-    )
+            raise GpuMismatch(f"GPU {wanted} (placed as GPU {index}) is not on this node")
+        found.append(device.uuid)
+    return tuple(found)
 
 
 class GpuSource:
-    """Where the agent's GPU facts come from: fake devices when asked for, else NVML."""
+    """Where the agent's GPU facts come from: fake devices when asked for, else NVML.
+    Nothing here raises into the agent: NVML failures degrade fields or devices
+    (agents.node.nvml), never the heartbeat or the agent's start."""
 
     def __init__(self, fake_spec: str | None, node_name: str, nvml=None) -> None:
         if nvml is None:
-            import pynvml as nvml
+            try:
+                import pynvml as nvml
+            except ImportError as exc:
+                log.warning("nvidia-ml-py is not installed (%s)", exc)
         self._nvml = nvml
-        self._nvml_ok = nvml_init(nvml)
+        self._nvml_ok = nvml is not None and nvml_init(nvml)
+        self._reader = NvmlReader(nvml) if self._nvml_ok else None
         self.fake = fake_spec is not None
         self.health: HealthWatcher | None = None
+        self.last: list[GpuInfo] = []
+        self._gpu_type = ""
+        self._watching = False  # a HealthWatcher was started (or could not be)
         if self.fake:
             self._fakes = fake_gpus(fake_spec, node_name)
-            self.gpu_type = parse_fake_spec(fake_spec)[1]
-            if self._nvml_ok and nvml.nvmlDeviceGetCount():
+            self._gpu_type = parse_fake_spec(fake_spec)[1]
+            if self._nvml_ok and self._reader.read():
                 log.warning("--fake-gpus given: ignoring the real GPUs NVML found")
             return
-        found = self.sample()
+        self.sample()  # starts watching Xid events once NVML has named the GPUs
         if not self._nvml_ok:
             log.warning("NVML not available and no --fake-gpus given: reporting no GPUs")
-        elif found:
-            try:
-                self.health = HealthWatcher(nvml, len(found)).start()
-            except nvml.NVMLError as exc:
-                log.warning("NVML events not available (%s): no Xid health checks", exc)
-        self.gpu_type = gpu_type_from_name(found[0].name) if found else ""
+
+    def _watch(self, devices: list[GpuInfo]) -> None:
+        uuids = [d.uuid for d in devices if d.uuid]
+        if self._watching or not uuids:
+            return
+        self._watching = True
+        try:
+            self.health = HealthWatcher(self._nvml, uuids).start()
+        except Exception as exc:
+            log.warning("NVML events not available (%s): no Xid health checks", exc)
+
+    @property
+    def gpu_type(self) -> str:
+        """The node's GPU type, from the first device NVML could name (fake: the spec's)."""
+        if not self._gpu_type:
+            named = [d.name for d in self.last if d.name]
+            self._gpu_type = gpu_type_from_name(named[0]) if named else ""
+        return self._gpu_type
 
     def sample(self) -> list[GpuInfo]:
         if self.fake:
-            return list(self._fakes)
-        if not self._nvml_ok:
+            self.last = list(self._fakes)
+            return self.last
+        if self._reader is None:
             return []
-        devices = read_nvml(self._nvml)
+        try:
+            devices = self._reader.read()
+        except Exception:  # a bug must cost the GPU facts of one heartbeat, not the heartbeat
+            log.exception("reading the GPUs failed")
+            devices = list(self.last)
+        self._watch(devices)
         marks = self.health.snapshot() if self.health is not None else {}
-        return [
-            replace(d, healthy=False, health_reason=marks[d.index][:200])
-            if d.index in marks and d.healthy
-            else d
-            for d in devices
-        ]
+        self.last = [_with_mark(d, marks.get(d.uuid)) for d in devices]
+        return self.last
+
+    def clear_marks(self, clears: Iterable[tuple[str, int]]) -> int:
+        """Clear the health marks an operator cleared in the console; returns how many."""
+        if self.health is None:
+            return 0
+        return sum(self.health.clear(uuid, mark) for uuid, mark in clears)
 
     def close(self) -> None:
         if self.health is not None:
             self.health.close()
             self.health = None
         if self._nvml_ok:
-            with contextlib.suppress(self._nvml.NVMLError):
+            with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
             self._nvml_ok = False
 
 
-def worker_gpu_usage(indices, devices: list[GpuInfo]) -> dict | None:
-    """A worker's GPU use from its assigned devices' last sample (pure); None when it has
-    no GPU or none of them was sampled."""
-    mine = [d for d in devices if d.index in set(indices)]
-    if not mine:
-        return None
-    return {
-        "gpus": len(mine),
-        "utilization": round(sum(d.utilization for d in mine) / len(mine)),
-        "memory_used_mb": sum(d.memory_used_mb for d in mine),
-    }
+def _with_mark(device: GpuInfo, mark) -> GpuInfo:
+    if mark is None:
+        return device
+    if device.healthy:
+        return replace(device, healthy=False, health_reason=mark.reason, health_mark=mark.mark_id)
+    return replace(device, health_mark=mark.mark_id)  # unhealthy for its own reason too

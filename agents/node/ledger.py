@@ -137,7 +137,7 @@ class Ledger:
                         attempt=record.attempt,
                         state="running",
                         container_id=state.container_id,
-                        gpu=self._gpu_usage(pod_id, state.gpu_indices, gpus),
+                        gpu=self._gpu_usage(pod_id, state.gpu_uuids or state.gpu_indices, gpus),
                         progress=progress,
                         checkpoints=checkpoints,
                     )

@@ -203,6 +203,7 @@ def restart_worker(
         rank=pod.rank,
         node_id=pod.node_id,
         gpu_indices=list(pod.gpu_indices or []),
+        gpu_uuids=list(pod.gpu_uuids or []),
         gpus=pod.gpus,
         cpus=pod.cpus,
         memory_gb=pod.memory_gb,

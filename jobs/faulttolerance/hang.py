@@ -60,6 +60,7 @@ class HangInput:
     last_progress_at: datetime | None = None  # last new progress step (any worker)
     last_new_line_at: datetime | None = None  # last new distinct log line (any worker)
     gpu_utilization: Sequence[int] = ()  # known utilization of the job's GPUs, percent
+    gpu_utilization_unknown: int = 0  # how many of its GPUs have no known utilization
 
 
 def last_activity(state: HangInput) -> datetime:
@@ -90,4 +91,6 @@ def hang_reason(state: HangInput, now: datetime) -> str:
             text += f"; its {len(state.gpu_utilization)} GPU(s) are idle (0% utilization)"
         else:
             text += f"; GPU utilization {max(state.gpu_utilization)}% at most"
+    if state.gpu_utilization_unknown:  # MIG mode or unreadable: says nothing either way
+        text += f"; utilization of {state.gpu_utilization_unknown} GPU(s) unknown"
     return text

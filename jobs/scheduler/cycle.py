@@ -175,8 +175,10 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
             node_cpus[node_id] += cpus
             node_memory[node_id] += memory_gb
 
+    # Unhealthy GPUs, and GPUs in MIG mode (split into MIG devices, not whole GPUs).
     unhealthy: dict[int, set[int]] = defaultdict(set)
-    for node_id, index in GpuDevice.objects.filter(healthy=False).values_list("node_id", "index"):
+    unusable = GpuDevice.objects.filter(Q(healthy=False) | Q(mig_enabled=True))
+    for node_id, index in unusable.values_list("node_id", "index"):
         unhealthy[node_id].add(index)
 
     nodes = []
@@ -366,6 +368,8 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
         )
 
     admitted = tuple(a.job_id for a in decided.admissions if a.job_id in won)
+    placed = [p for a in decided.admissions if a.job_id in won for p in a.placements]
+    uuids = _gpu_uuids({p.node_id for p in placed if p.gpu_indices})
     pods = [
         Pod(
             job_id=admission.job_id,
@@ -373,6 +377,7 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
             rank=p.rank,
             node_id=p.node_id,
             gpu_indices=list(p.gpu_indices),
+            gpu_uuids=_uuids_of(uuids, p.node_id, p.gpu_indices),
             gpus=rows[admission.job_id].gpus_per_worker,
             cpus=rows[admission.job_id].cpus_per_worker,
             memory_gb=rows[admission.job_id].memory_gb_per_worker,
@@ -407,6 +412,21 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
         reasons_updated=reasons_updated,
         conflicts=conflicts,
     )
+
+
+def _gpu_uuids(node_ids: set[int]) -> dict[tuple[int, int], str]:
+    """(node, index) → UUID of the placed nodes' GPUs (one query, only when placing)."""
+    if not node_ids:
+        return {}
+    rows = GpuDevice.objects.filter(node_id__in=node_ids).values_list("node_id", "index", "uuid")
+    return {(node_id, index): uuid for node_id, index, uuid in rows}
+
+
+def _uuids_of(uuids: dict[tuple[int, int], str], node_id: int, indices) -> list[str]:
+    """The placed GPUs' UUIDs, or none if one is unknown (the agent then maps the indices
+    itself, and refuses the launch if one cannot be read)."""
+    found = [uuids.get((node_id, i), "") for i in indices]
+    return found if all(found) else []
 
 
 def _preempt(decided: Plan) -> tuple[int, ...]:

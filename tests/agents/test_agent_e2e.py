@@ -45,7 +45,12 @@ def test_a_worker_runs_to_success_with_its_logs_stored_once_in_order(
         owner=researcher, workspace=workspace, quota=quota, nodes=[node], command=command, gpus=2
     )
     wait_for(lambda: pod_status(pod) == PodStatus.SUCCEEDED, "the pod to succeed")
-    expected = [IMAGE_LINE, *(f"line {i}" for i in range(1, 1501)), "gpus=0,1 rank=0 of 1"]
+    # The worker's GPUs (0 and 1 here) by UUID, as NVML names them on this node.
+    uuids = ",".join(
+        GpuDevice.objects.filter(node=node, index__lt=2).values_list("uuid", flat=True)
+    )
+    gpus_line = f"gpus={uuids} rank=0 of 1"
+    expected = [IMAGE_LINE, *(f"line {i}" for i in range(1, 1501)), gpus_line]
     wait_for(lambda: Pod.objects.get(pk=pod.pk).log_next_seq == len(expected), "all log lines")
     assert stored_lines(pod) == expected
     pod.refresh_from_db()

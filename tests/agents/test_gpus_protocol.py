@@ -1,15 +1,10 @@
-"""GPU discovery (fake devices; NVML's mapping through a stand-in, as no NVML runs here) and
-the protocol's bounds."""
-
-import queue
-import types
-from collections import namedtuple
-from types import SimpleNamespace
+"""Fake GPUs (the embedded default) and the protocol's bounds. NVML itself is tested through
+the stand-in NVML in tests/gpus."""
 
 import pytest
 from pydantic import ValidationError
 
-from agents.node.gpus import GpuSource, GpuSpecError, fake_gpus, gpu_type_from_name, parse_fake_spec
+from agents.node.gpus import GpuSpecError, fake_gpus, gpu_type_from_name, parse_fake_spec
 from protocol.agent import (
     GpuReport,
     Heartbeat,
@@ -54,150 +49,6 @@ def test_fake_gpus_are_stable_per_node_and_distinct_across_nodes():
 )
 def test_gpu_type_from_the_nvml_name(name, gpu_type):
     assert gpu_type_from_name(name) == gpu_type
-
-
-class FakeNvml(types.SimpleNamespace):
-    """The few pynvml calls the agent makes; NVML itself is not installed on this machine."""
-
-    class NVMLError(Exception):
-        pass
-
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-    NVML_VOLATILE_ECC = 0
-    NVML_TEMPERATURE_GPU = 0
-    Memory = namedtuple("Memory", "total free used")
-    Util = namedtuple("Util", "gpu memory")
-
-    def __init__(self, devices, *, available=True):
-        super().__init__(devices=devices, available=available, shutdowns=0)
-
-    def nvmlInit(self):
-        if not self.available:
-            raise self.NVMLError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self):
-        self.shutdowns += 1
-
-    def nvmlDeviceGetCount(self):
-        return len(self.devices)
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        if self.devices[i] is None:
-            raise self.NVMLError("GPU is lost")
-        return self.devices[i]
-
-    def _get(self, handle, key):
-        value = handle[key]
-        if isinstance(value, Exception):
-            raise value
-        return value
-
-    def nvmlDeviceGetUUID(self, h):
-        return self._get(h, "uuid")
-
-    def nvmlDeviceGetName(self, h):
-        return self._get(h, "name")
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return self._get(h, "memory")
-
-    def nvmlDeviceGetUtilizationRates(self, h):
-        return self._get(h, "util")
-
-    def nvmlDeviceGetTemperature(self, h, _sensor):
-        return self._get(h, "temp")
-
-    def nvmlDeviceGetPowerUsage(self, h):
-        return self._get(h, "power_mw")
-
-    def nvmlDeviceGetTotalEccErrors(self, h, _kind, _counter):
-        return self._get(h, "ecc")
-
-    # NVML events: a queue per event set; a test puts (device index, type, data) in it.
-    def nvmlEventSetCreate(self):
-        self.event_queue = queue.Queue()
-        self.registered = {}
-        return self.event_queue
-
-    def nvmlDeviceGetSupportedEventTypes(self, h):
-        return h.get("events", 0xF)
-
-    def nvmlDeviceRegisterEvents(self, h, types, event_set):
-        self.registered[self.devices.index(h)] = types
-
-    def nvmlEventSetWait(self, event_set, timeout_ms):
-        try:
-            index, kind, data = event_set.get(timeout=timeout_ms / 1000)
-        except queue.Empty:
-            error = self.NVMLError("Timeout")
-            error.value = 10
-            raise error from None
-        handle = self.devices[index] if index is not None else None
-        return SimpleNamespace(device=handle, eventType=kind, eventData=data)
-
-    def nvmlDeviceGetIndex(self, h):
-        if h is None:
-            raise self.NVMLError("Invalid Argument")
-        return self.devices.index(h)
-
-    def nvmlEventSetFree(self, event_set):
-        self.freed = True
-
-
-def device(**overrides):
-    mib = 1024 * 1024
-    return {
-        "uuid": "GPU-1234",
-        "name": b"NVIDIA H200",
-        "memory": FakeNvml.Memory(143771 * mib, 0, 2048 * mib),
-        "util": FakeNvml.Util(87, 40),
-        "temp": 61,
-        "power_mw": 412345,
-        "ecc": 0,
-        **overrides,
-    }
-
-
-def test_nvml_devices_are_read_with_units_and_health():
-    not_supported = FakeNvml.NVMLError("Not Supported")
-    nvml = FakeNvml(
-        [
-            device(),
-            device(uuid="GPU-2", ecc=3),
-            device(uuid="GPU-3", power_mw=not_supported, ecc=not_supported),
-            None,
-        ]
-    )
-    source = GpuSource(None, "n1", nvml=nvml)
-    assert source.gpu_type == "H200" and not source.fake
-    first, ecc, partial, lost = source.sample()
-    assert (first.name, first.memory_total_mb, first.memory_used_mb) == (
-        "NVIDIA H200",
-        143771,
-        2048,
-    )
-    assert (first.utilization, first.temperature, first.power_watts) == (87, 61, 412.3)
-    assert first.healthy
-    assert (ecc.healthy, ecc.ecc_errors, ecc.health_reason) == (
-        False,
-        3,
-        "3 uncorrectable ECC errors since boot",
-    )
-    assert (partial.power_watts, partial.ecc_errors, partial.healthy) == (None, 0, True)
-    assert (lost.index, lost.healthy, lost.health_reason) == (3, False, "NVML error: GPU is lost")
-    source.close()
-    assert nvml.shutdowns == 1
-
-
-def test_without_nvml_a_node_has_no_gpus_unless_faked():
-    assert GpuSource(None, "n1", nvml=FakeNvml([], available=False)).sample() == []
-    faked = GpuSource("4xH100", "n1", nvml=FakeNvml([], available=False))
-    assert (faked.gpu_type, len(faked.sample())) == ("H100", 4)
-
-
-def test_fake_flag_wins_over_real_gpus():
-    source = GpuSource("2xH200", "n1", nvml=FakeNvml([device()] * 8))
-    assert len(source.sample()) == 2 and source.sample()[0].uuid.startswith("GPU-fake-")
 
 
 # --- protocol ---

@@ -242,7 +242,9 @@ def test_reply_lists_pods_to_run_and_to_stop(client, job_factory):
     node, token = register(client)
     other, _ = register(client, "other")
     job, (p0, p1) = job_factory([node, node], gpus=2, env={"LR": "0.1"}, command="python train.py")
-    Pod.objects.filter(pk=p1.pk).update(gpu_indices=[2, 3], log_next_seq=7)
+    Pod.objects.filter(pk=p1.pk).update(
+        gpu_indices=[2, 3], gpu_uuids=["GPU-0002", "GPU-0003"], log_next_seq=7
+    )
     _, (unknown_pod,) = job_factory([node], pod_status=PodStatus.UNKNOWN)
     _, (finished,) = job_factory([node], pod_status=PodStatus.SUCCEEDED)
     _, (elsewhere,) = job_factory([other])
@@ -264,6 +266,7 @@ def test_reply_lists_pods_to_run_and_to_stop(client, job_factory):
         "command": "python train.py",
         "env": {"LR": "0.1"},
         "gpu_indices": [2, 3],
+        "gpu_uuids": ["GPU-0002", "GPU-0003"],
         "cpus": 4,
         "memory_gb": 16,
         "log_next_seq": 7,

@@ -32,6 +32,7 @@ def spec(**extra) -> LaunchSpec:
         "image": TEST_IMAGE,
         "command": "echo hi",
         "gpu_indices": (3, 5),
+        "gpu_uuids": ("GPU-3", "GPU-5"),
         "cpus": 8,
         "memory_gb": 64,
         **extra,
@@ -42,15 +43,15 @@ def spec(**extra) -> LaunchSpec:
 def test_the_config_requests_exactly_the_assigned_gpus_with_limits_and_labels(tmp_path):
     folder = checkpoint_folder(tmp_path, tmp_path / "job-5")
     env = {CHECKPOINT_ENV: str(folder), PROGRESS_ENV: str(folder / ".progress" / "p.json")}
-    config = container_config(spec(env=env), DockerOptions(node="n1", gpus=True), folder)
+    config = container_config(spec(env=env), DockerOptions(node="n1", gpus="nvidia"), folder)
     check_config(config, tmp_path)
     (request,) = config["device_requests"]
     assert (request["Driver"], request["DeviceIDs"], request["Capabilities"]) == (
         "nvidia",
-        ["3", "5"],
-        [["gpu"]],
+        ["GPU-3", "GPU-5"],
+        [["gpu", "compute", "utility"]],
     )
-    assert config["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"  # renumbered inside
+    assert config["environment"]["CUDA_VISIBLE_DEVICES"] == "GPU-3,GPU-5"  # by UUID
     assert config["environment"][CHECKPOINT_ENV] == "/checkpoints"
     assert config["environment"][PROGRESS_ENV] == "/checkpoints/.progress/p.json"
     assert (config["nano_cpus"], config["mem_limit"]) == (8 * 10**9, "64g")
@@ -65,6 +66,7 @@ def test_the_config_requests_exactly_the_assigned_gpus_with_limits_and_labels(tm
         "epoch": "2",
         "rank": "1",
         "gpus": "3,5",
+        "gpu-uuids": "GPU-3,GPU-5",
     }
     assert [(m["Source"], m["Target"], m["Type"]) for m in config["mounts"]] == [
         (str(folder), "/checkpoints", "bind")
@@ -73,7 +75,7 @@ def test_the_config_requests_exactly_the_assigned_gpus_with_limits_and_labels(tm
 
 def test_without_a_checkpoint_folder_nothing_is_mounted_and_host_paths_are_dropped(tmp_path):
     config = container_config(
-        spec(env={CHECKPOINT_ENV: "/var/lib/x"}), DockerOptions(node="n1", gpus=False), None
+        spec(env={CHECKPOINT_ENV: "/var/lib/x"}), DockerOptions(node="n1", gpus="off"), None
     )
     check_config(config, None)
     assert "mounts" not in config and "device_requests" not in config
@@ -93,7 +95,7 @@ def test_without_a_checkpoint_folder_nothing_is_mounted_and_host_paths_are_dropp
         ({"security_opt": ["seccomp=unconfined"]}, "no-new-privileges"),
         (
             {"device_requests": [{"Driver": "nvidia", "Count": -1, "DeviceIDs": []}]},
-            "explicit index",
+            "explicit device IDs only",
         ),
     ],
 )
@@ -134,7 +136,7 @@ def engine(docker_url, tmp_path):
     node = f"t{uuid.uuid4().hex[:10]}"
     rec = Recorder()
     (tmp_path / "ckpt").mkdir()
-    opts = DockerOptions(node=node, checkpoint_root=tmp_path / "ckpt", gpus=False)
+    opts = DockerOptions(node=node, checkpoint_root=tmp_path / "ckpt", gpus="off")
     rt = DockerRuntime(opts, rec.on_line, rec.on_exit, base_url=docker_url)
     client = docker.DockerClient(base_url=docker_url)
     yield rt, rec, client, node

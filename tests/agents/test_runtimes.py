@@ -1,7 +1,7 @@
 """One behavioural suite, two runtimes: the process runtime and the docker runtime against a
 real Docker-API engine (podman's service, scripts/podman-service). No Django needed.
 
-Containers run without GPU device requests (`gpus=False`): the engine here has no NVIDIA
+Containers run without GPU device requests (`gpus="off"`): the engine here has no NVIDIA
 runtime; the device requests themselves are checked in test_runtime_docker.py.
 """
 
@@ -38,7 +38,7 @@ def make_runtime(kind, tmp_path, request):
             from agents.node.runtimes.containers import DockerOptions, DockerRuntime
 
             (tmp_path / "ckpt").mkdir(exist_ok=True)
-            opts = DockerOptions(node=node, checkpoint_root=tmp_path / "ckpt", gpus=False)
+            opts = DockerOptions(node=node, checkpoint_root=tmp_path / "ckpt", gpus="off")
             rt = DockerRuntime(opts, rec.on_line, rec.on_exit, base_url=url)
         made.append(rt)
         return rt

@@ -52,6 +52,8 @@ BAD = {
     "env line without =": ({"env": "WANDB_MODE"}, "env"),
     "env bad name": ({"env": "1BAD=x"}, "env"),
     "env duplicate": ({"env": "A=1\nA=2"}, "env"),
+    "env chooses the visible GPUs": ({"env": "CUDA_VISIBLE_DEVICES=0,1"}, "env"),
+    "env widens the container's GPUs": ({"env": "NVIDIA_VISIBLE_DEVICES=all"}, "env"),
     "idle resources unknown": ({"idle_resources": "Sometimes"}, "idle_resources"),
     "name too long": ({"name": "n" * 201}, "name"),
     "runtime too short": ({"max_runtime_seconds": 5}, "max_runtime_seconds"),

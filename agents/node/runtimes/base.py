@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from protocol.agent import WorkerSpec
+from protocol.devices import DRIVER_CAPABILITIES, NO_DEVICES, without_device_env
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,9 @@ class LaunchSpec:
     command: str
     env: Mapping[str, str] = field(default_factory=dict)
     gpu_indices: tuple[int, ...] = ()
+    # The same GPUs by UUID (what the worker is given); the agent fills them in from its
+    # own NVML view when the console sent none (agents.node.gpus.resolve).
+    gpu_uuids: tuple[str, ...] = ()
     cpus: int = 0
     memory_gb: int = 0
     node: str = ""  # the node's name (container labels)
@@ -72,6 +76,7 @@ class LaunchSpec:
             command=spec.command,
             env=dict(spec.env),
             gpu_indices=tuple(spec.gpu_indices),
+            gpu_uuids=tuple(spec.gpu_uuids),
             cpus=spec.cpus,
             memory_gb=spec.memory_gb,
         )
@@ -87,6 +92,7 @@ class WorkerState:
     attempt: int
     running: bool
     gpu_indices: tuple[int, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
     exit_code: int | None = None
     error: str = ""  # tail of the output when the worker failed
     container_id: str = ""
@@ -97,10 +103,32 @@ def worker_marker(pod_id: int, attempt: int) -> str:
     return f"{pod_id}.{attempt}"
 
 
+def device_env(spec: LaunchSpec) -> dict[str, str]:
+    """Which GPUs the worker sees (protocol.devices): its GPUs by UUID, numbered in PCI bus
+    order like NVML (CUDA's default order puts the fastest first, so on a mixed node an index
+    would name another GPU). No GPU: none at all (`void` for the NVIDIA toolkit, an empty
+    list for CUDA)."""
+    visible = spec.gpu_uuids or tuple(str(i) for i in spec.gpu_indices)
+    return {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(visible),
+        "NVIDIA_VISIBLE_DEVICES": ",".join(visible) if visible else NO_DEVICES,
+        "NVIDIA_DRIVER_CAPABILITIES": DRIVER_CAPABILITIES,
+    }
+
+
+def worker_env(spec: LaunchSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A worker's whole environment: `base` (the agent's, for local processes) and the job's,
+    both without device-visibility variables, then what the agent injects on top."""
+    inherited, _ = without_device_env(dict(base or {}))
+    job, _ = without_device_env(dict(spec.env))
+    return {**inherited, **job, **injected_env(spec)}
+
+
 def injected_env(spec: LaunchSpec) -> dict[str, str]:
     """Variables every worker gets, whatever the runtime; they override the job's env."""
     return {
-        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indices),
+        **device_env(spec),
         "RANK": str(spec.rank),
         "WORLD_SIZE": str(spec.world_size),
         "MASTER_ADDR": "127.0.0.1",
@@ -183,6 +211,7 @@ class Worker:
     attempt: int
     gpu_indices: tuple[int, ...]
     lines: SourceLines
+    gpu_uuids: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
     starting: bool = False  # being prepared (image pull): not reported yet
     stopping: bool = False
@@ -204,6 +233,7 @@ class Worker:
             attempt=self.attempt,
             running=not done,
             gpu_indices=self.gpu_indices,
+            gpu_uuids=self.gpu_uuids,
             exit_code=self.exit_code if done else None,
             error=self.error if done else "",
             container_id=self.handle,

@@ -2,10 +2,26 @@
 
 Never privileged, no host namespaces, no extra devices or capabilities, no Docker socket;
 the only bind mount is the job's checkpoint folder under the operator-configured root
-(symlinks resolved first). GPUs are attached by device request of the assigned indices.
-`check_config` checks a configuration again right before it is used.
+(symlinks resolved first). `check_config` checks a configuration again right before it is
+used.
+
+GPUs are attached by UUID, in one of two styles (agents.node.gpurequest picks by what the
+host has):
+
+- `nvidia`: Docker's NVIDIA driver (registered when the NVIDIA container toolkit's hook is
+  installed): `Driver="nvidia"`, the UUIDs, capabilities gpu+compute+utility; the engine
+  sets NVIDIA_VISIBLE_DEVICES to the same UUIDs.
+- `cdi`: Container Device Interface (Docker 25+ with CDI specs, e.g. from `nvidia-ctk cdi
+  generate`): `Driver="cdi"`, device names `nvidia.com/gpu=<UUID or index>`; the spec
+  injects the devices, and NVIDIA_VISIBLE_DEVICES=void keeps a legacy NVIDIA runtime from
+  adding any.
+
+A container with no GPU (or with GPUs off) gets no request and NVIDIA_VISIBLE_DEVICES=void:
+on a host whose default runtime is `nvidia`, a CUDA image's own `=all` would otherwise give
+it every GPU. The job's env never sets these variables (protocol.devices).
 """
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +34,9 @@ from agents.node.runtimes.base import (
     RESUME_ENV,
     LaunchError,
     LaunchSpec,
-    injected_env,
+    worker_env,
 )
+from protocol.devices import NO_DEVICES
 
 LABEL = "io.gpu-console"
 CHECKPOINT_MOUNT = "/checkpoints"
@@ -49,11 +66,23 @@ class UnsafeConfig(LaunchError):
     """A container configuration outside the allowlist (a bug, never a user's choice)."""
 
 
+GPU_REQUEST_STYLES = ("nvidia", "cdi", "off")
+CDI_KIND = "nvidia.com/gpu"
+NVIDIA_CAPABILITIES = [["gpu", "compute", "utility"]]
+_GPU_UUID = re.compile(r"GPU-[A-Za-z0-9-]{1,90}")
+_CDI_NAME = re.compile(rf"{re.escape(CDI_KIND)}=(GPU-[A-Za-z0-9-]{{1,90}}|\d{{1,2}})")
+
+
 @dataclass(frozen=True)
 class DockerOptions:
     node: str
     checkpoint_root: Path | None = None  # operator-configured; None: no checkpoint volume
-    gpus: bool = True  # attach GPUs by device request (the engine needs the NVIDIA toolkit)
+    gpus: str = "nvidia"  # how GPUs are attached: GPU_REQUEST_STYLES
+    cdi_names: str = "uuid"  # how the host's CDI spec names GPUs: "uuid" or "index"
+
+    def __post_init__(self) -> None:
+        if self.gpus not in GPU_REQUEST_STYLES or self.cdi_names not in ("uuid", "index"):
+            raise ValueError(f"unknown GPU request style {self.gpus!r}/{self.cdi_names!r}")
 
 
 def container_name(node: str, pod_id: int, attempt: int) -> str:
@@ -80,14 +109,30 @@ def _container_path(host: str, folder: Path) -> str | None:
     return CHECKPOINT_MOUNT if rel == Path(".") else f"{CHECKPOINT_MOUNT}/{rel}"
 
 
+def gpu_request(spec: LaunchSpec, opts: DockerOptions) -> DeviceRequest | None:
+    """The device request for the worker's GPUs in the host's style; None for none."""
+    if opts.gpus == "off" or not spec.gpu_indices:
+        return None
+    if len(spec.gpu_uuids) != len(spec.gpu_indices):
+        raise UnsafeConfig("GPUs are attached by UUID: the worker's GPUs have no UUIDs")
+    if opts.gpus == "cdi":
+        names = spec.gpu_uuids if opts.cdi_names == "uuid" else spec.gpu_indices
+        return DeviceRequest(driver="cdi", device_ids=[f"{CDI_KIND}={n}" for n in names])
+    return DeviceRequest(
+        driver="nvidia", device_ids=list(spec.gpu_uuids), capabilities=NVIDIA_CAPABILITIES
+    )
+
+
 def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | None) -> dict:
     """The complete create arguments for one worker's container (pure)."""
-    env = {**spec.env, **injected_env(spec)}
+    env = worker_env(spec)
     # The agent's host paths (agents.node.progress) mean nothing inside: map or drop them.
     host_paths = {k: env.pop(k) for k in (CHECKPOINT_ENV, PROGRESS_ENV, RESUME_ENV) if k in env}
-    if opts.gpus and spec.gpu_indices:
-        # The container sees only its GPUs, numbered from 0.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(spec.gpu_indices)))
+    request = gpu_request(spec, opts)
+    if request is None:  # no GPU reaches this container, whatever the image says
+        env.update(CUDA_VISIBLE_DEVICES="", NVIDIA_VISIBLE_DEVICES=NO_DEVICES)
+    elif request["Driver"] == "cdi":
+        env["NVIDIA_VISIBLE_DEVICES"] = NO_DEVICES
     labels = {
         f"{LABEL}.managed": "true",
         f"{LABEL}.node": opts.node,
@@ -97,6 +142,7 @@ def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | 
         f"{LABEL}.epoch": str(spec.attempt),
         f"{LABEL}.rank": str(spec.rank),
         f"{LABEL}.gpus": ",".join(str(i) for i in spec.gpu_indices),
+        f"{LABEL}.gpu-uuids": ",".join(spec.gpu_uuids),
     }
     config: dict = {
         "image": spec.image,
@@ -108,14 +154,8 @@ def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | 
         "privileged": False,
         "security_opt": ["no-new-privileges"],
     }
-    if opts.gpus and spec.gpu_indices:
-        config["device_requests"] = [
-            DeviceRequest(
-                driver="nvidia",
-                device_ids=[str(i) for i in spec.gpu_indices],
-                capabilities=[["gpu"]],
-            )
-        ]
+    if request is not None:
+        config["device_requests"] = [request]
     if spec.cpus:
         config["nano_cpus"] = spec.cpus * 10**9
     if spec.memory_gb:
@@ -139,9 +179,7 @@ def check_config(config: Mapping, checkpoint_root: Path | None) -> None:
         raise UnsafeConfig("containers are never privileged")
     if set(config.get("security_opt", [])) - {"no-new-privileges"}:
         raise UnsafeConfig("only the no-new-privileges security option is allowed")
-    for request in config.get("device_requests", []):
-        if request.get("Driver") != "nvidia" or not request.get("DeviceIDs"):
-            raise UnsafeConfig("only NVIDIA GPUs by explicit index may be requested")
+    check_devices(config.get("device_requests") or [], config.get("environment") or {})
     mounts = config.get("mounts", [])
     if mounts and checkpoint_root is None:
         raise UnsafeConfig("no checkpoint root is configured: nothing may be mounted")
@@ -152,3 +190,40 @@ def check_config(config: Mapping, checkpoint_root: Path | None) -> None:
         root = Path(checkpoint_root).resolve()
         if not source.is_relative_to(root) or source == root or "docker.sock" in str(source):
             raise UnsafeConfig(f"bind mount {source} is not under the checkpoint root {root}")
+
+
+def check_devices(requests, env: Mapping[str, str]) -> None:
+    """Exactly the two request styles, for explicit GPUs, with the matching environment;
+    raises UnsafeConfig."""
+    visible = env.get("NVIDIA_VISIBLE_DEVICES")
+    if not requests:
+        if visible != NO_DEVICES:
+            raise UnsafeConfig("a container without GPUs must have NVIDIA_VISIBLE_DEVICES=void")
+        return
+    if len(requests) != 1:
+        raise UnsafeConfig("at most one GPU device request")
+    request = dict(requests[0])
+    ids = request.get("DeviceIDs") or []
+    if set(request) - {"Driver", "Count", "DeviceIDs", "Capabilities", "Options"}:
+        raise UnsafeConfig(f"unknown device request fields: {sorted(request)}")
+    if request.get("Count", 0) != 0 or request.get("Options") or not ids:
+        raise UnsafeConfig("GPUs are requested by explicit device IDs only (no count, no options)")
+    if len(set(ids)) != len(ids):
+        raise UnsafeConfig("a GPU is requested twice")
+    driver = request.get("Driver")
+    if driver == "nvidia":
+        if not all(isinstance(i, str) and _GPU_UUID.fullmatch(i) for i in ids):
+            raise UnsafeConfig("NVIDIA device requests name GPUs by UUID")
+        if request.get("Capabilities") != NVIDIA_CAPABILITIES:
+            raise UnsafeConfig(f"NVIDIA device requests ask for {NVIDIA_CAPABILITIES} only")
+        if visible != ",".join(ids):
+            raise UnsafeConfig("NVIDIA_VISIBLE_DEVICES must name exactly the requested GPUs")
+    elif driver == "cdi":
+        if not all(isinstance(i, str) and _CDI_NAME.fullmatch(i) for i in ids):
+            raise UnsafeConfig(f"CDI device requests name {CDI_KIND} devices only")
+        if request.get("Capabilities"):
+            raise UnsafeConfig("CDI device requests carry no capabilities")
+        if visible != NO_DEVICES:
+            raise UnsafeConfig("with a CDI request NVIDIA_VISIBLE_DEVICES must be void")
+    else:
+        raise UnsafeConfig(f"GPU device driver {driver!r} is not allowed")

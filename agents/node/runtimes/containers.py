@@ -2,7 +2,7 @@
 
 The agent builds every container's configuration itself from an allowlist (container_config:
 never privileged, no host namespaces, no extra devices, no Docker socket, bind mounts only
-under the checkpoint root; GPUs by device request).
+under the checkpoint root; GPUs by UUID, by NVIDIA or CDI device request).
 
 Containers carry labels (node, job, pod, attempt = epoch, rank) and a deterministic name, so
 the engine itself refuses a second container for one pod attempt, and a restarted agent
@@ -107,8 +107,13 @@ class DockerRuntime(WorkerTable):
         self.client = client
         self.api = self.client.api
 
-    def engine_has_nvidia(self) -> bool:
-        return "nvidia" in (self.client.info().get("Runtimes") or {})
+    def engine_info(self) -> dict:
+        """The engine's `/info` (runtimes, CDI): what `--docker-gpus auto` decides by."""
+        try:
+            return dict(self.client.info())
+        except (DockerException, requests.RequestException) as exc:
+            log.warning("cannot read the engine's info: %s", exc)
+            return {}
 
     # --- launching ---
 
@@ -117,6 +122,7 @@ class DockerRuntime(WorkerTable):
             pod_id=spec.pod_id,
             attempt=spec.attempt,
             gpu_indices=spec.gpu_indices,
+            gpu_uuids=spec.gpu_uuids,
             lines=SourceLines(spec.pod_id, self._on_line),
             starting=True,
         )
@@ -127,7 +133,7 @@ class DockerRuntime(WorkerTable):
 
     def _prepare(self, worker: _Container, spec: LaunchSpec) -> None:
         try:
-            if spec.gpu_indices and not self.opts.gpus:
+            if spec.gpu_indices and self.opts.gpus == "off":
                 worker.lines.agent(
                     "[agent] GPUs are not attached: this agent runs with --docker-gpus off"
                 )
@@ -278,6 +284,7 @@ class DockerRuntime(WorkerTable):
             try:
                 pod_id, attempt = int(labels[f"{LABEL}.pod"]), int(labels[f"{LABEL}.attempt"])
                 gpus = tuple(int(i) for i in labels.get(f"{LABEL}.gpus", "").split(",") if i)
+                uuids = tuple(u for u in labels.get(f"{LABEL}.gpu-uuids", "").split(",") if u)
             except (KeyError, ValueError):
                 log.warning("container %s has unreadable labels; ignoring it", container.name)
                 continue
@@ -287,6 +294,7 @@ class DockerRuntime(WorkerTable):
                 pod_id=pod_id,
                 attempt=attempt,
                 gpu_indices=gpus,
+                gpu_uuids=uuids,
                 lines=SourceLines(pod_id, self._on_line, skip.get(pod_id, 0)),
                 container_id=container.id,
             )

@@ -39,8 +39,8 @@ from agents.node.runtimes.base import (
     SourceLines,
     Worker,
     WorkerTable,
-    injected_env,
     normalize_exit_code,
+    worker_env,
 )
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class ProcessRuntime(WorkerTable):
         if self.has(spec.pod_id):
             raise LaunchError(f"pod {spec.pod_id} is already running here")
         workdir = self.work_root / f"pod-{spec.pod_id}-{spec.attempt}"
-        env = {**self._base_env, **spec.env, **injected_env(spec), HOME_MARKER: self.home}
+        env = {**worker_env(spec, self._base_env), HOME_MARKER: self.home}
         try:
             workdir.mkdir(parents=True, exist_ok=True)
             (workdir / EXIT_FILE).unlink(missing_ok=True)
@@ -153,6 +153,7 @@ class ProcessRuntime(WorkerTable):
             pod_id=spec.pod_id,
             attempt=spec.attempt,
             gpu_indices=spec.gpu_indices,
+            gpu_uuids=spec.gpu_uuids,
             pid=proc.pid,
             workdir=workdir,
             lines=SourceLines(spec.pod_id, self._on_line),
@@ -237,12 +238,13 @@ class ProcessRuntime(WorkerTable):
 
     # --- after an agent restart ---
 
-    def _marked_wrappers(self) -> dict[str, int]:
-        """marker → pid of each live wrapper of this work root (session leader whose
-        environment carries our home and a worker marker)."""
+    def _marked_wrappers(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """marker → (pid, GPU UUIDs) of each live wrapper of this work root (session leader
+        whose environment carries our home and a worker marker)."""
         home = f"{HOME_MARKER}={self.home}".encode()
         prefix = f"{WORKER_MARKER}=".encode()
-        found: dict[str, int] = {}
+        gpus_var = b"CUDA_VISIBLE_DEVICES="
+        found: dict[str, tuple[int, tuple[str, ...]]] = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -257,9 +259,12 @@ class ProcessRuntime(WorkerTable):
                 continue
             if stat[0] == "Z" or int(stat[3]) != pid:  # dead, or not the session leader
                 continue
+            gpus = next((v[len(gpus_var) :] for v in environ if v.startswith(gpus_var)), b"")
+            named = gpus.decode(errors="replace").split(",")
+            uuids = tuple(u for u in named if u.startswith("GPU-"))
             for var in environ:
                 if var.startswith(prefix):
-                    found[var[len(prefix) :].decode()] = pid
+                    found[var[len(prefix) :].decode()] = (pid, uuids)
         return found
 
     def adopt(
@@ -276,11 +281,12 @@ class ProcessRuntime(WorkerTable):
             pod_id, attempt = int(match[1]), int(match[2])
             if self.has(pod_id):
                 continue
-            pid = live.get(f"{pod_id}.{attempt}", 0)
+            pid, uuids = live.get(f"{pod_id}.{attempt}", (0, ()))
             worker = _Process(
                 pod_id=pod_id,
                 attempt=attempt,
                 gpu_indices=(),
+                gpu_uuids=uuids,
                 pid=pid,
                 workdir=workdir,
                 lines=SourceLines(pod_id, self._on_line, skip.get(pod_id, 0)),
