@@ -1,12 +1,14 @@
-"""Site pages at the root: home, login/logout, API token, health check."""
+"""Site pages at the root: the dashboard (home), quotas, login/logout, API token, health."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from console import views
+from jobs import overview
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", overview.dashboard, name="home"),
+    path("quotas/", overview.quotas_page, name="quotas"),
     path(
         "login/",
         auth_views.LoginView.as_view(redirect_authenticated_user=True),

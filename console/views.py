@@ -1,4 +1,4 @@
-"""Site-level pages: home redirect, health check, and the researcher's API token page."""
+"""Site-level pages: health check and the researcher's API token page."""
 
 import logging
 
@@ -14,11 +14,6 @@ from accounts.actions import revoke_api_tokens, rotate_api_token
 from accounts.models import ApiToken
 
 log = logging.getLogger(__name__)
-
-
-@require_GET
-def home(request: HttpRequest) -> HttpResponse:
-    return redirect("jobs:list")
 
 
 @never_cache

@@ -27,6 +27,7 @@ HORIZON = timedelta(days=30)
 STOP_GRACE = timedelta(seconds=30)  # a preempted victim's workers get about this long
 HISTORY_ROWS = 2000  # recent finished jobs read for durations
 HISTORY_PER_KEY = 20  # the median of the last N runs of the same (quota, name)
+CACHE_KEY = "jobs.forecast.expected_starts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +362,22 @@ def expected_starts(snapshot: Snapshot | None = None, now: datetime | None = Non
         if length is not None:
             durations[job.id] = length
     return forecast(snapshot, held, durations, now, plan_options())
+
+
+def cached_expected_starts() -> dict[int, Estimate]:
+    """`expected_starts()`, reused for FORECAST_CACHE_SECONDS: pages that poll every few
+    seconds, and many users, share one what-if run instead of one each."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    seconds = getattr(settings, "FORECAST_CACHE_SECONDS", 0)
+    if not seconds:
+        return expected_starts()
+    value = cache.get(CACHE_KEY)
+    if value is None:
+        value = expected_starts()
+        cache.set(CACHE_KEY, value, seconds)
+    return value
 
 
 def estimate_json(estimate: Estimate | None) -> dict | None:

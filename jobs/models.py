@@ -327,3 +327,22 @@ class WorkerGpuSample(models.Model):
 
     def __str__(self) -> str:
         return f"pod {self.pod_id} at {self.at:%H:%M:%S}: {self.utilization}%"
+
+
+class ProgressSample(models.Model):
+    """A worker's progress over time (each new step the SDK reports, at the console's
+    receive time): the job page's progress, step-rate and metric charts."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="progress_samples")
+    at = models.DateTimeField()
+    step = models.BigIntegerField()
+    total = models.BigIntegerField(null=True, blank=True)
+    rate = models.FloatField(null=True, blank=True)  # steps/s since the previous step
+    metrics = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["pod", "at"]
+        indexes = [models.Index(fields=["pod", "at"], name="progress_sample_pod_at")]
+
+    def __str__(self) -> str:
+        return f"pod {self.pod_id} step {self.step} at {self.at:%H:%M:%S}"

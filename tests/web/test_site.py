@@ -17,7 +17,7 @@ def test_login_page_and_login(db, researcher):
     response = client.post(
         reverse("login"), {"username": "alice", "password": "correct-horse-battery"}
     )
-    assert response.status_code == 302 and response["Location"] == reverse("jobs:list")
+    assert response.status_code == 302 and response["Location"] == reverse("home")
     assert client.get(reverse("jobs:list")).status_code == 200
 
 
