@@ -51,6 +51,12 @@ def _save(creds: DemoCredentials) -> None:
         json.dump(asdict(creds), f, indent=2)
 
 
+def token_is_live(plain: str) -> bool:
+    from accounts.api_auth import authenticate_token
+
+    return bool(plain) and authenticate_token(f"Bearer {plain}") is not None
+
+
 def ensure_demo_data() -> DemoCredentials:
     """Create the demo tenant, workspaces, quotas and users unless they already exist."""
     User = get_user_model()
@@ -91,6 +97,10 @@ def ensure_demo_data() -> DemoCredentials:
             admin.set_password(creds.admin_password)
             admin.save()
             ApiToken.objects.filter(user=researcher, name="demo").delete()
+            _, creds.api_token = issue_api_token(researcher, name="demo")
+            _save(creds)
+        elif not token_is_live(creds.api_token):
+            # Rotated or revoked on the API token page since: print a token that works.
             _, creds.api_token = issue_api_token(researcher, name="demo")
             _save(creds)
         Membership.objects.get_or_create(

@@ -12,7 +12,7 @@ Words, as a quota owner reads them (Run:ai's deserved / allocated / over-quota):
 - idle own: its own idle jobs on its own capacity (Not in Quota, charged here);
 - lent: other quotas' idle jobs on its capacity (Not in Quota, charged here);
 - borrowed: its own idle jobs on other quotas' capacity (charged there);
-- starved: jobs wait for its guarantee while less than the guarantee runs in quota.
+- starved: a job waits although the guarantee has room for it (lent out, or no free node).
 """
 
 from collections import defaultdict
@@ -40,6 +40,7 @@ class QuotaUsage:
     waiting: int  # jobs in the scheduler's queue for this quota
     waiting_guaranteed: int  # of waiting: jobs that want the guarantee (not Only Idle)
     oldest_wait: datetime | None
+    smallest_need: int | None = None  # GPUs of the smallest waiting job that wants the guarantee
 
     @property
     def free(self) -> int:
@@ -47,8 +48,11 @@ class QuotaUsage:
 
     @property
     def starved(self) -> bool:
-        """Jobs wait for the guarantee while it is not all theirs (Run:ai's "starved")."""
-        return self.waiting_guaranteed > 0 and self.in_quota < self.size
+        """A job waits although the guarantee has room for it: its GPUs are lent out or no
+        node has them free (Run:ai's "starved": below its deserved share with work
+        pending). A quota whose own jobs fill the guarantee is full, not starved."""
+        need = self.smallest_need
+        return need is not None and self.in_quota + need <= self.size
 
     def percent(self, value: int) -> float:
         """`value` as a share of the bar (size, or what is held when over it)."""
@@ -122,21 +126,24 @@ def _held_by_own_quota(running: Iterable[RunningSnap]) -> dict[int, tuple[int, i
     return {qid: (own, away) for qid, (own, away) in held.items()}
 
 
-def _queues(jobs: Iterable[JobSnap]) -> dict[int, tuple[int, int, datetime | None]]:
-    queues: dict[int, list] = defaultdict(lambda: [0, 0, None])
+def _queues(jobs: Iterable[JobSnap]) -> dict[int, tuple]:
+    """Per quota: (waiting, waiting for the guarantee, oldest wait, smallest guaranteed need)."""
+    queues: dict[int, list] = defaultdict(lambda: [0, 0, None, None])
     for job in jobs:
         entry = queues[job.quota_id]
         entry[0] += 1
         if job.idle_resources != IdleResources.ONLY:
             entry[1] += 1
+            if entry[3] is None or job.total_gpus < entry[3]:
+                entry[3] = job.total_gpus
         since = job.waiting_since or job.submitted_at
         if entry[2] is None or since < entry[2]:
             entry[2] = since
-    return {qid: (n, guaranteed, oldest) for qid, (n, guaranteed, oldest) in queues.items()}
+    return {qid: tuple(entry) for qid, entry in queues.items()}
 
 
 def quota_usage(quota: QuotaSnap, idle_own: int, borrowed: int, queue) -> QuotaUsage:
-    waiting, waiting_guaranteed, oldest = queue
+    waiting, waiting_guaranteed, oldest, smallest = queue
     idle_own = min(idle_own, quota.borrowed_gpus)
     return QuotaUsage(
         id=quota.id,
@@ -153,6 +160,7 @@ def quota_usage(quota: QuotaSnap, idle_own: int, borrowed: int, queue) -> QuotaU
         waiting=waiting,
         waiting_guaranteed=waiting_guaranteed,
         oldest_wait=oldest,
+        smallest_need=smallest,
     )
 
 
@@ -161,7 +169,7 @@ def account(snapshot: Snapshot) -> Accounting:
     held = _held_by_own_quota(snapshot.running)
     queues = _queues(snapshot.jobs)
     quotas = {
-        q.id: quota_usage(q, *held.get(q.id, (0, 0)), queues.get(q.id, (0, 0, None)))
+        q.id: quota_usage(q, *held.get(q.id, (0, 0)), queues.get(q.id, (0, 0, None, None)))
         for q in snapshot.quotas
     }
 

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 
 from jobs.access import member_workspace_ids
 from jobs.accounting import Accounting, QuotaUsage, account
-from jobs.forecast import current_snapshot
+from jobs.forecast import cached_expected_starts, current_snapshot
 from jobs.metrics import idle_holders
 from jobs.models import Job, JobEvent, Pod, RestartRecord
 from jobs.statuses import ACTIVE_JOB_STATUSES, JobStatus, PodStatus
@@ -129,6 +129,11 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
     names = {qid: u.name for qid, u in acc.quotas.items()}
     my_workspaces = set(member_workspace_ids(user).values_list("workspace_id", flat=True))
     queues = _waiting_jobs(quota_ids)
+    if queues:
+        estimates = cached_expected_starts()
+        for jobs in queues.values():
+            for job in jobs:
+                job.expected_start = estimates.get(job.pk)
     borrows = [b for b in acc.borrows if b.borrower_id in quota_ids or b.lender_id in quota_ids]
     # Whose borrowing jobs these are (one query): a job of a workspace the user is not in is
     # shown by number only, unless the user owns the tenant.

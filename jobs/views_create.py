@@ -157,6 +157,8 @@ def job_plan_hint(request: HttpRequest) -> HttpResponse:
         now = timezone.now()
         context = {"hint": what_if(form, current_snapshot(), now), "now": now}
         context["warnings"] = warnings_for(form.cleaned_data)
+    elif not all(request.POST.get(name, "").strip() for name in ("quota", "image", "command")):
+        context = {"incomplete": True}
     else:
         problems = [
             f"{form.fields[name].label or name.capitalize()}: {errors[0]}"
