@@ -111,3 +111,14 @@ def ensure_demo_data() -> DemoCredentials:
                 workspace=ws, user=admin, defaults={"role": Role.QUOTA_OWNER}
             )
     return creds
+
+
+def protect_data_files(var_dir: Path) -> None:
+    """The embedded console's data (SQLite database with its WAL, credentials, agent state)
+    readable by this user only, whatever the umask was when `migrate` created them."""
+    if not var_dir.exists():
+        return
+    var_dir.chmod(0o700)
+    for path in var_dir.iterdir():
+        if path.is_file() and (path.suffix in {".sqlite3", ".json"} or "sqlite3-" in path.name):
+            path.chmod(0o600)

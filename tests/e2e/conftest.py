@@ -108,11 +108,25 @@ def wait_for(predicate, timeout: float, interval: float = 0.25, message: str = "
 
 
 @contextmanager
-def start_console(var_dir: Path) -> Iterator[RunningConsole]:
-    """Migrate, seed and start `manage.py run_console` on a database of its own."""
+def console_database() -> Iterator[str | None]:
+    """A database of its own for a console (PostgreSQL when DATABASE_URL is set, dropped
+    afterwards); None on SQLite, where the console keeps its file in its var dir."""
+    if not os.environ.get("DATABASE_URL"):
+        yield None
+        return
+    database_url, drop = _postgres_database(os.environ["DATABASE_URL"])
+    try:
+        yield database_url
+    finally:
+        drop()
+
+
+@contextmanager
+def start_console(var_dir: Path, database_url: str | None = None) -> Iterator[RunningConsole]:
+    """Migrate, seed and start `manage.py run_console` on a database of its own, or on
+    `database_url` (with the same `var_dir`: a second start of the same console)."""
     drop = None
-    database_url = None
-    if os.environ.get("DATABASE_URL"):
+    if database_url is None and os.environ.get("DATABASE_URL"):
         database_url, drop = _postgres_database(os.environ["DATABASE_URL"])
     env = console_env(var_dir, database_url)
     process = None

@@ -1,6 +1,9 @@
+from pathlib import Path
+
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from console.demo import credentials_path, ensure_demo_data
+from console.demo import credentials_path, ensure_demo_data, protect_data_files
 
 
 class Command(BaseCommand):
@@ -8,6 +11,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         creds = ensure_demo_data()
+        protect_data_files(Path(settings.VAR_DIR))
         self.stdout.write(
             f"Demo researcher: {creds.researcher_username} / {creds.researcher_password}\n"
             f"Demo API token:  {creds.api_token}\n"
