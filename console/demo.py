@@ -21,6 +21,7 @@ from quotas.models import Membership, Quota, ResourceType, Role, Tenant, Workspa
 
 RESEARCHER = "researcher"
 ADMIN = "admin"
+OWNER = "owner"
 
 
 @dataclass
@@ -30,6 +31,9 @@ class DemoCredentials:
     api_token: str
     admin_username: str
     admin_password: str
+    # A quota owner who is not a superuser (added later: older files lack it).
+    owner_username: str = ""
+    owner_password: str = ""
 
 
 def credentials_path() -> Path:
@@ -103,13 +107,21 @@ def ensure_demo_data() -> DemoCredentials:
             # Rotated or revoked on the API token page since: print a token that works.
             _, creds.api_token = issue_api_token(researcher, name="demo")
             _save(creds)
+        owner = User.objects.filter(username=OWNER).first()
+        if owner is None or not creds.owner_password:
+            creds.owner_username, creds.owner_password = OWNER, secrets.token_urlsafe(12)
+            owner = owner or User(username=OWNER, email="owner@example.com")
+            owner.set_password(creds.owner_password)
+            owner.save()
+            _save(creds)
         Membership.objects.get_or_create(
             workspace=vision, user=researcher, defaults={"role": Role.RESEARCHER}
         )
         for ws in (vision, speech):
-            Membership.objects.get_or_create(
-                workspace=ws, user=admin, defaults={"role": Role.QUOTA_OWNER}
-            )
+            for user in (admin, owner):
+                Membership.objects.get_or_create(
+                    workspace=ws, user=user, defaults={"role": Role.QUOTA_OWNER}
+                )
     return creds
 
 

@@ -15,6 +15,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Demo researcher: {creds.researcher_username} / {creds.researcher_password}\n"
             f"Demo API token:  {creds.api_token}\n"
-            f"Quota owner (admin): {creds.admin_username} / {creds.admin_password}\n"
+            f"Quota owner:     {creds.owner_username} / {creds.owner_password}\n"
+            f"Superuser (admin): {creds.admin_username} / {creds.admin_password}\n"
             f"(kept in {credentials_path()})"
         )
