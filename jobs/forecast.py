@@ -35,7 +35,7 @@ class Held:
     """What one live job holds, and when it is expected to give it back."""
 
     job_id: int
-    label: str  # "job #12 (train)"
+    label: str  # "job #12"
     charged_quota_id: int
     in_quota: bool
     # (node id, GPU indices, CPUs, memory GB) per live worker
@@ -132,7 +132,9 @@ class _World:
 
 
 def _label(job: JobSnap) -> str:
-    return f"job #{job.id}" + (f" ({job.name})" if job.name else "")
+    # By number only: estimates are shown to every member of a shared quota, and a job of
+    # another workspace is not theirs to see by name.
+    return f"job #{job.id}"
 
 
 def forecast(
@@ -344,7 +346,7 @@ def expected_starts(snapshot: Snapshot | None = None, now: datetime | None = Non
                 progress=(first[8], first[9], first[10]),
                 past=past.get((quota_id, name)),
             )
-        label = f"job #{job_id}" + (f" ({name})" if name else "")
+        label = f"job #{job_id}"
         held.append(
             Held(
                 job_id,
