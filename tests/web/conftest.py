@@ -166,7 +166,11 @@ class Tree(HTMLParser):
     def find(self, **attrs: str) -> list[Element]:
         """Elements whose attributes have these values (`data_k="used"` for data-k)."""
         wanted = {key.replace("_", "-"): value for key, value in attrs.items()}
-        return [e for e in self.elements if all(e.attrs.get(k) == v for k, v in wanted.items())]
+        return [
+            e
+            for e in self.elements
+            if all(k in e.attrs and (e.attrs[k] or "") == v for k, v in wanted.items())
+        ]
 
     def values(self, container: Element) -> dict[str, str]:
         """{data-k: text} of the elements inside `container` (numbers a page shows)."""
