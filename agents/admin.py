@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import Count, IntegerField, Q, Sum, Value
+from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -93,16 +93,17 @@ class NodeAdmin(TenantScopedAdmin):
         return False  # nodes register themselves with a bootstrap token
 
     def get_queryset(self, request):
+        # Subqueries over the live workers (the partial index pod_active_by_node), not a
+        # join with every pod the node ever ran.
+        live = Pod.objects.filter(node=OuterRef("pk"), status__in=_ACTIVE).order_by()
+        used = live.values("node").annotate(total=Sum("gpus")).values("total")
+        jobs = live.values("node").annotate(total=Count("job", distinct=True)).values("total")
         return (
             super()
             .get_queryset(request)
             .annotate(
-                _used=Coalesce(
-                    Sum("pods__gpus", filter=Q(pods__status__in=_ACTIVE)),
-                    Value(0),
-                    output_field=IntegerField(),
-                ),
-                _jobs=Count("pods__job", filter=Q(pods__status__in=_ACTIVE), distinct=True),
+                _used=Coalesce(Subquery(used, output_field=IntegerField()), Value(0)),
+                _jobs=Coalesce(Subquery(jobs, output_field=IntegerField()), Value(0)),
             )
         )
 

@@ -4,7 +4,7 @@ borrows each one, and a warning when guarantees promise more GPUs than the clust
 Quota owners see their tenants' rows only (`quotas.admin.TenantScopedAdmin`)."""
 
 from django.contrib import admin, messages
-from django.db.models import IntegerField, Q, Sum, Value
+from django.db.models import IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils.html import format_html, format_html_join
 
@@ -119,11 +119,11 @@ class JobAdmin(TenantScopedAdmin):
 
 
 def _gpus(**extra) -> Coalesce:
-    return Coalesce(
-        Sum("charged_pods__gpus", filter=Q(charged_pods__status__in=_ACTIVE, **extra)),
-        Value(0),
-        output_field=IntegerField(),
-    )
+    """GPUs of live workers charged to the quota: a subquery over the live pods (partial
+    index pod_active_by_quota), not a join with every pod ever charged to it."""
+    live = Pod.objects.filter(charged_quota=OuterRef("pk"), status__in=_ACTIVE, **extra)
+    total = live.order_by().values("charged_quota").annotate(total=Sum("gpus")).values("total")
+    return Coalesce(Subquery(total, output_field=IntegerField()), Value(0))
 
 
 def overcommitted_pools() -> list[str]:
@@ -170,11 +170,7 @@ class QuotaAdmin(TenantScopedAdmin):
     def get_queryset(self, request):
         # One aggregate query for the whole page: GPUs of live workers charged to each quota,
         # split into its own jobs and idle jobs borrowing it (DESIGN §5).
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(_used=_gpus(), _lent=_gpus(charged_pods__in_quota=False))
-        )
+        return super().get_queryset(request).annotate(_used=_gpus(), _lent=_gpus(in_quota=False))
 
     @admin.display(description="Used GPUs", ordering="_used")
     def used_gpus(self, obj: Quota) -> int:

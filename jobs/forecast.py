@@ -14,6 +14,7 @@ running job whose end cannot be estimated gets no time at all, only that reason.
 two reads (what each live job holds; past durations), whatever the number of jobs.
 """
 
+import hashlib
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -22,7 +23,9 @@ from datetime import datetime, timedelta
 from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 
-MAX_EVENTS = 64  # job ends simulated; the queue beyond that is "not estimated"
+MAX_EVENTS = 32  # steps (plans) simulated; the queue beyond that is "not estimated"
+BUCKET_MIN = timedelta(minutes=1)
+BUCKET_SHARE = 0.25
 HORIZON = timedelta(days=30)
 STOP_GRACE = timedelta(seconds=30)  # a preempted victim's workers get about this long
 HISTORY_ROWS = 2000  # recent finished jobs read for durations
@@ -137,6 +140,20 @@ def _label(job: JobSnap) -> str:
     return f"job #{job.id}"
 
 
+def _pools_of(snapshot: Snapshot, targets: set[int]) -> Snapshot:
+    """Only the pools (resource type, GPU type) the target jobs run in: pools never share
+    nodes or quotas, so the others cannot change when the targets start."""
+    quota_pool = {q.id: q.pool for q in snapshot.quotas}
+    pools = {quota_pool.get(j.quota_id) for j in snapshot.jobs if j.id in targets}
+    quotas = {q.id for q in snapshot.quotas if q.pool in pools}
+    return Snapshot(
+        nodes=tuple(n for n in snapshot.nodes if n.pool in pools),
+        quotas=tuple(q for q in snapshot.quotas if q.id in quotas),
+        jobs=tuple(j for j in snapshot.jobs if j.quota_id in quotas),
+        running=tuple(r for r in snapshot.running if r.charged_quota_id in quotas),
+    )
+
+
 def forecast(
     snapshot: Snapshot,
     held: list[Held],
@@ -145,13 +162,22 @@ def forecast(
     options: PlanOptions | None = None,
     *,
     max_events: int = MAX_EVENTS,
+    targets: set[int] | None = None,
 ) -> dict[int, Estimate]:
     """When each waiting job of `snapshot` would start if nothing new were submitted.
 
     `held`: every live job's resources and expected end (running jobs, and jobs whose workers
     are still stopping). `durations`: for waiting jobs, how long each would run once started
-    (seconds, basis), where known.
+    (seconds, basis), where known. With `targets`, only their pools are simulated and the
+    run stops once every target has a time.
+
+    Cost: one plan() per step. Ends close together are taken as one step (within
+    BUCKET_SHARE of how far ahead they are, at least BUCKET_MIN), and the later end of the
+    step is the time given: a little late rather than early, and a forecast over a day
+    takes a few dozen plans, not one per running job.
     """
+    if targets is not None:
+        snapshot = _pools_of(snapshot, targets)
     world = _World(
         nodes={n.id: n for n in snapshot.nodes},
         quotas={q.id: q for q in snapshot.quotas},
@@ -182,21 +208,28 @@ def forecast(
             h = world.held.get(victim.job_id)
             if h is not None and (h.ends_at is None or h.ends_at > t + STOP_GRACE):
                 world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis="preempted")
-        if not waiting:
+        if not waiting or (targets is not None and targets <= estimates.keys()):
             break
         ending = [h for h in world.held.values() if h.ends_at is not None]
         if not ending:
             break
-        t = max(min(h.ends_at for h in ending), t)
+        first = max(min(h.ends_at for h in ending), t)
+        window = max(BUCKET_MIN, (first - now) * BUCKET_SHARE)
+        step = sorted(
+            (h for h in ending if h.ends_at <= first + window), key=lambda h: (h.ends_at, h.job_id)
+        )
+        t = max(step[-1].ends_at, t)
         if t - now > HORIZON:
             break
-        first = min(ending, key=lambda h: (h.ends_at, h.job_id))
-        why = f"when {first.label} ends ({first.basis})"
-        for h in [h for h in ending if h.ends_at <= t]:
+        last = step[-1]
+        why = f"when {last.label} ends ({last.basis})"
+        if len(step) > 1:
+            why = f"when {len(step)} running jobs have ended, the last {last.label} ({last.basis})"
+        for h in step:
             world.release(h)
-            for job_id, job in list(waiting.items()):
-                if job_id == h.job_id and job.active_pods:
-                    waiting[job_id] = replace(job, active_pods=0)
+            job = waiting.get(h.job_id)
+            if job is not None and job.active_pods:
+                waiting[h.job_id] = replace(job, active_pods=0)
     unknown = [h.label for h in world.held.values() if h.ends_at is None]
     if unknown:
         reason = (
@@ -285,8 +318,13 @@ def _past_runs(keys: set[tuple[int, str]]):
     return [row for row in rows if (row[0], row[1]) in keys]
 
 
-def expected_starts(snapshot: Snapshot | None = None, now: datetime | None = None):
-    """Estimates for every waiting job, keyed by job id (four reads besides the snapshot's)."""
+def expected_starts(
+    snapshot: Snapshot | None = None,
+    now: datetime | None = None,
+    targets: set[int] | None = None,
+) -> dict[int, Estimate]:
+    """Estimates keyed by job id, for every waiting job or at least the `targets` (three
+    reads besides the snapshot's)."""
     from django.conf import settings
     from django.utils import timezone
 
@@ -363,22 +401,31 @@ def expected_starts(snapshot: Snapshot | None = None, now: datetime | None = Non
         length = run_length(waiting_runtime.get(job.id), past.get((job.quota_id, job.name)))
         if length is not None:
             durations[job.id] = length
-    return forecast(snapshot, held, durations, now, plan_options())
+    return forecast(snapshot, held, durations, now, plan_options(), targets=targets)
 
 
-def cached_expected_starts() -> dict[int, Estimate]:
-    """`expected_starts()`, reused for FORECAST_CACHE_SECONDS: pages that poll every few
-    seconds, and many users, share one what-if run instead of one each."""
+def cached_expected_starts(
+    targets: set[int], snapshot: Snapshot | None = None
+) -> dict[int, Estimate]:
+    """Estimates for `targets` (the waiting jobs a page shows), reused for
+    FORECAST_CACHE_SECONDS: a page that polls every few seconds, or many users looking at
+    the same jobs, share one what-if run. A caller that has just loaded the snapshot passes
+    it (no second load)."""
     from django.conf import settings
     from django.core.cache import cache
 
+    if not targets:
+        return {}
     seconds = getattr(settings, "FORECAST_CACHE_SECONDS", 0)
     if not seconds:
-        return expected_starts()
-    value = cache.get(CACHE_KEY)
+        return expected_starts(snapshot, targets=targets)
+    key = f"{CACHE_KEY}:{','.join(map(str, sorted(targets)))}"
+    if len(key) > 200:
+        key = f"{CACHE_KEY}:{hashlib.sha256(key.encode()).hexdigest()}"
+    value = cache.get(key)
     if value is None:
-        value = expected_starts()
-        cache.set(CACHE_KEY, value, seconds)
+        value = expected_starts(snapshot, targets=targets)
+        cache.set(key, value, seconds)
     return value
 
 

@@ -103,6 +103,13 @@ class Job(models.Model):
                 name="job_hang_deadline",
                 condition=Q(hang_deadline__isnull=False),
             ),
+            # Expected start (jobs.forecast): how long past runs of the same name took.
+            models.Index(
+                "name",
+                F("finished_at").desc(),
+                name="job_completed_runs",
+                condition=Q(status="Completed"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -216,7 +223,15 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["job", "created_at"], name="jobevent_job_time")]
+        indexes = [
+            models.Index(fields=["job", "created_at"], name="jobevent_job_time"),
+            # The dashboard's "recent failures and preemptions": newest first, few rows.
+            models.Index(
+                F("created_at").desc(),
+                name="jobevent_trouble_recent",
+                condition=Q(to_status__in=["Failed", "Preempted"]),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_status or '∅'} → {self.to_status} ({self.reason})"

@@ -124,13 +124,15 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     owned = owned_tenant_ids(user)
     quota_ids = visible_quota_ids(user, owned)
-    acc = account(current_snapshot())
+    snapshot = current_snapshot()
+    acc = account(snapshot)
     rows = _usage_rows(acc, quota_ids)
     names = {qid: u.name for qid, u in acc.quotas.items()}
     my_workspaces = set(member_workspace_ids(user).values_list("workspace_id", flat=True))
     queues = _waiting_jobs(quota_ids)
     if queues:
-        estimates = cached_expected_starts()
+        shown = {job.pk for jobs in queues.values() for job in jobs}
+        estimates = cached_expected_starts(shown, snapshot)
         for jobs in queues.values():
             for job in jobs:
                 job.expected_start = estimates.get(job.pk)

@@ -96,8 +96,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
         error, page, next_cursor = exc.message, [], None
         filters = JobFilters()
     live = any(is_live(job.status) for job in page)
-    if any(job.status in WAITING_STATUSES for job in page):
-        estimates = cached_expected_starts()
+    waiting = {job.pk for job in page if job.status in WAITING_STATUSES}
+    if waiting:
+        estimates = cached_expected_starts(waiting)
         for job in page:
             job.expected_start = estimates.get(job.pk)
     params = filters.params()
@@ -161,7 +162,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "events_hidden": max(event_count - EVENTS_SHOWN, 0),
         "live": live,
         "expected_start": (
-            cached_expected_starts().get(job.pk) if job.status in WAITING_STATUSES else None
+            cached_expected_starts({job.pk}).get(job.pk) if job.status in WAITING_STATUSES else None
         ),
     }
     if request.htmx:

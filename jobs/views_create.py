@@ -124,7 +124,7 @@ def what_if(form: JobForm, snapshot, now) -> dict:
         "reason": decision.reason if decision else "",
         "position": decision.position if decision else None,
         "victims": len(victims),
-        "estimate": expected_starts(snapshot=snapshot, now=now).get(job.id),
+        "estimate": expected_starts(snapshot, now, targets={job.id}).get(job.id),
     }
     return result
 

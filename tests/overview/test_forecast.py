@@ -90,3 +90,29 @@ def test_durations_from_similar_past_jobs():
     assert run_length(None, 1200.0) == (1200.0, "similar past jobs")
     assert run_length(600, 1200.0) == (600.0, "max runtime")
     assert run_length(None, None) is None
+
+
+def test_targets_limit_the_what_if_to_their_pools_and_stop_early():
+    from tests.scheduler.snaps import GENERAL
+
+    snap = snapshot(
+        nodes=[
+            node(1, gpus=1, free=()),
+            node(2, gpus=1, free=(), gpu_type="A100", resource_type=GENERAL),
+        ],
+        quotas=[
+            quota(1, gpus=1, used=1),
+            quota(2, name="gp", gpus=1, used=1, gpu_type="A100", resource_type=GENERAL),
+        ],
+        running=[
+            running(98, on={1: 1}, in_quota=True),
+            running(99, on={2: 1}, quota=2, in_quota=True),
+        ],
+        jobs=[job(1), job(2, at=1), job(3, quota=2)],
+    )
+    helds = [held(98, 1, [0], ends_in=10), held(99, 2, [0], ends_in=5, quota_id=2)]
+    durations = {1: (60.0, "similar past jobs"), 2: (60.0, "similar past jobs")}
+    estimates = forecast(snap, helds, durations, T0, targets={1})
+    # Only job 1's pool was simulated, and only until job 1 had a time.
+    assert set(estimates) == {1, 2} and estimates[1].at == T0 + timedelta(minutes=10)
+    assert not estimates[2].known

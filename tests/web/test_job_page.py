@@ -109,3 +109,20 @@ def test_pages_have_no_inline_scripts_styles_or_handlers(member_client, job, nod
             if e.tag == "script":
                 assert e.attrs.get("src") and not e.text.strip(), url
             assert e.tag != "style", url
+
+
+def test_expected_starts_are_shared_for_a_while(
+    settings, researcher, workspace, quota, node, django_assert_num_queries
+):
+    from django.core.cache import cache
+
+    from jobs.forecast import cached_expected_starts
+
+    settings.FORECAST_CACHE_SECONDS = 10
+    cache.clear()
+    waiting = submit(researcher, workspace, quota, gpus_per_worker=2)
+    first = cached_expected_starts({waiting.pk})
+    assert first[waiting.pk].known
+    with django_assert_num_queries(0):  # the page's next poll reuses it
+        assert cached_expected_starts({waiting.pk}) == first
+    cache.clear()
