@@ -6,6 +6,7 @@ worker at a time with `after=<last seq seen>`. `LogChunk` rows hold consecutive 
 only the chunk that contains `after + 1` and the ones after it, both by index range.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -46,6 +47,25 @@ def _lines(pod: Pod, chunks) -> list[LogLine]:
         for chunk in chunks
         for seq, line in chunk_lines(chunk.seq_start, chunk.seq_end, chunk.text)
     ]
+
+
+def raw_text(pod: Pod) -> Iterator[str]:
+    """The worker's output as it wrote it: every stored line with its newline, except that
+    a line the agent cut at its length limit is joined to the next again."""
+    chunks = (
+        LogChunk.objects.filter(pod=pod)
+        .order_by("seq_start")
+        .values_list("seq_start", "seq_end", "text", "joins")
+    )
+    for seq_start, seq_end, text, joins in chunks.iterator(500):
+        if not joins:
+            yield text if text.endswith("\n") else text + "\n"
+            continue
+        cut = set(joins)
+        yield "".join(
+            line if seq in cut else line + "\n"
+            for seq, line in chunk_lines(seq_start, seq_end, text)
+        )
 
 
 def read_after(pod: Pod, after: int, limit: int = DEFAULT_LIMIT) -> list[LogLine]:

@@ -245,6 +245,10 @@ class LogChunk(models.Model):
     seq_start = models.PositiveBigIntegerField()
     seq_end = models.PositiveBigIntegerField()
     text = models.TextField()
+    # Sequence numbers of lines that continue on the next one without a newline: the
+    # worker wrote one line longer than the agent's limit and the agent cut it. The raw
+    # download joins them back, so it has the worker's lines whole.
+    joins = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -242,14 +242,8 @@ def job_logs_raw(request: HttpRequest, pk: int) -> HttpResponse:
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc} must be an integer")
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
-    texts = (
-        pod.log_chunks.order_by("seq_start").values_list("text", flat=True).iterator(500)
-        if pod
-        else iter(())
-    )
     response = StreamingHttpResponse(
-        (text if text.endswith("\n") else text + "\n" for text in texts),
-        content_type="text/plain; charset=utf-8",
+        logview.raw_text(pod) if pod else iter(()), content_type="text/plain; charset=utf-8"
     )
     name = f"job-{job.pk}-attempt-{pod.attempt if pod else 0}-worker-{rank}.log"
     response["Content-Disposition"] = f'attachment; filename="{name}"'

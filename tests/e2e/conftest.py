@@ -8,6 +8,7 @@ SQLite file in a temporary folder.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,6 +39,7 @@ class RunningConsole:
     creds: dict
     var_dir: Path
     log_path: Path
+    env: dict[str, str] | None = None  # the console's environment (for manage.py commands)
 
     def api(self) -> requests.Session:
         session = requests.Session()
@@ -83,7 +85,7 @@ def console_env(var_dir: Path, database_url: str | None) -> dict[str, str]:
     return env
 
 
-def _manage(env: dict[str, str], *args: str) -> str:
+def manage(env: dict[str, str], *args: str) -> str:
     result = subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
@@ -131,8 +133,8 @@ def start_console(var_dir: Path, database_url: str | None = None) -> Iterator[Ru
     env = console_env(var_dir, database_url)
     process = None
     try:
-        _manage(env, "migrate", "--noinput")
-        _manage(env, "seed_demo")
+        manage(env, "migrate", "--noinput")
+        manage(env, "seed_demo")
         creds = json.loads((var_dir / "demo-credentials.json").read_text())
         port = free_port()
         log_path = var_dir / "console.log"
@@ -145,7 +147,7 @@ def start_console(var_dir: Path, database_url: str | None = None) -> Iterator[Ru
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        console = RunningConsole(f"http://127.0.0.1:{port}", process, creds, var_dir, log_path)
+        console = RunningConsole(f"http://127.0.0.1:{port}", process, creds, var_dir, log_path, env)
 
         def healthy() -> bool:
             try:
@@ -179,3 +181,27 @@ def start_console(var_dir: Path, database_url: str | None = None) -> Iterator[Ru
 def running_console(tmp_path_factory) -> Iterator[RunningConsole]:
     with start_console(tmp_path_factory.mktemp("console-var")) as console:
         yield console
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium through Playwright (never `playwright install`)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("Chromium is required for browser tests (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
