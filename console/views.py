@@ -18,6 +18,14 @@ from accounts.models import ApiToken
 log = logging.getLogger(__name__)
 
 
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """No icon, but no 404 either (the admin's pages do not say `rel=icon`)."""
+    response = HttpResponse(status=204)
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:

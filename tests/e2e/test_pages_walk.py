@@ -52,8 +52,13 @@ class Walk:
         self.problems: list[str] = []
         self.page.on("console", self._console)
         self.page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
+        self.page.on("response", self._response)
         self.shots = 0
         (ARTIFACTS / role).mkdir(parents=True, exist_ok=True)
+
+    def _response(self, response) -> None:
+        if response.status >= 400:
+            self.problems.append(f"{response.status} {response.url}")
 
     def _console(self, message) -> None:
         text = message.text
@@ -326,9 +331,13 @@ def test_researcher_walks_every_page(browser, world):
     walk.check("token-confirm")
     page.click("text=Rotate and revoke")
     token = page.locator("[data-new-token]").inner_text()
+    old = console.creds["api_token"]
     assert requests.get(
         f"{console.url}/api/v1/jobs", headers={"Authorization": f"Bearer {token}"}, timeout=10
     ).ok
+    assert console.api().get(f"{console.url}/api/v1/jobs", timeout=10).status_code == 401
+    console.creds["api_token"] = token  # the demo token was rotated: use the new one
+    assert old != token
     walk.check("token")
     page.reload()
     assert page.locator("[data-new-token]").count() == 0
@@ -425,4 +434,9 @@ def test_quota_owner_walks_every_page(browser, world):
     assert "draining" in page.locator("#result_list").inner_text()
     walk.check("admin-nodes-draining")
     assert job(console, ids["train"])["status"] == "Running"
+    # Uncordon again: the researcher's walk (in any order) submits jobs.
+    page.check("#result_list tbody input[type=checkbox]")
+    page.select_option("select[name=action]", "uncordon")
+    page.click("button[name=index]")
+    assert "Uncordoned 1 node(s)" in page.locator(".messagelist").inner_text()
     walk.close()
