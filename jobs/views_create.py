@@ -113,7 +113,8 @@ def what_if(form: JobForm, snapshot, now) -> dict:
     if admission is not None:
         result |= {
             "outcome": "start" if admission.in_quota else "borrow",
-            "where": admission.reason,
+            # The lender is said separately: keep only where it would be placed.
+            "where": admission.reason.split("; idle resources of quota")[0],
             "lender": names.get(admission.charged_quota_id, ""),
         }
         return result
