@@ -320,6 +320,8 @@ def store_logs(node: Node, batch: LogBatch, now: datetime) -> LogAck:
         current = acks.get(pod.pk, pod.log_next_seq)
         fresh = new_log_lines(current, b.first_seq, b.lines)
         if fresh:
-            current = append_log_lines(pod, current, fresh, now)
+            # Lines the agent cut at its length limit, by sequence number (raw log joins them).
+            joins = [b.first_seq + i for i in b.continued if b.first_seq + i >= current]
+            current = append_log_lines(pod, current, fresh, now, joins=joins)
         acks[pod.pk] = current
     return LogAck(acks=acks, rejected=rejected)

@@ -1,21 +1,29 @@
-"""Admin for nodes (usage, cordon/uncordon), their GPUs (clear health marks) and agent
-bootstrap tokens (shown once)."""
+"""Admin for nodes (usage, jobs per node, cordon, drain), their GPUs (clear health marks)
+and agent bootstrap tokens (shown once). Quota owners see the nodes (they are shared by every
+tenant) and may cordon, drain and uncordon them; tokens stay with the operators."""
 
+from contextvars import ContextVar
 from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import IntegerField, Q, Sum, Value
+from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from agents.actions import issue_bootstrap_token, revoke_bootstrap_tokens
 from agents.models import BootstrapToken
 from cluster.actions import clear_health_marks, revoke_node_tokens, set_cordoned
+from cluster.actions import drain as drain_nodes
 from cluster.models import GpuDevice, Node
+from jobs.models import Pod
 from jobs.statuses import ACTIVE_POD_STATUSES
+from quotas.admin import TenantScopedAdmin, owned_by
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
+# The tenants of the user viewing a node page (None: every tenant), for `jobs_here`.
+_viewer_tenants: ContextVar[set[int] | None] = ContextVar("node_viewer_tenants", default=None)
 
 
 class GpuDeviceInline(admin.TabularInline):
@@ -107,11 +115,15 @@ class GpuDeviceAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(TenantScopedAdmin):
+    tenant_lookup = ""  # nodes are shared: owners see them all
+    owner_may = ("view",)
     list_display = [
         "name",
         "state",
         "cordoned",
+        "drain_state",
+        "job_count",
         "resource_type",
         "gpu_type",
         "gpus",
@@ -136,25 +148,89 @@ class NodeAdmin(admin.ModelAdmin):
         "token_prefix",
         "token_revoked_at",
         "created_at",
+        "drain_requested_at",
+        "jobs_here",
     ]
     inlines = [GpuDeviceInline]
-    actions = ["cordon", "uncordon", "revoke_tokens", "clear_gpu_health_marks"]
+    actions = ["cordon", "drain", "uncordon", "revoke_tokens", "clear_gpu_health_marks"]
 
     def has_add_permission(self, request) -> bool:
         return False  # nodes register themselves with a bootstrap token
 
     def get_queryset(self, request):
+        # Subqueries over the live workers (the partial index pod_active_by_node), not a
+        # join with every pod the node ever ran.
+        live = Pod.objects.filter(node=OuterRef("pk"), status__in=_ACTIVE).order_by()
+        used = live.values("node").annotate(total=Sum("gpus")).values("total")
+        jobs = live.values("node").annotate(total=Count("job", distinct=True)).values("total")
         return (
             super()
             .get_queryset(request)
             .annotate(
-                _used=Coalesce(
-                    Sum("pods__gpus", filter=Q(pods__status__in=_ACTIVE)),
-                    Value(0),
-                    output_field=IntegerField(),
-                )
+                _used=Coalesce(Subquery(used, output_field=IntegerField()), Value(0)),
+                _jobs=Coalesce(Subquery(jobs, output_field=IntegerField()), Value(0)),
             )
         )
+
+    @admin.display(description="Jobs", ordering="_jobs")
+    def job_count(self, obj: Node) -> int:
+        return obj._jobs
+
+    @admin.display(description="Drain")
+    def drain_state(self, obj: Node) -> str:
+        if obj.drain_requested_at is None:
+            return "—"
+        left = getattr(obj, "_jobs", None)
+        return f"draining, {left} job(s) left" if left else "drained"
+
+    @admin.display(description="Jobs on this node")
+    def jobs_here(self, obj: Node) -> str:
+        """Live workers here grouped by job (one query); jobs of other tenants are shown to
+        a quota owner by number only."""
+        rows = (
+            Pod.objects.filter(node=obj, status__in=_ACTIVE)
+            .values_list(
+                "job_id",
+                "job__name",
+                "job__owner__username",
+                "job__quota__name",
+                "job__workspace__tenant_id",
+                "job__status",
+            )
+            .annotate(workers=Count("id"), gpus=Sum("gpus"))
+            .order_by("job_id")
+        )
+        owned = _viewer_tenants.get()
+        shown = [
+            (job_id, name, owner, quota, status, workers, gpus)
+            if owned is None or tenant in owned
+            else (job_id, "(another tenant)", "—", quota, status, workers, gpus)
+            for job_id, name, owner, quota, tenant, status, workers, gpus in rows
+        ]
+        if not shown:
+            return "no live workers"
+        return format_html(
+            "<table><thead><tr><th>Job</th><th>Name</th><th>Owner</th><th>Quota</th>"
+            "<th>Status</th><th>Workers</th><th>GPUs</th></tr></thead><tbody>{}</tbody></table>",
+            format_html_join(
+                "",
+                "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                "<td>{}</td></tr>",
+                shown,
+            ),
+        )
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # Quota owners see other tenants' jobs on a node by number only (a context variable:
+        # the admin object is shared by concurrent requests).
+        token = _viewer_tenants.set(None if request.user.is_superuser else owned_by(request))
+        try:
+            response = super().change_view(request, object_id, form_url, extra_context)
+            if hasattr(response, "render"):
+                response.render()
+            return response
+        finally:
+            _viewer_tenants.reset(token)
 
     @admin.display(description="Used GPUs", ordering="_used")
     def used_gpus(self, obj: Node) -> int:
@@ -165,16 +241,31 @@ class NodeAdmin(admin.ModelAdmin):
         changed = set_cordoned(queryset, True)
         self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
 
-    @admin.action(description="Uncordon the selected nodes")
+    @admin.action(description="Drain: place no new work; let the running work finish")
+    def drain(self, request, queryset) -> None:
+        changed = drain_nodes(queryset, timezone.now())
+        self.message_user(
+            request,
+            f"Draining {changed} node(s): nothing new is placed there and running jobs "
+            "finish on their own.",
+            messages.SUCCESS,
+        )
+
+    @admin.action(description="Uncordon the selected nodes (ends a drain)")
     def uncordon(self, request, queryset) -> None:
         changed = set_cordoned(queryset, False)
         self.message_user(request, f"Uncordoned {changed} node(s).", messages.SUCCESS)
 
-    @admin.action(description="Clear the GPU health marks of the selected nodes")
+    @admin.action(
+        description="Clear the GPU health marks of the selected nodes", permissions=["change"]
+    )
     def clear_gpu_health_marks(self, request, queryset) -> None:
         _clear_marks(self, request, GpuDevice.objects.filter(node__in=queryset))
 
-    @admin.action(description="Revoke the node tokens (the agents must register again)")
+    @admin.action(
+        description="Revoke the node tokens (the agents must register again)",
+        permissions=["change"],
+    )
     def revoke_tokens(self, request, queryset) -> None:
         changed = revoke_node_tokens(queryset, timezone.now())
         self.message_user(

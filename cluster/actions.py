@@ -5,7 +5,7 @@ monitors never act twice."""
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from django.db.models import F, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from cluster.models import GpuDevice, Node, NodeState
 
@@ -106,6 +106,20 @@ def mark_node_lost(node_id: int, cutoff: datetime) -> bool:
 
 
 def set_cordoned(nodes: QuerySet[Node] | Iterable[int], cordoned: bool) -> int:
-    """Cordon (no new work placed) or uncordon nodes; returns how many changed."""
+    """Cordon (no new work placed) or uncordon nodes; returns how many changed. Uncordoning
+    also ends a drain."""
     query = nodes if isinstance(nodes, QuerySet) else Node.objects.filter(pk__in=list(nodes))
-    return query.filter(cordoned=not cordoned).update(cordoned=cordoned)
+    if cordoned:
+        return query.filter(cordoned=False).update(cordoned=True)
+    return query.filter(Q(cordoned=True) | Q(drain_requested_at__isnull=False)).update(
+        cordoned=False, drain_requested_at=None
+    )
+
+
+def drain(nodes: QuerySet[Node] | Iterable[int], now: datetime) -> int:
+    """Drain nodes: no new work is placed (cordon) and the work running there finishes on
+    its own (nothing is stopped). Returns how many started draining."""
+    query = nodes if isinstance(nodes, QuerySet) else Node.objects.filter(pk__in=list(nodes))
+    return query.filter(drain_requested_at__isnull=True).update(
+        cordoned=True, drain_requested_at=now
+    )

@@ -27,6 +27,9 @@ class Node(models.Model):
     memory_gb = models.PositiveIntegerField(default=0)
     state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.READY)
     cordoned = models.BooleanField(default=False, help_text="No new work is placed here")
+    # A drain: cordoned so that the work running here finishes and nothing new comes; the
+    # node is drained once no live worker is left on it.
+    drain_requested_at = models.DateTimeField(null=True, blank=True)
     runtime = models.CharField(max_length=20, default="process")
     agent_version = models.CharField(max_length=40, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)

@@ -21,6 +21,7 @@ from quotas.models import Membership, Quota, ResourceType, Role, Tenant, Workspa
 
 RESEARCHER = "researcher"
 ADMIN = "admin"
+OWNER = "owner"
 
 
 @dataclass
@@ -30,6 +31,9 @@ class DemoCredentials:
     api_token: str
     admin_username: str
     admin_password: str
+    # A quota owner who is not a superuser (added later: older files lack it).
+    owner_username: str = ""
+    owner_password: str = ""
 
 
 def credentials_path() -> Path:
@@ -49,6 +53,12 @@ def _save(creds: DemoCredentials) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(asdict(creds), f, indent=2)
+
+
+def token_is_live(plain: str) -> bool:
+    from accounts.api_auth import authenticate_token
+
+    return bool(plain) and authenticate_token(f"Bearer {plain}") is not None
 
 
 def ensure_demo_data() -> DemoCredentials:
@@ -93,11 +103,34 @@ def ensure_demo_data() -> DemoCredentials:
             ApiToken.objects.filter(user=researcher, name="demo").delete()
             _, creds.api_token = issue_api_token(researcher, name="demo")
             _save(creds)
+        elif not token_is_live(creds.api_token):
+            # Rotated or revoked on the API token page since: print a token that works.
+            _, creds.api_token = issue_api_token(researcher, name="demo")
+            _save(creds)
+        owner = User.objects.filter(username=OWNER).first()
+        if owner is None or not creds.owner_password:
+            creds.owner_username, creds.owner_password = OWNER, secrets.token_urlsafe(12)
+            owner = owner or User(username=OWNER, email="owner@example.com")
+            owner.set_password(creds.owner_password)
+            owner.save()
+            _save(creds)
         Membership.objects.get_or_create(
             workspace=vision, user=researcher, defaults={"role": Role.RESEARCHER}
         )
         for ws in (vision, speech):
-            Membership.objects.get_or_create(
-                workspace=ws, user=admin, defaults={"role": Role.QUOTA_OWNER}
-            )
+            for user in (admin, owner):
+                Membership.objects.get_or_create(
+                    workspace=ws, user=user, defaults={"role": Role.QUOTA_OWNER}
+                )
     return creds
+
+
+def protect_data_files(var_dir: Path) -> None:
+    """The embedded console's data (SQLite database with its WAL, credentials, agent state)
+    readable by this user only, whatever the umask was when `migrate` created them."""
+    if not var_dir.exists():
+        return
+    var_dir.chmod(0o700)
+    for path in var_dir.iterdir():
+        if path.is_file() and (path.suffix in {".sqlite3", ".json"} or "sqlite3-" in path.name):
+            path.chmod(0o600)

@@ -17,3 +17,5 @@ from console.settings import STATIC_ROOT
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # WhiteNoise warns (an error under our warning filters) when STATIC_ROOT is missing.
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Every request computes its own forecast (tests of the cache turn it on).
+FORECAST_CACHE_SECONDS = 0

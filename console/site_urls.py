@@ -1,12 +1,14 @@
-"""Site pages at the root: home, login/logout, API token, health check."""
+"""Site pages at the root: the dashboard (home), quotas, login/logout, API token, health."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from console import metrics, views
+from jobs import overview
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", overview.dashboard, name="home"),
+    path("quotas/", overview.quotas_page, name="quotas"),
     path(
         "login/",
         auth_views.LoginView.as_view(redirect_authenticated_user=True),
@@ -16,4 +18,5 @@ urlpatterns = [
     path("account/token/", views.api_token, name="api-token"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),
+    path("favicon.ico", views.favicon, name="favicon"),
 ]

@@ -1,12 +1,14 @@
-"""Site-level pages: home redirect, health check, and the researcher's API token page."""
+"""Site-level pages: health check and the researcher's API token page."""
 
 import logging
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
@@ -17,8 +19,11 @@ log = logging.getLogger(__name__)
 
 
 @require_GET
-def home(request: HttpRequest) -> HttpResponse:
-    return redirect("jobs:list")
+def favicon(request: HttpRequest) -> HttpResponse:
+    """No icon, but no 404 either (the admin's pages do not say `rel=icon`)."""
+    response = HttpResponse(status=204)
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
 
 
 @never_cache
@@ -35,31 +40,64 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok", "database": "ok"})
 
 
+NEW_TOKEN_COOKIE = "new_api_token"
+
+
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
 def api_token(request: HttpRequest) -> HttpResponse:
-    """Create or rotate the user's API token (shown once, in this response only), or revoke.
+    """Create, rotate (after a confirmation) or revoke the user's API token.
 
-    The plain token is rendered straight into the POST response rather than passed through
-    the session or messages, so it is never written to the database.
+    POST-redirect-GET: a reload never rotates again. The new plain token travels from the
+    POST to the one GET that shows it in a signed, HttpOnly cookie scoped to this page
+    that lives two minutes and is deleted by that GET; it is never written to the
+    database (sessions live there) and never shown twice.
     """
-    plain = None
     if request.method == "POST":
-        action = request.POST.get("action")
-        if action == "create":
-            # Rotation: the new token replaces every live one of this user.
-            _, plain = rotate_api_token(request.user)
-        elif action == "revoke":
-            token_id = request.POST.get("token", "")
-            if not token_id.isdigit():
-                return HttpResponseBadRequest("token must be a token id")
-            mine = ApiToken.objects.filter(user=request.user, pk=int(token_id))
-            revoked = revoke_api_tokens(mine)
-            if revoked:
-                messages.success(request, "Token revoked.")
-            return redirect("api-token")
-        else:
-            return HttpResponseBadRequest("unknown action")
-    tokens = ApiToken.objects.filter(user=request.user).order_by("-created_at")[:20]
-    return render(request, "console/token.html", {"plain": plain, "tokens": tokens})
+        return _token_post(request)
+    plain = request.get_signed_cookie(NEW_TOKEN_COOKIE, default=None, max_age=120)
+    tokens = list(ApiToken.objects.filter(user=request.user).order_by("-created_at")[:20])
+    live = [t for t in tokens if t.revoked_at is None]
+    context = {
+        "plain": plain,
+        "tokens": tokens,
+        "live": live,
+        "confirm_rotate": request.GET.get("confirm") == "rotate" and bool(live) and not plain,
+    }
+    response = render(request, "console/token.html", context)
+    if NEW_TOKEN_COOKIE in request.COOKIES:
+        response.delete_cookie(NEW_TOKEN_COOKIE, path=reverse("api-token"))
+    return response
+
+
+def _token_post(request: HttpRequest) -> HttpResponse:
+    action = request.POST.get("action")
+    if action == "create":
+        live = ApiToken.objects.filter(user=request.user, revoked_at__isnull=True).exists()
+        if live and request.POST.get("confirm") != "yes":
+            # Rotation revokes the token scripts use now: ask first.
+            return redirect(reverse("api-token") + "?confirm=rotate")
+        # Rotation: the new token replaces every live one of this user.
+        _, plain = rotate_api_token(request.user)
+        response = redirect("api-token")
+        response.set_signed_cookie(
+            NEW_TOKEN_COOKIE,
+            plain,
+            max_age=120,
+            path=reverse("api-token"),
+            secure=settings.SESSION_COOKIE_SECURE,
+            httponly=True,
+            samesite="Strict",
+        )
+        messages.success(request, "New token created; earlier tokens were revoked.")
+        return response
+    if action == "revoke":
+        token_id = request.POST.get("token", "")
+        if not token_id.isdigit():
+            return HttpResponseBadRequest("token must be a token id")
+        mine = ApiToken.objects.filter(user=request.user, pk=int(token_id))
+        if revoke_api_tokens(mine):
+            messages.success(request, "Token revoked.")
+        return redirect("api-token")
+    return HttpResponseBadRequest("unknown action")

@@ -21,11 +21,12 @@ from jobs.access import get_job_for_user, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, resubmit_job
 from jobs.actions.transitions import TransitionConflict
+from jobs.forecast import cached_expected_starts, estimate_json
 from jobs.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs, parse_limit, parse_statuses
 from jobs.serializers import job_json, log_line_json, node_json
-from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES
+from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, JobStatus
 
 # Accepted JSON types per field of POST /api/v1/jobs (bool is rejected where int is meant).
 CREATE_FIELDS: dict[str, tuple[type, ...]] = {
@@ -133,7 +134,16 @@ def _job_with_pods(user, pk: int) -> Job:
 
 
 def _job_response(job: Job, status: int = 200) -> JsonResponse:
-    return JsonResponse(job_json(job, job.pod_list), status=status)
+    body = job_json(job, job.pod_list)
+    body["expected_start"] = _expected_start([job]).get(job.pk)
+    return JsonResponse(body, status=status)
+
+
+def _expected_start(jobs: list[Job]) -> dict[int, dict | None]:
+    """jobs.forecast's estimate for the waiting ones (labelled an estimate), else None."""
+    waiting = {j.pk for j in jobs if j.status in (JobStatus.PENDING, JobStatus.INQUEUE)}
+    estimates = cached_expected_starts(waiting)
+    return {j.pk: estimate_json(estimates.get(j.pk)) for j in jobs}
 
 
 @api_view(["GET", "POST"])
@@ -149,7 +159,13 @@ def jobs_collection(request: HttpRequest) -> JsonResponse:
         page, next_cursor = page_of_jobs(jobs, cursor=request.GET.get("cursor"), limit=limit)
     except BadPageRequest as exc:
         raise ApiError(400, "validation_error", exc.message, exc.field) from None
-    return JsonResponse({"jobs": [job_json(job) for job in page], "next_cursor": next_cursor})
+    starts = _expected_start(page)
+    return JsonResponse(
+        {
+            "jobs": [job_json(job) | {"expected_start": starts[job.pk]} for job in page],
+            "next_cursor": next_cursor,
+        }
+    )
 
 
 def _create(request: HttpRequest) -> JsonResponse:

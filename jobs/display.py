@@ -50,6 +50,17 @@ def display_status(
     return str(status)
 
 
+def display_reason(
+    status: str, reason: str, *, stop_requested_at: datetime | None = None, stop_reason: str = ""
+) -> str:
+    """The reason shown with the status. While a graceful stop is under way the stored
+    reason still describes how the job got where it is ("all workers running"), which the
+    "Stopping…" label contradicts; the stop's own reason is what is happening now."""
+    if status in (JobStatus.STARTING, JobStatus.RUNNING) and stop_requested_at is not None:
+        return f"stopping: {stop_reason}" if stop_reason else "stopping"
+    return reason
+
+
 def badge_class(label: str) -> str:
     """CSS class for a job or worker status label (stored or derived)."""
     return _BADGES.get(label, "badge-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-"))

@@ -228,7 +228,10 @@ class JobForm(forms.Form):
         return image
 
     def clean_command(self) -> str:
-        return self.cleaned_data["command"].strip()
+        # Browsers submit a textarea with CRLF line endings; a shell would read each "\r" as
+        # part of a word ("sleep: invalid time interval '4\r'").
+        command = self.cleaned_data["command"].replace("\r\n", "\n").replace("\r", "\n")
+        return command.strip()
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()

@@ -6,6 +6,7 @@ worker at a time with `after=<last seq seen>`. `LogChunk` rows hold consecutive 
 only the chunk that contains `after + 1` and the ones after it, both by index range.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -25,6 +26,7 @@ class LogLine:
     rank: int
     attempt: int
     text: str  # raw, as stored
+    at: datetime | None = None  # when the console received it (its chunk's time)
 
     @property
     def display(self) -> str:
@@ -41,16 +43,35 @@ def chunk_lines(seq_start: int, seq_end: int, text: str) -> list[tuple[int, str]
 
 def _lines(pod: Pod, chunks) -> list[LogLine]:
     return [
-        LogLine(seq=seq, rank=pod.rank, attempt=pod.attempt, text=line)
+        LogLine(seq=seq, rank=pod.rank, attempt=pod.attempt, text=line, at=chunk.created_at)
         for chunk in chunks
         for seq, line in chunk_lines(chunk.seq_start, chunk.seq_end, chunk.text)
     ]
 
 
+def raw_text(pod: Pod) -> Iterator[str]:
+    """The worker's output as it wrote it: every stored line with its newline, except that
+    a line the agent cut at its length limit is joined to the next again."""
+    chunks = (
+        LogChunk.objects.filter(pod=pod)
+        .order_by("seq_start")
+        .values_list("seq_start", "seq_end", "text", "joins")
+    )
+    for seq_start, seq_end, text, joins in chunks.iterator(500):
+        if not joins:
+            yield text if text.endswith("\n") else text + "\n"
+            continue
+        cut = set(joins)
+        yield "".join(
+            line if seq in cut else line + "\n"
+            for seq, line in chunk_lines(seq_start, seq_end, text)
+        )
+
+
 def read_after(pod: Pod, after: int, limit: int = DEFAULT_LIMIT) -> list[LogLine]:
     """Up to `limit` lines of `pod` with seq > after, in order (two indexed queries)."""
     limit = max(1, min(limit, MAX_LIMIT))
-    chunks = LogChunk.objects.filter(pod=pod).only("seq_start", "seq_end", "text")
+    chunks = LogChunk.objects.filter(pod=pod).only("seq_start", "seq_end", "text", "created_at")
     # The chunk that straddles `after`, if any: the last one starting at or before it.
     head = list(chunks.filter(seq_start__lte=after, seq_end__gt=after).order_by("-seq_start")[:1])
     # Every chunk holds at least one line, so `limit` chunks are enough for `limit` lines.
@@ -72,7 +93,7 @@ def read_tail(pod: Pod, count: int = TAIL_LINES) -> list[LogLine]:
         needed += end - start + 1
         if needed >= count:
             break
-    chunks = LogChunk.objects.filter(pk__in=ids).only("seq_start", "seq_end", "text")
+    chunks = LogChunk.objects.filter(pk__in=ids).only("seq_start", "seq_end", "text", "created_at")
     return _lines(pod, chunks.order_by("seq_start"))[-count:]
 
 

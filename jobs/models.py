@@ -103,6 +103,13 @@ class Job(models.Model):
                 name="job_hang_deadline",
                 condition=Q(hang_deadline__isnull=False),
             ),
+            # Expected start (jobs.forecast): how long past runs of the same name took.
+            models.Index(
+                "name",
+                F("finished_at").desc(),
+                name="job_completed_runs",
+                condition=Q(status="Completed"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -219,7 +226,15 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["job", "created_at"], name="jobevent_job_time")]
+        indexes = [
+            models.Index(fields=["job", "created_at"], name="jobevent_job_time"),
+            # The dashboard's "recent failures and preemptions": newest first, few rows.
+            models.Index(
+                F("created_at").desc(),
+                name="jobevent_trouble_recent",
+                condition=Q(to_status__in=["Failed", "Preempted"]),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_status or '∅'} → {self.to_status} ({self.reason})"
@@ -233,6 +248,10 @@ class LogChunk(models.Model):
     seq_start = models.PositiveBigIntegerField()
     seq_end = models.PositiveBigIntegerField()
     text = models.TextField()
+    # Sequence numbers of lines that continue on the next one without a newline: the
+    # worker wrote one line longer than the agent's limit and the agent cut it. The raw
+    # download joins them back, so it has the worker's lines whole.
+    joins = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -331,3 +350,22 @@ class WorkerGpuSample(models.Model):
     def __str__(self) -> str:
         util = "unknown" if self.utilization is None else f"{self.utilization}%"
         return f"pod {self.pod_id} at {self.at:%H:%M:%S}: {util}"
+
+
+class ProgressSample(models.Model):
+    """A worker's progress over time (each new step the SDK reports, at the console's
+    receive time): the job page's progress, step-rate and metric charts."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="progress_samples")
+    at = models.DateTimeField()
+    step = models.BigIntegerField()
+    total = models.BigIntegerField(null=True, blank=True)
+    rate = models.FloatField(null=True, blank=True)  # steps/s since the previous step
+    metrics = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["pod", "at"]
+        indexes = [models.Index(fields=["pod", "at"], name="progress_sample_pod_at")]
+
+    def __str__(self) -> str:
+        return f"pod {self.pod_id} step {self.step} at {self.at:%H:%M:%S}"

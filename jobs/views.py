@@ -5,26 +5,37 @@ of its own template (`page.html#name`) and gets 286 (stop polling) once nothing 
 without HTMX every page is plain links and POST-redirect-GET forms.
 """
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from jobs import logview
-from jobs.access import get_job_for_user, visible_jobs
+from jobs import logview, metrics
+from jobs.access import get_job_for_user, member_workspace_ids, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, resubmit_job
 from jobs.actions.transitions import TransitionConflict
 from jobs.display import is_live
+from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_resources
+from jobs.forecast import cached_expected_starts
 from jobs.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
-from jobs.paging import BadPageRequest, page_of_jobs, parse_statuses
-from jobs.statuses import FINAL_JOB_STATUSES, JobStatus
+from jobs.paging import BadPageRequest, page_of_jobs
+from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
 
 EVENTS_SHOWN = 200
+WAITING_STATUSES = (JobStatus.PENDING, JobStatus.INQUEUE)
 
 
 def _partial(request: HttpRequest, template: str, context: dict, *, live: bool) -> HttpResponse:
@@ -32,49 +43,78 @@ def _partial(request: HttpRequest, template: str, context: dict, *, live: bool) 
     return response if live else HttpResponseStopPolling(response.content)
 
 
+def _list_choices(user) -> dict:
+    """What the filter form offers: the user's quotas and the members of their workspaces."""
+    from django.contrib.auth import get_user_model
+
+    from quotas.access import workspace_quotas
+
+    members = (
+        get_user_model()
+        .objects.filter(memberships__workspace_id__in=member_workspace_ids(user))
+        .distinct()
+        .order_by("username")
+        .values_list("username", flat=True)
+    )
+    return {
+        "quota_names": list(workspace_quotas(user).order_by("name").values_list("name", flat=True)),
+        "owner_names": list(members[:200]),
+        "statuses": [s.value for s in JobStatus],
+        "idle_modes": [m.value for m in IdleResources],
+        "sorts": SORT_LABELS,
+        "since_choices": SINCE_LABELS,
+    }
+
+
+SORT_LABELS = [
+    ("-created", "Newest first"),
+    ("created", "Oldest first"),
+    ("-priority", "Highest priority"),
+    ("name", "Name"),
+    ("-gpus", "Most GPUs"),
+]
+SINCE_LABELS = [("1h", "Last hour"), ("24h", "Last 24 hours"), ("7d", "Last 7 days")]
+SINCE_LABELS.append(("30d", "Last 30 days"))
+
+
 @login_required
 @require_GET
 def job_list(request: HttpRequest) -> HttpResponse:
-    status_param = request.GET.get("status", "")
     error = ""
-    jobs = visible_jobs(request.user)
     try:
-        statuses = parse_statuses(status_param)
-        if statuses:
-            jobs = jobs.filter(status__in=statuses)
-        page, next_cursor = page_of_jobs(jobs, cursor=request.GET.get("cursor"), limit=50)
+        filters = parse_job_filters(request.GET)
+        jobs = filter_jobs(
+            visible_jobs(request.user), filters, user=request.user, now=timezone.now()
+        )
+        page, next_cursor = page_of_jobs(
+            with_live_resources(jobs),
+            cursor=request.GET.get("cursor"),
+            limit=50,
+            sort=filters.sort,
+        )
     except BadPageRequest as exc:
         error, page, next_cursor = exc.message, [], None
+        filters = JobFilters()
     live = any(is_live(job.status) for job in page)
+    waiting = {job.pk for job in page if job.status in WAITING_STATUSES}
+    if waiting:
+        estimates = cached_expected_starts(waiting)
+        for job in page:
+            job.expected_start = estimates.get(job.pk)
+    params = filters.params()
     context = {
         "jobs": page,
         "next_cursor": next_cursor,
-        "status": status_param,
-        "statuses": [s.value for s in JobStatus],
+        "filters": filters,
+        "query": urlencode(params),
+        "status": params.get("status", ""),
         "error": error,
         "live": live,
     }
     if request.htmx:
         return _partial(request, "jobs/list.html#rows", context, live=live)
+    context |= _list_choices(request.user)
     return render(request, "jobs/list.html", context, status=400 if error else 200)
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def job_create(request: HttpRequest) -> HttpResponse:
-    if request.method == "POST":
-        form = JobForm(request.POST, user=request.user)
-        if form.is_valid():
-            job = form.create_job()
-            messages.success(request, f"Job #{job.pk} submitted.")
-            return redirect("jobs:detail", pk=job.pk)
-    else:
-        initial = {}
-        clone = request.GET.get("clone", "")
-        if clone.isdigit():
-            initial = initial_from_job(get_job_for_user(request.user, clone))
-        form = JobForm(user=request.user, initial=initial)
-    return render(request, "jobs/new.html", {"form": form})
 
 
 def _int_arg(request: HttpRequest, name: str, default: int | None) -> int | None:
@@ -121,6 +161,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "events": events,
         "events_hidden": max(event_count - EVENTS_SHOWN, 0),
         "live": live,
+        "expected_start": (
+            cached_expected_starts({job.pk}).get(job.pk) if job.status in WAITING_STATUSES else None
+        ),
     }
     if request.htmx:
         return _partial(request, "jobs/detail.html#live", context, live=live)
@@ -131,19 +174,27 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         return HttpResponseBadRequest("rank and attempt must be integers")
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
     lines = logview.read_tail(pod) if pod else []
-    # The tail holds the newest lines stored; the follower continues after the last one.
+    # The tail holds the newest lines stored; the viewer continues after the last one.
     context |= _log_context(job, pod, lines, caught_up=True)
     context["log_truncated"] = bool(lines) and lines[0].seq > 0
+    context["chart_titles"] = metrics.CHARTS
     context["workers"] = sorted({(p.attempt, p.rank) for p in pods}, key=lambda w: (-w[0], w[1]))
     context["log_attempt"] = pod.attempt if pod else job.attempt
     context["log_rank"] = pod.rank if pod else (rank or 0)
     return render(request, "jobs/detail.html", context)
 
 
+def _line_json(line: logview.LogLine) -> dict:
+    """A line as the log viewer shows it: control sequences stripped (it is inserted as
+    text, never as HTML), with the time the console received it."""
+    return {"seq": line.seq, "text": line.display, "at": line.at.isoformat() if line.at else None}
+
+
 @login_required
 @require_GET
 def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
-    """New log lines after `?after=<seq>` (HTMX: appended to the page), or a full log page."""
+    """Log lines after `?after=<seq>`: JSON for the job page's live viewer
+    (`format=json`), or a plain page of them (the "Full log" link; works without JS)."""
     job = get_job_for_user(request.user, pk)
     try:
         rank = _int_arg(request, "rank", 0)
@@ -152,19 +203,32 @@ def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc} must be an integer")
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
-    limit = logview.DEFAULT_LIMIT if request.htmx else logview.MAX_LIMIT
+    as_json = request.GET.get("format") == "json"
+    limit = logview.DEFAULT_LIMIT if as_json else logview.MAX_LIMIT
     lines = logview.read_after(pod, after, limit) if pod else []
     context = {"job": job} | _log_context(job, pod, lines, caught_up=len(lines) < limit)
     if not lines:
         context["log_after"] = after
+    if as_json:
+        return JsonResponse(
+            {
+                "lines": [_line_json(line) for line in lines],
+                "next_after": context["log_after"],
+                "complete": context["log_complete"],
+            }
+        )
     context["log_attempt"] = pod.attempt if pod else attempt or job.attempt
     context["log_rank"] = pod.rank if pod else rank
-    if request.htmx:
-        return _partial(
-            request, "jobs/detail.html#log-append", context, live=not context["log_complete"]
-        )
     context["more"] = len(lines) >= limit
     return render(request, "jobs/logs.html", context)
+
+
+@login_required
+@require_GET
+def job_metrics(request: HttpRequest, pk: int) -> JsonResponse:
+    """The job page's chart data (GPU utilisation and memory, progress, step rate, metrics)."""
+    job = get_job_for_user(request.user, pk)
+    return JsonResponse(metrics.job_series(job) | {"live": is_live(job.status)})
 
 
 @login_required
@@ -178,14 +242,8 @@ def job_logs_raw(request: HttpRequest, pk: int) -> HttpResponse:
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc} must be an integer")
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
-    texts = (
-        pod.log_chunks.order_by("seq_start").values_list("text", flat=True).iterator(500)
-        if pod
-        else iter(())
-    )
     response = StreamingHttpResponse(
-        (text if text.endswith("\n") else text + "\n" for text in texts),
-        content_type="text/plain; charset=utf-8",
+        logview.raw_text(pod) if pod else iter(()), content_type="text/plain; charset=utf-8"
     )
     name = f"job-{job.pk}-attempt-{pod.attempt if pod else 0}-worker-{rank}.log"
     response["Content-Disposition"] = f'attachment; filename="{name}"'

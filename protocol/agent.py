@@ -188,11 +188,19 @@ class LogLines(_FromAgent):
     attempt: Attempt
     first_seq: Seq
     lines: Annotated[list[LogLine], Field(min_length=1, max_length=MAX_LINES_PER_BATCH)]
+    # Indices of lines that continue on the next one: the worker wrote them as one line,
+    # longer than the agent's line limit, and the agent cut it (additive: older agents send
+    # none). The raw log joins them again without a newline.
+    continued: Annotated[list[int], Field(max_length=MAX_LINES_PER_BATCH)] = []
 
     @model_validator(mode="after")
     def _no_newlines(self) -> "LogLines":
         if any("\n" in line for line in self.lines):
             raise ValueError("a log line may not contain a newline")
+        if self.continued != sorted(set(self.continued)) or any(
+            not 0 <= i < len(self.lines) for i in self.continued
+        ):
+            raise ValueError("continued must be increasing indices of this batch's lines")
         return self
 
 

@@ -12,7 +12,8 @@ lost and why takes their place once there is room: truncation is explicit, and s
 numbers stay contiguous, so the console never waits for a gap.
 
 With a journal dir (the agent's state dir), every buffered line is also appended to a
-per-worker journal file before it can be sent: `[seq, source lines read so far, text]`,
+per-worker journal file before it can be sent: `[seq, source lines read so far, text]`
+(and a 1 after a piece of a line that was cut at the length limit),
 after a header `{"base", "src"}`. While the console is unreachable the lines wait there
 (bounded by the same limit), and an agent restarted after `kill -9` reloads them, re-sends
 them in order and resumes reading the worker's output after the last journaled source line
@@ -31,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.node.lines import ContinuedLine
 from protocol.agent import MAX_LINES_PER_BATCH, LogAck, LogBatch, LogLines
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,12 @@ _JOURNAL = re.compile(r"^(\d+)-(\d+)\.jsonl$")
 
 def _json_size(line: str) -> int:
     return len(json.dumps(line, ensure_ascii=False).encode()) + 1
+
+
+def _entry(seq: int, src: int, text: str) -> list:
+    """A journal line: [seq, source lines read, text] plus 1 for a cut line's piece."""
+    entry = [seq, src, str(text)]
+    return [*entry, 1] if isinstance(text, ContinuedLine) else entry
 
 
 @dataclass
@@ -105,7 +113,7 @@ class _Stream:
     def _push(self, line: str, now: float) -> None:
         item = (line, _json_size(line), self.src)
         if self._file is not None:
-            self._write([self.next_seq, self.src, line])
+            self._write(_entry(self.next_seq, self.src, line))
         self.lines.append(item)
         self.size += item[1]
         if self.pending_since is None:
@@ -135,7 +143,7 @@ class _Stream:
                 f.write(json.dumps({"base": self.base, "src": self.base_src}) + "\n")
                 seq = self.base
                 for text, _size, src in self.lines:
-                    f.write(json.dumps([seq, src, text], ensure_ascii=False) + "\n")
+                    f.write(json.dumps(_entry(seq, src, text), ensure_ascii=False) + "\n")
                     seq += 1
             os.replace(tmp, self.journal)
             self._file = open(self.journal, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
@@ -194,11 +202,13 @@ def load_journal(path: Path) -> tuple[int, int, list[tuple[str, int, int]]]:
         base, base_src = int(header["base"]), int(header["src"])
         for raw in f:
             try:
-                seq, src, text = json.loads(raw)
+                seq, src, text, *flags = json.loads(raw)
             except ValueError:
                 break
             if seq != base + len(lines):
                 break
+            if flags and flags[0]:
+                text = ContinuedLine(text)
             lines.append((text, _json_size(text), int(src)))
     return base, base_src, lines
 
@@ -331,8 +341,15 @@ class LogShipper:
                     lines.append(text)
                     budget -= size
                 if lines:
+                    continued = [i for i, t in enumerate(lines) if isinstance(t, ContinuedLine)]
                     batches.append(
-                        LogLines(pod_id=s.pod_id, attempt=s.attempt, first_seq=s.base, lines=lines)
+                        LogLines(
+                            pod_id=s.pod_id,
+                            attempt=s.attempt,
+                            first_seq=s.base,
+                            lines=[str(t) for t in lines],
+                            continued=continued,
+                        )
                     )
                 if budget <= 0 or len(batches) >= 256:
                     break

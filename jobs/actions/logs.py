@@ -15,9 +15,12 @@ from jobs.actions.progress import log_activity, log_progress
 from jobs.models import LogChunk, Pod
 
 
-def append_log_lines(pod: Pod, current: int, lines: Sequence[str], now: datetime) -> int:
+def append_log_lines(
+    pod: Pod, current: int, lines: Sequence[str], now: datetime, *, joins: Sequence[int] = ()
+) -> int:
     """Store `lines` as sequence numbers current, current+1, … of `pod` (whose job is
-    loaded). Returns the next sequence number the console expects afterwards."""
+    loaded); `joins` are the sequence numbers of lines that continue on the next one (cut
+    at the agent's line limit). Returns the next sequence number the console expects."""
     end = current + len(lines)
     # Hang detection without progress reports: remember recent distinct lines.
     activity, distinct = log_activity(pod, lines)
@@ -32,6 +35,7 @@ def append_log_lines(pod: Pod, current: int, lines: Sequence[str], now: datetime
                 seq_start=current,
                 seq_end=end - 1,
                 text="".join(f"{line}\n" for line in lines),
+                joins=sorted({seq for seq in joins if current <= seq < end}),
             )
     if not claimed:  # a concurrent request stored these first: ack what the row says now
         return Pod.objects.values_list("log_next_seq", flat=True).get(pk=pod.pk)

@@ -20,7 +20,7 @@ from django.db.models import Q
 
 from jobs.faulttolerance.hang import deadline_after, distinct_lines
 from jobs.faulttolerance.policy import config_of
-from jobs.models import Checkpoint, Job, Pod, PodDesired
+from jobs.models import Checkpoint, Job, Pod, PodDesired, ProgressSample
 from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
 from protocol.agent import MAX_CHECKPOINTS_REPORTED
 
@@ -63,6 +63,15 @@ def store_progress(pod: Pod, progress, now: datetime) -> bool:
         progress_phase=progress.phase,
         progress_metrics=dict(progress.metrics),
         progress_at=now,
+    )
+    # The history behind the job page's charts: one row per new step reported.
+    ProgressSample.objects.create(
+        pod_id=pod.pk,
+        at=now,
+        step=progress.step,
+        total=progress.total,
+        rate=rate,
+        metrics=dict(progress.metrics),
     )
     pod.progress_step, pod.progress_at = progress.step, now
     _push_hang_deadline(pod.job, now)

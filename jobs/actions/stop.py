@@ -106,3 +106,44 @@ def request_stop(
         except TransitionConflict:
             continue  # the scheduler or an agent moved it meanwhile: look again
     raise TransitionConflict(job.pk, job.status)
+
+
+SHUTDOWN_REASON = "the console was shut down"
+
+
+def stop_for_shutdown(node_id: int, *, reason: str = SHUTDOWN_REASON) -> list[int]:
+    """The embedded console is stopping and its local node goes with it: every job with
+    live workers there is stopped gracefully (SIGTERM, then the grace a user's stop gives).
+    A job without Automatic Fault Tolerance ends Stopped with `reason`, not Failed; one with
+    it is preempted and so resumes from its last checkpoint as a new attempt when the
+    console starts again (preemptions never use the failure budget). Returns the job ids."""
+    from jobs.faulttolerance.policy import config_of
+
+    jobs = Job.objects.filter(
+        status__in=[JobStatus.STARTING, JobStatus.RUNNING],
+        pods__node_id=node_id,
+        pods__status__in=list(ACTIVE_POD_STATUSES),
+    ).distinct()
+    stopped = []
+    for job in jobs:
+        resumes = config_of(job).enabled
+        try:
+            request_stop(
+                job,
+                actor=Actor.SYSTEM,
+                reason=(
+                    f"{reason}; resumes from its last checkpoint when it starts again"
+                    if resumes
+                    else reason
+                ),
+                final_status=JobStatus.PREEMPTED if resumes else JobStatus.STOPPED,
+            )
+        except (JobNotActive, TransitionConflict):
+            continue  # it ended meanwhile
+        stopped.append(job.pk)
+    return stopped
+
+
+def live_workers_on(node_id: int) -> int:
+    """Workers on the node that have not reported their end yet."""
+    return Pod.objects.filter(node_id=node_id, status__in=list(ACTIVE_POD_STATUSES)).count()

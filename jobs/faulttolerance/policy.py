@@ -148,8 +148,12 @@ def decide(config: FtConfig, counters: Counters, failure: Failure) -> Decision:
     if not config.enabled:
         return Decision(Action.FAIL, what)
     verdict, rule = classify(failure.exit_code, failure.message, config.rules)
-    if config.policy == RestartPolicy.EXIT_CODE_AND_ERROR_MSG and verdict == Verdict.NO_RETRY:
-        return Decision(Action.FAIL, f"{what} (not retryable: {rule})", rule=rule)
+    if verdict == Verdict.NO_RETRY:
+        if config.policy == RestartPolicy.EXIT_CODE_AND_ERROR_MSG:
+            return Decision(Action.FAIL, f"{what} (not retryable: {rule})", rule=rule)
+        # OnFailure restarts it because every failure is restarted, not because of what the
+        # classification found ("user error exit code" on a retry reads as a contradiction).
+        rule = str(RestartPolicy.ON_FAILURE)
     return _budgeted(
         config,
         counters,

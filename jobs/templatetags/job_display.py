@@ -20,6 +20,16 @@ def job_status(job: Job) -> str:
 
 
 @register.filter
+def job_reason(job: Job) -> str:
+    return display.display_reason(
+        job.status,
+        job.status_reason,
+        stop_requested_at=job.stop_requested_at,
+        stop_reason=job.stop_reason,
+    )
+
+
+@register.filter
 def badge(label: str) -> str:
     return display.badge_class(str(label))
 
@@ -41,3 +51,59 @@ def pod_duration(pod: Pod) -> str:
 @register.filter
 def gpu_list(indices) -> str:
     return ", ".join(str(i) for i in indices or []) or "—"
+
+
+@register.filter
+def since(moment, now=None) -> str:
+    """How long ago `moment` was: "3m 05s"."""
+    if moment is None:
+        return "—"
+    return display.format_duration((now or timezone.now()) - moment)
+
+
+# Usage bar segments: (css class, legend, GPUs). Widths are SVG attributes, not inline
+# styles, so the strict Content-Security-Policy (no 'unsafe-inline') holds.
+@register.filter
+def usage_segments(usage) -> list[dict]:
+    parts = [
+        ("seg-in-quota", "in quota", usage.in_quota),
+        ("seg-idle-own", "own idle jobs", usage.idle_own),
+        ("seg-lent", "lent to other quotas", usage.lent),
+        ("seg-free", "free", usage.free),
+        ("seg-borrowed", "borrowed from other quotas", usage.borrowed),
+    ]
+    scale = max(usage.size, usage.used + usage.borrowed, 1)
+    x = 0.0
+    out = []
+    for css, legend, gpus in parts:
+        width = 100.0 * gpus / scale
+        out.append(
+            {"css": css, "legend": legend, "gpus": gpus, "x": f"{x:.3f}", "w": f"{width:.3f}"}
+        )
+        x += width
+    return out
+
+
+@register.filter
+def share(part: int, whole: int) -> str:
+    """A width in percent for an SVG bar (0 to 100, as text)."""
+    return f"{100.0 * part / whole:.3f}" if whole else "0"
+
+
+@register.filter
+def restart_budget(job: Job) -> str:
+    """Failure restarts used / allowed, for jobs with Automatic Fault Tolerance."""
+    if not job.fault_tolerance:
+        return "—"
+    from jobs.faulttolerance.policy import config_of
+
+    return f"{job.restart_count}/{config_of(job).max_restarts}"
+
+
+@register.filter
+def until(moment, now=None) -> str:
+    """How far ahead `moment` is: "in 3m 05s", or "now" once it has passed."""
+    if moment is None:
+        return "—"
+    ahead = moment - (now or timezone.now())
+    return "now" if ahead.total_seconds() <= 0 else "in " + display.format_duration(ahead)

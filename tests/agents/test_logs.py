@@ -148,6 +148,8 @@ def test_auth_is_required(client, setup):
         ({"first_seq": 0, "lines": ["a\nb"]}, "batches.0"),
         ({"first_seq": 0, "lines": ["x" * 40000]}, "batches.0.lines.0"),
         ({"first_seq": 0, "lines": ["x"] * 1001}, "batches.0.lines"),
+        ({"first_seq": 0, "lines": ["x", "y"], "continued": [2]}, "batches.0"),
+        ({"first_seq": 0, "lines": ["x", "y"], "continued": [1, 0]}, "batches.0"),
     ],
 )
 def test_invalid_batches_are_400(client, setup, batch, field):
@@ -203,3 +205,31 @@ def test_the_same_batch_sent_twice_at_once_is_stored_once(researcher, workspace,
     assert all(acks == {str(pod.pk): 200} for _, acks in results)
     assert stored(pod) == lines(0, 200)
     assert LogChunk.objects.filter(pod=pod).count() == 1
+
+
+def test_a_line_cut_by_the_agent_downloads_whole(client, setup, researcher):
+    """The agent cuts lines longer than its limit and says which pieces continue; the raw
+    download joins them again: the worker's output, unchanged."""
+    from django.test import Client
+    from django.urls import reverse
+
+    _, token, pod = setup
+    send(client, token, pod, 0, ["first"])
+    # One 40,000-character line in three pieces, the middle one in the next batch.
+    batch = {"pod_id": pod.pk, "attempt": 1, "first_seq": 1, "lines": ["a" * 16384, "b" * 16384]}
+    post(client, "logs/", {"batches": [batch | {"continued": [0, 1]}]}, token)
+    batch = {"pod_id": pod.pk, "attempt": 1, "first_seq": 3, "lines": ["c" * 7232, "last"]}
+    post(client, "logs/", {"batches": [batch]}, token)
+    # A re-sent overlapping batch keeps the joins of what it adds, not of what it repeats.
+    again = {
+        "pod_id": pod.pk,
+        "attempt": 1,
+        "first_seq": 2,
+        "lines": ["b" * 16384, "c" * 7232, "last", "tail"],
+    }
+    post(client, "logs/", {"batches": [again | {"continued": [0]}]}, token)
+    viewer = Client()
+    viewer.force_login(researcher)
+    response = viewer.get(reverse("jobs:logs-raw", args=[pod.job_id]))
+    body = b"".join(response.streaming_content).decode()
+    assert body == "first\n" + "a" * 16384 + "b" * 16384 + "c" * 7232 + "\nlast\ntail\n"

@@ -238,3 +238,29 @@ def test_a_worker_over_its_rate_gets_an_explicit_truncation_marker(env):
         "[agent] 15 log lines dropped: over 10 lines/s",
         "after",
     ]
+
+
+def test_pieces_of_a_cut_line_keep_saying_so_through_the_journal(env, tmp_path):
+    """A line cut at the agent's limit reaches the console as pieces that continue, also
+    after an agent restart that re-sends them from its journal."""
+    from agents.node.lines import ContinuedLine
+    from jobs.logview import raw_text
+
+    _shipper, console, clock, pod = env
+    first = LogShipper(console.send, journal_dir=tmp_path / "logs", clock=clock)
+    first.open(pod.pk, pod.attempt, pod.log_next_seq)
+    first.append(pod.pk, ContinuedLine("aaaa"))
+    first.append(pod.pk, ContinuedLine("bbbb"))
+    first.append(pod.pk, "cc")
+    first.append(pod.pk, "next")
+    console.down = True
+    with pytest.raises(TransportError):
+        first.ship_once()
+    first.close_all()
+    console.down = False
+    second = LogShipper(console.send, journal_dir=tmp_path / "logs", clock=clock)
+    second.recover()
+    second.flush(timeout=10)
+    assert console.requests[-1].batches[0].continued == [0, 1]
+    assert "".join(raw_text(pod)) == "aaaabbbbcc\nnext\n"
+    second.close_all()

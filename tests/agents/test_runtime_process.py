@@ -94,6 +94,13 @@ def test_exit_code_and_error_tail(runtime, rec):
     assert s.error == "preparing\nRuntimeError: CUDA out of memory"
 
 
+def test_the_error_tail_quotes_the_worker_not_the_agent(runtime, rec):
+    runtime.launch(spec(9, "echo 'ValueError: bad shape'; exit 1", image="busybox"))
+    rec.wait_exit(9)
+    assert rec.lines[9][0].startswith("[agent] process runtime: image 'busybox' is ignored")
+    assert state(runtime, 9).error == "ValueError: bad shape"
+
+
 def test_environment_of_a_worker(runtime, rec):
     runtime.launch(
         spec(

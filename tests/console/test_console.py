@@ -1,5 +1,6 @@
 """Settings, demo data, in-process loops and logging of the console shell."""
 
+import json
 import logging
 import os
 import subprocess
@@ -92,3 +93,21 @@ def test_quiet_agent_requests_filter(message, status, kept):
     record = logging.LogRecord("django.server", logging.INFO, "", 0, message, (), None)
     record.status_code = status
     assert QuietAgentRequests().filter(record) is kept
+
+
+@pytest.mark.django_db
+def test_a_rotated_demo_token_is_replaced_by_a_live_one(settings, tmp_path):
+    """`make run` prints the demo token on every start: never one that was revoked."""
+    from accounts.actions import rotate_api_token
+    from accounts.api_auth import authenticate_token
+
+    settings.VAR_DIR = tmp_path
+    first = ensure_demo_data()
+    rotate_api_token(ApiToken.objects.get().user)  # the researcher rotated it in the console
+    assert authenticate_token(f"Bearer {first.api_token}") is None
+    again = ensure_demo_data()
+    assert again.api_token != first.api_token
+    assert authenticate_token(f"Bearer {again.api_token}") is not None
+    assert json.loads((tmp_path / "demo-credentials.json").read_text())["api_token"] == (
+        again.api_token
+    )

@@ -8,6 +8,7 @@ SQLite file in a temporary folder.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,6 +39,7 @@ class RunningConsole:
     creds: dict
     var_dir: Path
     log_path: Path
+    env: dict[str, str] | None = None  # the console's environment (for manage.py commands)
 
     def api(self) -> requests.Session:
         session = requests.Session()
@@ -83,7 +85,7 @@ def console_env(var_dir: Path, database_url: str | None) -> dict[str, str]:
     return env
 
 
-def _manage(env: dict[str, str], *args: str) -> str:
+def manage(env: dict[str, str], *args: str) -> str:
     result = subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
@@ -108,17 +110,31 @@ def wait_for(predicate, timeout: float, interval: float = 0.25, message: str = "
 
 
 @contextmanager
-def start_console(var_dir: Path) -> Iterator[RunningConsole]:
-    """Migrate, seed and start `manage.py run_console` on a database of its own."""
+def console_database() -> Iterator[str | None]:
+    """A database of its own for a console (PostgreSQL when DATABASE_URL is set, dropped
+    afterwards); None on SQLite, where the console keeps its file in its var dir."""
+    if not os.environ.get("DATABASE_URL"):
+        yield None
+        return
+    database_url, drop = _postgres_database(os.environ["DATABASE_URL"])
+    try:
+        yield database_url
+    finally:
+        drop()
+
+
+@contextmanager
+def start_console(var_dir: Path, database_url: str | None = None) -> Iterator[RunningConsole]:
+    """Migrate, seed and start `manage.py run_console` on a database of its own, or on
+    `database_url` (with the same `var_dir`: a second start of the same console)."""
     drop = None
-    database_url = None
-    if os.environ.get("DATABASE_URL"):
+    if database_url is None and os.environ.get("DATABASE_URL"):
         database_url, drop = _postgres_database(os.environ["DATABASE_URL"])
     env = console_env(var_dir, database_url)
     process = None
     try:
-        _manage(env, "migrate", "--noinput")
-        _manage(env, "seed_demo")
+        manage(env, "migrate", "--noinput")
+        manage(env, "seed_demo")
         creds = json.loads((var_dir / "demo-credentials.json").read_text())
         port = free_port()
         log_path = var_dir / "console.log"
@@ -131,7 +147,7 @@ def start_console(var_dir: Path) -> Iterator[RunningConsole]:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        console = RunningConsole(f"http://127.0.0.1:{port}", process, creds, var_dir, log_path)
+        console = RunningConsole(f"http://127.0.0.1:{port}", process, creds, var_dir, log_path, env)
 
         def healthy() -> bool:
             try:
@@ -165,3 +181,27 @@ def start_console(var_dir: Path) -> Iterator[RunningConsole]:
 def running_console(tmp_path_factory) -> Iterator[RunningConsole]:
     with start_console(tmp_path_factory.mktemp("console-var")) as console:
         yield console
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium through Playwright (never `playwright install`)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("Chromium is required for browser tests (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

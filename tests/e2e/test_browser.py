@@ -1,38 +1,11 @@
 """A researcher in a real browser (headless Chromium): log in, submit a job from the form,
 and watch the detail page update itself through HTMX until the job is Completed."""
 
-import os
-import shutil
-
 import pytest
 
 from tests.e2e.conftest import RunningConsole
 
 pytestmark = pytest.mark.e2e
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail("Chromium is required for browser tests (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-            ],
-        )
-        yield browser
-        browser.close()
 
 
 def test_submit_from_form_and_watch_it_complete(browser, running_console: RunningConsole):
@@ -42,13 +15,18 @@ def test_submit_from_form_and_watch_it_complete(browser, running_console: Runnin
     page.fill("input[name=username]", running_console.creds["researcher_username"])
     page.fill("input[name=password]", running_console.creds["researcher_password"])
     page.click("button[type=submit]")
-    page.wait_for_url("**/jobs/")
+    page.wait_for_url(f"{running_console.url}/")  # the dashboard
 
     page.goto(f"{running_console.url}/jobs/new/")
     page.fill("input[name=name]", "browser-job")
-    page.select_option("select[name=quota]", label="vision-h200 (Lingjun, H200)")
+    quota = page.locator("select[name=quota] option", has_text="vision-h200 (Lingjun, H200)")
+    page.select_option("select[name=quota]", value=quota.get_attribute("value"))
     page.fill("input[name=image]", "busybox:latest")
-    page.fill("textarea[name=command]", "sleep 2; for i in 1 2 3; do echo browser-line-$i; done")
+    # Several lines: the browser submits them with CRLF, which must run as a shell script.
+    page.fill(
+        "textarea[name=command]",
+        "sleep 2\nfor i in 1 2 3; do\n  echo browser-line-$i\ndone\nif true; then echo ok; fi",
+    )
     page.fill("input[name=gpus_per_worker]", "1")
     page.fill("input[name=cpus_per_worker]", "1")
     page.fill("input[name=memory_gb_per_worker]", "1")
@@ -56,7 +34,7 @@ def test_submit_from_form_and_watch_it_complete(browser, running_console: Runnin
     page.wait_for_url("**/jobs/*/")
 
     # No reload: the status badge and the log panel update through HTMX polling.
-    page.locator(".badge", has_text="Completed").first.wait_for()
+    page.locator("#job-live .status-line .badge", has_text="Completed").wait_for()
     page.locator("text=browser-line-3").wait_for()
     logs = page.locator("#logs").inner_text()
     assert (

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.conftest import ROOT, _manage, _postgres_database, console_env, free_port, wait_for
+from tests.e2e.conftest import ROOT, _postgres_database, console_env, free_port, wait_for
+from tests.e2e.conftest import manage as _manage
 
 pytestmark = pytest.mark.e2e
 

@@ -171,7 +171,15 @@ def test_on_failure_restarts_even_what_would_not_be_retried(failure):
     config = FtConfig(enabled=True, policy=RestartPolicy.ON_FAILURE)
     decision = decide(config, Counters(), failure)
     assert decision.action == Action.RESTART_JOB and decision.consumes_budget
-    assert decision.rule == classify(failure.exit_code, failure.message)[1]  # still shown
+    # Restarted because the policy restarts every failure: labelled so, not "user error".
+    assert decision.rule == "OnFailure"
+    assert "user error" not in decision.reason
+
+
+def test_on_failure_keeps_the_name_of_a_retryable_classification():
+    config = FtConfig(enabled=True, policy=RestartPolicy.ON_FAILURE)
+    decision = decide(config, Counters(), exit_failure(1, "NCCL timeout"))
+    assert decision.rule == "NCCL timeout"
 
 
 def test_a_restart_says_used_over_max_and_the_last_error_line():

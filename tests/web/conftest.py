@@ -41,6 +41,29 @@ def place(job: Job, node, *, pod_status: PodStatus = PodStatus.RUNNING) -> list[
     return pods
 
 
+def borrow(job: Job, node, lender, gpu_indices: list[int]) -> list[Pod]:
+    """What the scheduler does for an idle job on a lender's capacity: Running, one worker
+    Not in Quota charged to `lender`."""
+    transition(job, JobStatus.STARTING, reason="placed", actor=Actor.SCHEDULER)
+    pods = [
+        Pod.objects.create(
+            job=job,
+            attempt=job.attempt,
+            rank=0,
+            node=node,
+            gpu_indices=gpu_indices,
+            gpus=len(gpu_indices),
+            cpus=job.cpus_per_worker,
+            memory_gb=job.memory_gb_per_worker,
+            charged_quota=lender,
+            in_quota=False,
+            status=PodStatus.RUNNING,
+        )
+    ]
+    transition(job, JobStatus.RUNNING, reason="all workers running", actor=Actor.AGENT)
+    return pods
+
+
 def finish(job: Job, node, status: JobStatus = JobStatus.COMPLETED) -> Job:
     """Run the job on `node` and end it with `status`."""
     pods = place(job, node)
@@ -139,6 +162,26 @@ class Tree(HTMLParser):
     def handle_data(self, data):
         if self._stack:
             self._stack[-1].text += data
+
+    def find(self, **attrs: str) -> list[Element]:
+        """Elements whose attributes have these values (`data_k="used"` for data-k)."""
+        wanted = {key.replace("_", "-"): value for key, value in attrs.items()}
+        return [
+            e
+            for e in self.elements
+            if all(k in e.attrs and (e.attrs[k] or "") == v for k, v in wanted.items())
+        ]
+
+    def values(self, container: Element) -> dict[str, str]:
+        """{data-k: text} of the elements inside `container` (numbers a page shows)."""
+        out = {}
+        for e in self.elements:
+            node = e.parent
+            while node is not None and node is not container:
+                node = node.parent
+            if node is container and "data-k" in e.attrs:
+                out[e.attrs["data-k"]] = e.text.strip()
+        return out
 
     def by_id(self, element_id: str) -> Element | None:
         return next((e for e in self.elements if e.attrs.get("id") == element_id), None)

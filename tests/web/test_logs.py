@@ -4,12 +4,13 @@ import re
 from datetime import timedelta
 
 import time_machine
+from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
 from jobs.models import Pod
 from jobs.statuses import JobStatus
-from tests.web.conftest import HTMX, Tree, add_log, finish, place
+from tests.web.conftest import Tree, add_log, finish, place
 
 HOSTILE = [
     "<script>alert('owned')</script>",
@@ -48,12 +49,17 @@ def test_detail_page_renders_hostile_log_lines_inert(member_client, job, node):
     assert log is not None and "hx-disable" in log.attrs
 
 
-def test_log_partial_renders_hostile_lines_inert(member_client, job, node):
+def test_viewer_gets_hostile_lines_as_json_text(member_client, job, node):
+    """The live viewer inserts each line with textContent (static/console.js), never as
+    HTML; the JSON carries the text with control sequences stripped and nothing else."""
     _hostile_job(job, node)
-    response = member_client.get(reverse("jobs:logs", args=[job.pk]) + "?after=-1", **HTMX)
-    assert response.status_code == 200
-    # The partial is appended into #log-lines (hx-disable) on the page; wrap it the same way.
-    _assert_inert(f'<div id="log-lines" hx-disable>{response.text}</div>')
+    url = reverse("jobs:logs", args=[job.pk]) + "?after=-1&format=json"
+    response = member_client.get(url)
+    assert response["Content-Type"] == "application/json"
+    texts = [line["text"] for line in response.json()["lines"]]
+    assert texts == ["starting", *HOSTILE[:2], "red error done", HOSTILE[3]]
+    assert "textContent" in (settings.BASE_DIR / "static" / "console.js").read_text()
+    assert ".innerHTML" not in (settings.BASE_DIR / "static" / "console.js").read_text()
 
 
 def test_full_log_page_renders_hostile_lines_inert(member_client, job, node):
@@ -70,43 +76,52 @@ def test_raw_download_keeps_the_bytes_as_plain_text(member_client, job, node):
     assert body == "\n".join(["starting", *HOSTILE]) + "\n"
 
 
-def test_follower_appends_new_lines_and_advances_its_cursor(member_client, job, node):
+def _follow(client, url: str) -> dict:
+    response = client.get(url)
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    return response.json()
+
+
+def test_viewer_follows_new_lines_and_advances_its_cursor(member_client, job, node):
     pod = place(job, node)[0]
     add_log(pod, 0, ["line-0", "line-1"])
     html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
-    poller = Tree(html).by_id("log-poller")
-    assert "after=1" in poller.attrs["hx-get"] and poller.attrs["hx-swap"] == "beforeend"
-    assert poller.attrs["hx-target"] == "#log-lines"
+    viewer = Tree(html).by_id("log-lines")
+    assert viewer.attrs["data-after"] == "1" and "data-live" in viewer.attrs
+    assert viewer.inside("hx-disable")
+    source = viewer.attrs["data-src"]
+    assert "format=json" in source
 
-    add_log(pod, 2, ["line-2", "line-3"])
-    response = member_client.get(poller.attrs["hx-get"], **HTMX)
-    assert response.status_code == 200
-    tree = Tree(response.text)
-    assert [e.text for e in tree.elements if e.attrs.get("class") == "log-line"] == [
-        "line-2",
-        "line-3",
+    add_log(pod, 2, ["line-2", "\x1b[31mline-3\x1b[0m"])
+    page = _follow(member_client, source + "&after=1")
+    assert [(line["seq"], line["text"]) for line in page["lines"]] == [
+        (2, "line-2"),
+        (3, "line-3"),  # control sequences stripped for display; the raw download keeps them
     ]
-    assert [e.text for e in tree.elements if e.attrs.get("class") == "seq"] == ["2", "3"]
-    new_poller = tree.by_id("log-poller")
-    assert new_poller.attrs["hx-swap-oob"] == "true"
-    assert "after=3" in new_poller.attrs["hx-get"]
+    assert all(line["at"] for line in page["lines"])  # the console's receive time
+    assert page["next_after"] == 3 and page["complete"] is False
 
-    # Nothing new: no lines, same cursor, keeps polling while the job runs.
-    response = member_client.get(new_poller.attrs["hx-get"], **HTMX)
-    assert response.status_code == 200
-    assert 'class="log-line"' not in response.text and "after=3" in response.text
+    # Nothing new: no lines, same cursor, keeps following while the job runs.
+    page = _follow(member_client, source + "&after=3")
+    assert page == {"lines": [], "next_after": 3, "complete": False}
 
 
-def test_follower_reads_a_cursor_in_the_middle_of_a_chunk(member_client, job, node):
+def test_viewer_reads_a_cursor_in_the_middle_of_a_chunk(member_client, job, node):
     pod = place(job, node)[0]
     add_log(pod, 0, [f"l{i}" for i in range(10)])
     add_log(pod, 10, ["l10"])
     url = reverse("jobs:logs", args=[job.pk]) + f"?attempt={pod.attempt}&rank=0&after=6"
-    lines = re.findall(r"l\d+", member_client.get(url, **HTMX).text)
-    assert lines == ["l7", "l8", "l9", "l10"]
+    assert [line["text"] for line in _follow(member_client, url + "&format=json")["lines"]] == [
+        "l7",
+        "l8",
+        "l9",
+        "l10",
+    ]
+    # The plain page (the "Full log" link, no JavaScript needed) shows the same lines.
+    assert re.findall(r"l\d+", member_client.get(url).text) == ["l7", "l8", "l9", "l10"]
 
 
-def test_follower_stops_with_286_once_final_and_settled(member_client, job, node):
+def test_viewer_is_told_when_the_log_is_complete(member_client, job, node):
     pod = place(job, node)[0]
     add_log(pod, 0, ["only line"])
     Pod.objects.filter(pk=pod.pk).update(status="Succeeded", exit_code=0)
@@ -115,24 +130,21 @@ def test_follower_stops_with_286_once_final_and_settled(member_client, job, node
 
     with time_machine.travel(timezone.now(), tick=False) as clock:
         transition(job, JobStatus.COMPLETED, reason="done", actor=Actor.AGENT)
-        url = reverse("jobs:logs", args=[job.pk]) + "?after=0"
-        # Just finished: late lines may still be on their way, keep polling.
-        assert member_client.get(url, **HTMX).status_code == 200
+        url = reverse("jobs:logs", args=[job.pk]) + "?format=json&after=0"
+        # Just finished: late lines may still be on their way, keep following.
+        assert _follow(member_client, url)["complete"] is False
         clock.shift(timedelta(seconds=60))
-        response = member_client.get(url, **HTMX)
-        assert response.status_code == 286
-        poller = Tree(response.text).by_id("log-poller")
-        assert "hx-get" not in poller.attrs and "hx-trigger" not in poller.attrs
+        assert _follow(member_client, url)["complete"] is True
         # A reader that is behind still gets its lines first.
-        behind = member_client.get(reverse("jobs:logs", args=[job.pk]) + "?after=-1", **HTMX)
-        assert behind.status_code == 286 and "only line" in behind.text
+        behind = _follow(member_client, url.replace("after=0", "after=-1"))
+        assert behind["complete"] is True and behind["lines"][0]["text"] == "only line"
 
 
-def test_finished_job_page_has_no_log_poller(member_client, job, node):
+def test_finished_job_page_does_not_follow(member_client, job, node):
     with time_machine.travel(timezone.now() - timedelta(hours=1), tick=False):
         finish(job, node)
     html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
-    assert "hx-get" not in Tree(html).by_id("log-poller").attrs
+    assert "data-live" not in Tree(html).by_id("log-lines").attrs
 
 
 def test_worker_tabs_select_the_log(member_client, researcher, workspace, quota, node):

@@ -17,7 +17,7 @@ def test_login_page_and_login(db, researcher):
     response = client.post(
         reverse("login"), {"username": "alice", "password": "correct-horse-battery"}
     )
-    assert response.status_code == 302 and response["Location"] == reverse("jobs:list")
+    assert response.status_code == 302 and response["Location"] == reverse("home")
     assert client.get(reverse("jobs:list")).status_code == 200
 
 
@@ -43,19 +43,43 @@ def test_healthz_checks_the_database(client, db):
 def test_token_page_creates_a_token_shown_once(member_client, researcher):
     assert member_client.get(reverse("api-token")).status_code == 200
     response = member_client.post(reverse("api-token"), {"action": "create"})
-    assert response.status_code == 200
-    assert "no-store" in response["Cache-Control"]
-    plain = re.search(r"gqc_[0-9a-f]{8}_[A-Za-z0-9_-]+", response.text).group(0)
+    # POST-redirect-GET: the POST answers with a redirect, the GET shows the token once.
+    assert response.status_code == 302 and response["Location"] == reverse("api-token")
+    page = member_client.get(reverse("api-token"))
+    assert "no-store" in page["Cache-Control"]
+    plain = re.search(r"gqc_[0-9a-f]{8}_[A-Za-z0-9_-]+", page.text).group(0)
     token = ApiToken.objects.get(user=researcher)
     assert token.digest == digest_of(plain)
-    # It works for the API, and the page never shows it again.
+    # It works for the API; a reload neither shows it again nor rotates it.
     api = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
     assert api.get(reverse("api-jobs")).status_code == 200
     assert plain not in member_client.get(reverse("api-token")).text
+    assert ApiToken.objects.filter(user=researcher).count() == 1
+    assert api.get(reverse("api-jobs")).status_code == 200
+
+
+def test_the_new_token_is_never_stored_in_the_session(member_client, researcher):
+    from django.contrib.sessions.models import Session
+
+    member_client.post(reverse("api-token"), {"action": "create"})
+    plain = re.search(
+        r"gqc_[0-9a-f]{8}_[A-Za-z0-9_-]+", member_client.get(reverse("api-token")).text
+    )
+    for session in Session.objects.all():
+        assert plain.group(0) not in str(session.get_decoded())
+
+
+def test_rotating_asks_for_confirmation_first(member_client, researcher, api_token):
+    response = member_client.post(reverse("api-token"), {"action": "create"})
+    assert response.status_code == 302 and response["Location"].endswith("?confirm=rotate")
+    old = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
+    assert old.get(reverse("api-jobs")).status_code == 200  # nothing rotated yet
+    confirm = member_client.get(response["Location"]).text
+    assert "Rotate your API token?" in confirm and 'name="confirm" value="yes"' in confirm
 
 
 def test_rotating_revokes_the_previous_token(member_client, researcher, api_token):
-    member_client.post(reverse("api-token"), {"action": "create"})
+    member_client.post(reverse("api-token"), {"action": "create", "confirm": "yes"})
     assert ApiToken.objects.filter(user=researcher, revoked_at__isnull=True).count() == 1
     old = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
     assert old.get(reverse("api-jobs")).status_code == 401

@@ -178,8 +178,8 @@ class Runtime(Protocol):
 
 
 class SourceLines:
-    """One worker's output lines: skips those a previous agent run shipped, keeps the tail
-    for the error message, and passes the rest on as source lines."""
+    """One worker's output lines: skips those a previous agent run shipped, keeps the tail of
+    the worker's own output for the error message, and passes the rest on as source lines."""
 
     def __init__(self, pod_id: int, sink: LineSink, skip: int = 0) -> None:
         self.pod_id = pod_id
@@ -195,7 +195,8 @@ class SourceLines:
         self._sink(self.pod_id, line, True)
 
     def agent(self, line: str) -> None:
-        self.tail.append(line)
+        # The agent's own notes ("[agent] process runtime: image … is ignored") go to the
+        # log but not into the error tail: that quotes what the worker printed.
         self._sink(self.pod_id, line, False)
 
     def error_tail(self) -> str:

@@ -1,15 +1,23 @@
 """`manage.py run_console`: the embedded default on one machine.
 
 Starts the web server, the scheduler and monitor loops in this process (no Redis needed),
-and one local agent with the process runtime and fake GPUs as a child process. Ctrl-C (or
-SIGTERM) stops the agent gracefully (its workers get SIGTERM), then the loops and the server.
+and one local agent with the process runtime and fake GPUs as a child process. Jobs run as
+local processes under this user's account, so the data files are kept private (0600).
+
+Ctrl-C (or SIGTERM) stops placing work, asks the jobs running on the local node to stop the
+way a user's Stop does (SIGTERM and the grace period; without fault tolerance they end
+Stopped, with it they resume when the console starts again), waits for their workers to
+report their end, then stops the agent, the loops and the server.
 """
 
+import getpass
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from django.conf import settings
@@ -20,9 +28,34 @@ from django.core.servers.basehttp import (
     get_internal_wsgi_application,
 )
 
+from console.demo import protect_data_files
+
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
+def needs_registration(state_dir: Path, url: str, name: str) -> bool:
+    """Whether the local agent must register (again): never registered, or registered with
+    a console at another address (`make run` on another port); it then gets a bootstrap
+    token and re-registers as the same node."""
+    try:
+        saved = json.loads((state_dir / "node.json").read_text())
+    except (OSError, ValueError):
+        return True
+    return not (
+        isinstance(saved, dict)
+        and saved.get("node_token")
+        and saved.get("server") == url
+        and saved.get("name") == name
+    )
 
 
 class Command(BaseCommand):
@@ -48,6 +81,9 @@ class Command(BaseCommand):
         from console.loops import start_loops, stop_loops
 
         url = f"http://{options['addr']}:{options['port']}"
+        # Jobs run as this user: what they and the console write is for this user only.
+        os.umask(0o077)
+        protect_data_files(Path(settings.VAR_DIR))
         httpd = ThreadedWSGIServer((options["addr"], options["port"]), WSGIRequestHandler)
         httpd.daemon_threads = True
         httpd.set_app(get_internal_wsgi_application())
@@ -61,6 +97,13 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGINT, _interrupt)
         self.stdout.write(self.style.SUCCESS(f"Console running at {url}/  (Ctrl-C to stop)"))
+        if agent is not None:
+            self.stdout.write(
+                f"Embedded mode: jobs run as local processes under your account "
+                f"({_user()}), with access to what you can access; the data in "
+                f"{settings.VAR_DIR} is readable by you only (0600). For a shared cluster use "
+                "the docker runtime (README: Production)."
+            )
         self.stdout.flush()
         try:
             while server.is_alive():
@@ -74,6 +117,7 @@ class Command(BaseCommand):
             # still reach the console.
             stop_loops(["scheduler"])
             if agent is not None:
+                self._stop_local_jobs(options["node_name"])
                 self._stop_agent(agent)
             stop_loops()
             httpd.shutdown()
@@ -86,7 +130,7 @@ class Command(BaseCommand):
         state_dir = Path(settings.VAR_DIR) / "agent" / options["node_name"]
         state_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        if not (state_dir / "node.json").exists():
+        if needs_registration(state_dir, url, options["node_name"]):
             _, plain = issue_bootstrap_token(None, f"embedded agent {options['node_name']}")
             env["GPU_AGENT_BOOTSTRAP_TOKEN"] = plain
         command = [
@@ -107,6 +151,9 @@ class Command(BaseCommand):
             str(options["node_cpus"]),
             "--memory-gb",
             str(options["node_memory_gb"]),
+            # Workers still running when the agent stops get what a user's Stop gives them.
+            "--shutdown-grace",
+            str(max(settings.DEFAULT_STOP_GRACE, 1)),
         ]
         # Its own process group, so Ctrl-C in the terminal reaches us first and we stop it
         # in order (workers get their SIGTERM and grace) instead of all at once.
@@ -118,6 +165,30 @@ class Command(BaseCommand):
         code = process.wait()
         if code not in (0, -signal.SIGTERM):
             self.stderr.write(f"local agent exited with {code}")
+
+    def _stop_local_jobs(self, node_name: str) -> None:
+        """Stop the local node's jobs like a user's Stop, and wait until their workers have
+        reported their end (the web server and the agent are still up for that)."""
+        from cluster.models import Node
+        from jobs.actions.stop import live_workers_on, stop_for_shutdown
+
+        node = Node.objects.filter(name=node_name).first()
+        if node is None:
+            return
+        stopped = stop_for_shutdown(node.pk)
+        if not stopped:
+            return
+        self.stdout.write(
+            f"Stopping {len(stopped)} running job(s) (grace {settings.DEFAULT_STOP_GRACE}s)…"
+        )
+        self.stdout.flush()
+        deadline = (
+            time.monotonic()
+            + settings.DEFAULT_STOP_GRACE
+            + (4 * settings.AGENT_HEARTBEAT_INTERVAL + 10)
+        )
+        while live_workers_on(node.pk) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def _stop_agent(self, process: subprocess.Popen) -> None:
         if process.poll() is None:

@@ -1,0 +1,440 @@
+"""Expected start of waiting jobs: a what-if run of the real `plan()` from the current state
+(Slurm's `squeue --start`, but with the scheduler's own rules: quotas, idle borrowing,
+reclaim, gang placement, starvation holds).
+
+The core, `forecast()`, is pure: from the scheduler's snapshot and what each live job holds,
+it plans, lets the earliest-ending running job end, frees what it held, plans again, and so on,
+noting when each waiting job is admitted. A running job ends at its max runtime, or sooner
+where its progress (steps per second towards its total) or similar past jobs (same quota and
+name, finished Completed) say so; a job admitted in the what-if runs for its max runtime or
+the past jobs' median. Every estimate names what it rests on, and a job that depends on a
+running job whose end cannot be estimated gets no time at all, only that reason.
+
+`expected_starts()` is the shell: it loads the snapshot with the scheduler's own loader plus
+two reads (what each live job holds; past durations), whatever the number of jobs.
+"""
+
+import hashlib
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
+from jobs.scheduler.plan import PlanOptions, plan
+
+MAX_EVENTS = 32  # steps (plans) simulated; the queue beyond that is "not estimated"
+BUCKET_MIN = timedelta(minutes=1)
+BUCKET_SHARE = 0.25
+HORIZON = timedelta(days=30)
+STOP_GRACE = timedelta(seconds=30)  # a preempted victim's workers get about this long
+HISTORY_ROWS = 2000  # recent finished jobs read for durations
+HISTORY_PER_KEY = 20  # the median of the last N runs of the same (quota, name)
+CACHE_KEY = "jobs.forecast.expected_starts"
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What one live job holds, and when it is expected to give it back."""
+
+    job_id: int
+    label: str  # "job #12"
+    charged_quota_id: int
+    in_quota: bool
+    # (node id, GPU indices, CPUs, memory GB) per live worker
+    pods: tuple[tuple[int | None, tuple[int, ...], int, int], ...]
+    ends_at: datetime | None
+    basis: str  # how ends_at was estimated: "max runtime", "progress", "similar past jobs"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    job_id: int
+    at: datetime | None  # None: cannot be estimated (see basis)
+    basis: str  # what the estimate rests on, for the user
+
+    @property
+    def known(self) -> bool:
+        return self.at is not None
+
+
+@dataclass
+class _World:
+    """The cluster while the what-if runs (mutable; private to one forecast() call)."""
+
+    nodes: dict[int, NodeSnap]
+    quotas: dict[int, QuotaSnap]
+    running: dict[int, RunningSnap]
+    held: dict[int, Held]
+
+    def release(self, held: Held) -> None:
+        for node_id, indices, cpus, memory in held.pods:
+            node = self.nodes.get(node_id) if node_id is not None else None
+            if node is not None:
+                free = tuple(sorted({*node.free_gpu_indices, *indices}))
+                self.nodes[node_id] = replace(
+                    node,
+                    free_gpu_indices=free,
+                    free_cpus=node.free_cpus + cpus,
+                    free_memory_gb=node.free_memory_gb + memory,
+                )
+        quota = self.quotas.get(held.charged_quota_id)
+        if quota is not None:
+            gpus = sum(len(indices) for _, indices, _, _ in held.pods)
+            self.quotas[quota.id] = replace(
+                quota,
+                used_gpus=max(quota.used_gpus - gpus, 0),
+                used_cpus=max(quota.used_cpus - sum(p[2] for p in held.pods), 0),
+                used_memory_gb=max(quota.used_memory_gb - sum(p[3] for p in held.pods), 0),
+                borrowed_gpus=max(quota.borrowed_gpus - (0 if held.in_quota else gpus), 0),
+            )
+        self.running.pop(held.job_id, None)
+        self.held.pop(held.job_id, None)
+
+    def take(self, job: JobSnap, admission, started: datetime) -> list:
+        pods = []
+        for p in admission.placements:
+            node = self.nodes[p.node_id]
+            taken = set(p.gpu_indices)
+            self.nodes[p.node_id] = replace(
+                node,
+                free_gpu_indices=tuple(i for i in node.free_gpu_indices if i not in taken),
+                free_cpus=max(node.free_cpus - job.cpus_per_worker, 0),
+                free_memory_gb=max(node.free_memory_gb - job.memory_gb_per_worker, 0),
+            )
+            pods.append(
+                (p.node_id, tuple(p.gpu_indices), job.cpus_per_worker, job.memory_gb_per_worker)
+            )
+        quota = self.quotas[admission.charged_quota_id]
+        self.quotas[quota.id] = replace(
+            quota,
+            used_gpus=quota.used_gpus + job.total_gpus,
+            used_cpus=quota.used_cpus + job.workers * job.cpus_per_worker,
+            used_memory_gb=quota.used_memory_gb + job.workers * job.memory_gb_per_worker,
+            borrowed_gpus=quota.borrowed_gpus + (0 if admission.in_quota else job.total_gpus),
+        )
+        self.running[job.id] = RunningSnap(
+            id=job.id,
+            quota_id=job.quota_id,
+            charged_quota_id=admission.charged_quota_id,
+            in_quota=admission.in_quota,
+            priority=job.priority,
+            gpus_by_node=tuple((p.node_id, len(p.gpu_indices)) for p in admission.placements),
+            started_at=started,
+            name=job.name,
+        )
+        return pods
+
+    def snapshot(self, waiting: dict[int, JobSnap]) -> Snapshot:
+        return Snapshot(
+            nodes=tuple(self.nodes.values()),
+            quotas=tuple(self.quotas.values()),
+            jobs=tuple(waiting.values()),
+            running=tuple(self.running.values()),
+        )
+
+
+def _label(job: JobSnap) -> str:
+    # By number only: estimates are shown to every member of a shared quota, and a job of
+    # another workspace is not theirs to see by name.
+    return f"job #{job.id}"
+
+
+def _pools_of(snapshot: Snapshot, targets: set[int]) -> Snapshot:
+    """Only the pools (resource type, GPU type) the target jobs run in: pools never share
+    nodes or quotas, so the others cannot change when the targets start."""
+    quota_pool = {q.id: q.pool for q in snapshot.quotas}
+    pools = {quota_pool.get(j.quota_id) for j in snapshot.jobs if j.id in targets}
+    quotas = {q.id for q in snapshot.quotas if q.pool in pools}
+    return Snapshot(
+        nodes=tuple(n for n in snapshot.nodes if n.pool in pools),
+        quotas=tuple(q for q in snapshot.quotas if q.id in quotas),
+        jobs=tuple(j for j in snapshot.jobs if j.quota_id in quotas),
+        running=tuple(r for r in snapshot.running if r.charged_quota_id in quotas),
+    )
+
+
+def forecast(
+    snapshot: Snapshot,
+    held: list[Held],
+    durations: dict[int, tuple[float, str]],
+    now: datetime,
+    options: PlanOptions | None = None,
+    *,
+    max_events: int = MAX_EVENTS,
+    targets: set[int] | None = None,
+) -> dict[int, Estimate]:
+    """When each waiting job of `snapshot` would start if nothing new were submitted.
+
+    `held`: every live job's resources and expected end (running jobs, and jobs whose workers
+    are still stopping). `durations`: for waiting jobs, how long each would run once started
+    (seconds, basis), where known. With `targets`, only their pools are simulated and the
+    run stops once every target has a time.
+
+    Cost: one plan() per step. Ends close together are taken as one step (within
+    BUCKET_SHARE of how far ahead they are, at least BUCKET_MIN), and the later end of the
+    step is the time given: a little late rather than early, and a forecast over a day
+    takes a few dozen plans, not one per running job.
+    """
+    if targets is not None:
+        snapshot = _pools_of(snapshot, targets)
+    world = _World(
+        nodes={n.id: n for n in snapshot.nodes},
+        quotas={q.id: q for q in snapshot.quotas},
+        running={r.id: r for r in snapshot.running},
+        held={h.job_id: h for h in held},
+    )
+    waiting = {j.id: j for j in snapshot.jobs}
+    estimates: dict[int, Estimate] = {}
+    t, why = now, "at the next scheduling cycle"
+    for _ in range(max_events):
+        decided = plan(world.snapshot(waiting), t, options)
+        for admission in decided.admissions:
+            job = waiting.pop(admission.job_id)
+            estimates[job.id] = Estimate(job.id, t, why)
+            pods = world.take(job, admission, t)
+            seconds, basis = durations.get(job.id, (None, ""))
+            ends = t + timedelta(seconds=seconds) if seconds is not None else None
+            world.held[job.id] = Held(
+                job.id,
+                _label(job),
+                admission.charged_quota_id,
+                admission.in_quota,
+                tuple(pods),
+                ends,
+                basis,
+            )
+        for victim in decided.preemptions:
+            h = world.held.get(victim.job_id)
+            if h is not None and (h.ends_at is None or h.ends_at > t + STOP_GRACE):
+                world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis="preempted")
+        if not waiting or (targets is not None and targets <= estimates.keys()):
+            break
+        ending = [h for h in world.held.values() if h.ends_at is not None]
+        if not ending:
+            break
+        first = max(min(h.ends_at for h in ending), t)
+        window = max(BUCKET_MIN, (first - now) * BUCKET_SHARE)
+        step = sorted(
+            (h for h in ending if h.ends_at <= first + window), key=lambda h: (h.ends_at, h.job_id)
+        )
+        t = max(step[-1].ends_at, t)
+        if t - now > HORIZON:
+            break
+        last = step[-1]
+        why = f"when {last.label} ends ({last.basis})"
+        if len(step) > 1:
+            why = f"when {len(step)} running jobs have ended, the last {last.label} ({last.basis})"
+        for h in step:
+            world.release(h)
+            job = waiting.get(h.job_id)
+            if job is not None and job.active_pods:
+                waiting[h.job_id] = replace(job, active_pods=0)
+    unknown = [h.label for h in world.held.values() if h.ends_at is None]
+    if unknown:
+        reason = (
+            f"not estimated: depends on {', '.join(sorted(unknown)[:3])}"
+            f"{' and others' if len(unknown) > 3 else ''}, which has no max runtime, "
+            "no progress towards a total and no similar past jobs"
+        )
+    else:
+        reason = "not estimated: beyond what the forecast looks ahead"
+    for job_id in waiting:
+        estimates[job_id] = Estimate(job_id, None, reason)
+    return estimates
+
+
+# -- estimates of how long jobs run (pure) ----------------------------------------------------
+
+
+def median_durations(rows) -> dict[tuple[int, str], float]:
+    """(quota id, name) → the median run time in seconds of its last HISTORY_PER_KEY runs;
+    `rows` are (quota id, name, started_at, finished_at), newest first."""
+    runs: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for quota_id, name, started, finished in rows:
+        key = (quota_id, name)
+        if started and finished and len(runs[key]) < HISTORY_PER_KEY:
+            runs[key].append(max((finished - started).total_seconds(), 0.0))
+    return {key: statistics.median(values) for key, values in runs.items() if values}
+
+
+def running_end(
+    *,
+    now: datetime,
+    started_at: datetime | None,
+    max_runtime: int | None,
+    progress: tuple[int | None, int | None, float | None],
+    past: float | None,
+) -> tuple[datetime | None, str]:
+    """When a running job is expected to end, and on what that rests."""
+    start = started_at or now
+    bound = start + timedelta(seconds=max_runtime) if max_runtime else None
+    guess, basis = None, ""
+    step, total, rate = progress
+    if step is not None and total and rate and rate > 0 and total >= step:
+        guess, basis = now + timedelta(seconds=(total - step) / rate), "progress"
+    elif past is not None:
+        guess, basis = max(start + timedelta(seconds=past), now), "similar past jobs"
+    if bound is not None and (guess is None or bound <= guess):
+        return max(bound, now), "max runtime"
+    return guess, basis
+
+
+def run_length(max_runtime: int | None, past: float | None) -> tuple[float, str] | None:
+    """How long a job that has not started yet is expected to run."""
+    if past is not None and (not max_runtime or past <= max_runtime):
+        return past, "similar past jobs"
+    if max_runtime:
+        return float(max_runtime), "max runtime"
+    return None
+
+
+# -- the shell --------------------------------------------------------------------------------
+
+
+def current_snapshot() -> Snapshot:
+    """The scheduler's snapshot, read with the scheduler's own loader (no lock, no writes)."""
+    from jobs.scheduler.cycle import load_snapshot
+
+    snapshot, _ = load_snapshot()
+    return snapshot
+
+
+def _past_runs(keys: set[tuple[int, str]]):
+    from jobs.models import Job
+    from jobs.statuses import JobStatus
+
+    done = Job.objects.filter(
+        status=JobStatus.COMPLETED, started_at__isnull=False, finished_at__isnull=False
+    )
+    names = {name for _, name in keys}
+    if not names:
+        return []
+    if len(names) <= 500:
+        done = done.filter(name__in=sorted(names))
+    rows = done.order_by("-finished_at").values_list(
+        "quota_id", "name", "started_at", "finished_at"
+    )[:HISTORY_ROWS]
+    return [row for row in rows if (row[0], row[1]) in keys]
+
+
+def expected_starts(
+    snapshot: Snapshot | None = None,
+    now: datetime | None = None,
+    targets: set[int] | None = None,
+) -> dict[int, Estimate]:
+    """Estimates keyed by job id, for every waiting job or at least the `targets` (three
+    reads besides the snapshot's)."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from jobs.models import Job, Pod
+    from jobs.scheduler.cycle import plan_options
+    from jobs.statuses import ACTIVE_POD_STATUSES, PLACED_JOB_STATUSES, JobStatus
+
+    now = now or timezone.now()
+    snapshot = snapshot or current_snapshot()
+    if not snapshot.jobs:
+        return {}
+    pods = list(
+        Pod.objects.filter(status__in=[s.value for s in ACTIVE_POD_STATUSES]).values_list(
+            "job_id",
+            "node_id",
+            "gpu_indices",
+            "cpus",
+            "memory_gb",
+            "charged_quota_id",
+            "in_quota",
+            "rank",
+            "progress_step",
+            "progress_total",
+            "progress_rate",
+            "job__name",
+            "job__quota_id",
+            "job__status",
+            "job__started_at",
+            "job__max_runtime_seconds",
+            "job__stop_requested_at",
+        )
+    )
+    waiting_runtime = dict(
+        Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.INQUEUE]).values_list(
+            "id", "max_runtime_seconds"
+        )
+    )
+    keys = {(p[12], p[11]) for p in pods} | {(j.quota_id, j.name) for j in snapshot.jobs}
+    past = median_durations(_past_runs(keys))
+
+    by_job: dict[int, list] = defaultdict(list)
+    for row in pods:
+        by_job[row[0]].append(row)
+    grace = timedelta(seconds=getattr(settings, "DEFAULT_STOP_GRACE", 30))
+    held = []
+    placed = {s.value for s in PLACED_JOB_STATUSES}
+    for job_id, rows in by_job.items():
+        first = min(rows, key=lambda r: r[7])  # rank 0 speaks for the job's progress
+        name, quota_id, status, started, max_runtime, stop_at = first[11:]
+        if status not in placed or stop_at is not None:
+            ends, basis = now + grace, "stopping"
+        else:
+            ends, basis = running_end(
+                now=now,
+                started_at=started,
+                max_runtime=max_runtime,
+                progress=(first[8], first[9], first[10]),
+                past=past.get((quota_id, name)),
+            )
+        label = f"job #{job_id}"
+        held.append(
+            Held(
+                job_id,
+                label,
+                first[5],
+                first[6],
+                tuple((r[1], tuple(r[2] or ()), r[3], r[4]) for r in rows),
+                ends,
+                basis,
+            )
+        )
+    durations = {}
+    for job in snapshot.jobs:
+        length = run_length(waiting_runtime.get(job.id), past.get((job.quota_id, job.name)))
+        if length is not None:
+            durations[job.id] = length
+    return forecast(snapshot, held, durations, now, plan_options(), targets=targets)
+
+
+def cached_expected_starts(
+    targets: set[int], snapshot: Snapshot | None = None
+) -> dict[int, Estimate]:
+    """Estimates for `targets` (the waiting jobs a page shows), reused for
+    FORECAST_CACHE_SECONDS: a page that polls every few seconds, or many users looking at
+    the same jobs, share one what-if run. A caller that has just loaded the snapshot passes
+    it (no second load)."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    if not targets:
+        return {}
+    seconds = getattr(settings, "FORECAST_CACHE_SECONDS", 0)
+    if not seconds:
+        return expected_starts(snapshot, targets=targets)
+    key = f"{CACHE_KEY}:{','.join(map(str, sorted(targets)))}"
+    if len(key) > 200:
+        key = f"{CACHE_KEY}:{hashlib.sha256(key.encode()).hexdigest()}"
+    value = cache.get(key)
+    if value is None:
+        value = expected_starts(snapshot, targets=targets)
+        cache.set(key, value, seconds)
+    return value
+
+
+def estimate_json(estimate: Estimate | None) -> dict | None:
+    """The API's shape: always labelled an estimate, with what it rests on."""
+    if estimate is None:
+        return None
+    return {
+        "estimate": True,
+        "at": estimate.at.isoformat() if estimate.at else None,
+        "basis": estimate.basis,
+    }

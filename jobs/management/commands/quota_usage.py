@@ -1,0 +1,52 @@
+"""`manage.py quota_usage [--json]`: every quota's usage, the GPU pools and who borrows from
+whom, from the scheduler's own snapshot (the numbers the dashboard and Quotas page show)."""
+
+import json
+from dataclasses import asdict
+
+from django.core.management.base import BaseCommand
+
+from jobs.accounting import account
+from jobs.forecast import current_snapshot
+
+
+class Command(BaseCommand):
+    help = "Print quota usage, GPU pools and borrowing as the scheduler sees them."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+    def handle(self, *args, **options) -> None:
+        acc = account(current_snapshot())
+        quotas = [
+            asdict(u) | {"free": u.free, "starved": u.starved}
+            for u in sorted(acc.quotas.values(), key=lambda u: u.name)
+        ]
+        if options["json"]:
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "quotas": quotas,
+                        "pools": [asdict(p) for p in acc.pools],
+                        "borrows": [asdict(b) for b in acc.borrows],
+                        "pooled_idle": [asdict(p) for p in acc.pooled_idle],
+                    },
+                    default=str,
+                )
+            )
+            return
+        self.stdout.write(
+            f"{'quota':24} {'size':>5} {'used':>5} {'in q':>5} {'own idle':>8} {'lent':>5} "
+            f"{'free':>5} {'borrowed':>8} {'waiting':>7}"
+        )
+        for q in quotas:
+            self.stdout.write(
+                f"{q['name']:24} {q['size']:5} {q['used']:5} {q['in_quota']:5} "
+                f"{q['idle_own']:8} {q['lent']:5} {q['free']:5} {q['borrowed']:8} "
+                f"{q['waiting']:7}{'  starved' if q['starved'] else ''}"
+            )
+        for p in acc.pools:
+            self.stdout.write(
+                f"pool {p.resource_type} {p.gpu_type}: {p.in_use} in use, {p.free} free, "
+                f"{p.unavailable} unavailable of {p.total}; guarantees {p.guaranteed}"
+            )

@@ -1,0 +1,143 @@
+"""The job page: Workers GPUs column, honest worker and job reasons, expected start, charts
+and log viewer markup, the metrics endpoint's access; the site's Content-Security-Policy."""
+
+import pytest
+from django.urls import reverse
+
+from jobs.actions.transitions import transition
+from jobs.models import Pod
+from jobs.statuses import Actor, JobStatus, PodStatus
+from tests.web.conftest import Tree, finish, place, submit
+
+
+def test_workers_show_the_gpu_count_with_indices_on_hover(
+    member_client, researcher, workspace, quota, node
+):
+    job = submit(researcher, workspace, quota, gpus_per_worker=1)
+    (pod,) = place(job, node)
+    Pod.objects.filter(pk=pod.pk).update(gpu_indices=[4])  # the one GPU it got is number 4
+    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    (cell,) = [e for e in tree.elements if e.attrs.get("title") == "GPU indices: 4"]
+    assert cell.text == "1"  # one GPU, not "GPUs 4"
+
+
+@pytest.mark.parametrize(
+    ("status", "css"),
+    [
+        (PodStatus.FAILED, "error-tail"),
+        (PodStatus.STOPPED, "note-tail"),
+        (PodStatus.PREEMPTED, "note-tail"),
+    ],
+)
+def test_only_failed_workers_show_their_tail_as_an_error(member_client, job, node, status, css):
+    (pod,) = place(job, node)
+    Pod.objects.filter(pk=pod.pk).update(status=status, error_message="Terminated by SIGTERM")
+    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    (tail,) = tree.containing("Terminated by SIGTERM")
+    assert tail.attrs["class"] == css
+
+
+def test_a_stopping_job_says_it_is_stopping(member_client, job, node):
+    place(job, node)
+    member_client.post(reverse("jobs:stop", args=[job.pk]))
+    detail = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    (reason,) = [e for e in detail.elements if e.attrs.get("class") == "reason"]
+    assert reason.text == "stopping: stopped by alice"  # not "all workers running"
+    listed = Tree(member_client.get(reverse("jobs:list")).text)
+    (badge,) = [e for e in listed.elements if e.text == "Stopping…"]
+    assert badge.attrs["title"] == "stopping: stopped by alice"
+
+
+def test_a_waiting_job_shows_its_expected_start(member_client, researcher, workspace, quota, node):
+    big = submit(researcher, workspace, quota, gpus_per_worker=8, max_runtime_seconds=3600)
+    place(big, node)
+    waiting = submit(researcher, workspace, quota, gpus_per_worker=8)
+    transition(waiting, JobStatus.INQUEUE, reason="no node has 8 free", actor=Actor.SCHEDULER)
+    html = member_client.get(reverse("jobs:detail", args=[waiting.pk])).text
+    assert "Expected start:" in html and "an estimate" in html
+    assert f"when job #{big.pk} ends (max runtime)" in html
+
+
+def test_charts_and_log_viewer_markup(member_client, job, node):
+    place(job, node)
+    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    charts = tree.by_id("charts")
+    assert charts.attrs["data-src"] == reverse("jobs:metrics", args=[job.pk])
+    keys = [e.attrs["data-chart"] for e in tree.elements if "data-chart" in e.attrs]
+    assert keys == ["gpu_utilization", "gpu_memory", "progress", "step_rate", "metrics"]
+    for control in ("data-log-search", "data-log-first-error", "data-log-times", "data-log-follow"):
+        assert [e for e in tree.elements if control in e.attrs], control
+    (raw,) = [e for e in tree.elements if e.text == "Download raw"]
+    assert "download" in raw.attrs
+
+
+def test_metrics_access(member_client, outsider_client, client, job, node):
+    place(job, node)
+    url = reverse("jobs:metrics", args=[job.pk])
+    assert member_client.get(url).status_code == 200
+    assert outsider_client.get(url).status_code == 404
+    assert client.get(url).status_code == 302
+    assert member_client.post(url).status_code == 405
+
+
+def test_a_finished_job_has_no_live_charts(member_client, job, node):
+    finish(job, node)
+    assert member_client.get(reverse("jobs:metrics", args=[job.pk])).json()["live"] is False
+
+
+def test_every_page_sends_a_strict_content_security_policy(member_client, job):
+    for url in ("/", "/quotas/", "/jobs/", "/jobs/new/", f"/jobs/{job.pk}/", "/login/"):
+        policy = member_client.get(url)["Content-Security-Policy"]
+        directives = dict(part.strip().split(" ", 1) for part in policy.split(";"))
+        assert directives["default-src"] == "'self'"
+        # Only this site, plus the request's nonce where a page (the admin) uses one.
+        assert directives["script-src"].split(" ")[0] == "'self'"
+        assert directives["style-src"].split(" ")[0] == "'self'"
+        assert directives["object-src"] == "'none'"
+        assert directives["frame-ancestors"] == "'none'"
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        assert "*" not in policy and "http" not in policy
+
+
+def test_pages_have_no_inline_scripts_styles_or_handlers(member_client, job, node):
+    place(job, node)
+    for url in ("/", "/quotas/", "/jobs/", "/jobs/new/", f"/jobs/{job.pk}/", "/account/token/"):
+        tree = Tree(member_client.get(url).text)
+        for e in tree.elements:
+            assert "style" not in e.attrs, (url, e.tag)
+            assert not [a for a in e.attrs if a.startswith("on")], (url, e.tag)
+            if e.tag == "script":
+                assert e.attrs.get("src") and not e.text.strip(), url
+            assert e.tag != "style", url
+
+
+def test_expected_starts_are_shared_for_a_while(
+    settings, researcher, workspace, quota, node, django_assert_num_queries
+):
+    from django.core.cache import cache
+
+    from jobs.forecast import cached_expected_starts
+
+    settings.FORECAST_CACHE_SECONDS = 10
+    cache.clear()
+    waiting = submit(researcher, workspace, quota, gpus_per_worker=2)
+    first = cached_expected_starts({waiting.pk})
+    assert first[waiting.pk].known
+    with django_assert_num_queries(0):  # the page's next poll reuses it
+        assert cached_expected_starts({waiting.pk}) == first
+    cache.clear()
+
+
+def test_the_api_gives_the_expected_start_labelled_an_estimate(
+    api, researcher, workspace, quota, node
+):
+    running = submit(researcher, workspace, quota, gpus_per_worker=8, max_runtime_seconds=600)
+    place(running, node)
+    waiting = submit(researcher, workspace, quota, gpus_per_worker=8)
+    detail = api.get(reverse("api-job", args=[waiting.pk])).json()
+    assert detail["expected_start"]["estimate"] is True
+    assert detail["expected_start"]["at"] and "max runtime" in detail["expected_start"]["basis"]
+    assert api.get(reverse("api-job", args=[running.pk])).json()["expected_start"] is None
+    listed = {j["id"]: j for j in api.get(reverse("api-jobs")).json()["jobs"]}
+    assert listed[waiting.pk]["expected_start"] == detail["expected_start"]
+    assert listed[running.pk]["expected_start"] is None
