@@ -6,6 +6,7 @@ import contextlib
 import signal
 import socket
 import threading
+import time
 import uuid
 from datetime import timedelta
 
@@ -44,11 +45,13 @@ def expected_lines(lines: list[str], preamble: list[str]) -> list[str]:
 def settled_lines(pod: Pod) -> list[str]:
     """The whole stored log of a counting worker: its last line is "done after N" and
     sequence numbers are contiguous, so once that line is stored every earlier one is."""
-    wait_for(
-        lambda: (stored_lines(pod)[-1:] or [""])[0].startswith("done after"),
-        "the worker's last line to be stored",
-    )
-    return stored_lines(pod)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        lines = stored_lines(pod)
+        if lines and lines[-1].startswith("done after"):
+            return lines
+        time.sleep(0.05)
+    pytest.fail(f"the worker's last line was never stored; the log ends {stored_lines(pod)[-3:]}")
 
 
 def test_ten_sigkills_in_a_row_keep_one_container_and_every_line_once(
