@@ -8,8 +8,8 @@ from django.db.models import IntegerField, Q, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.actions import issue_bootstrap_token, revoke_bootstrap_tokens
-from agents.models import BootstrapToken
+from agents.actions import allow_reregistration, issue_bootstrap_token, revoke_bootstrap_tokens
+from agents.models import BootstrapToken, RegistrationRecord
 from cluster.actions import revoke_node_tokens, set_cordoned
 from cluster.models import GpuDevice, Node
 from jobs.statuses import ACTIVE_POD_STATUSES
@@ -69,10 +69,11 @@ class NodeAdmin(admin.ModelAdmin):
         "heartbeat_deadline",
         "token_prefix",
         "token_revoked_at",
+        "reregistration_allowed_at",
         "created_at",
     ]
     inlines = [GpuDeviceInline]
-    actions = ["cordon", "uncordon", "revoke_tokens"]
+    actions = ["cordon", "uncordon", "revoke_tokens", "allow_reregistration"]
 
     def has_add_permission(self, request) -> bool:
         return False  # nodes register themselves with a bootstrap token
@@ -113,6 +114,36 @@ class NodeAdmin(admin.ModelAdmin):
             "and need a new bootstrap token.",
             messages.SUCCESS,
         )
+
+    @admin.action(description="Allow re-registration: the next agent registering the name takes it")
+    def allow_reregistration(self, request, queryset) -> None:
+        changed = allow_reregistration(queryset, request.user, timezone.now())
+        self.message_user(
+            request,
+            f"The next registration of {changed} node name(s) will replace the node's token "
+            "(the agent running there now is locked out then). Recorded under Registrations.",
+            messages.WARNING,
+        )
+
+
+@admin.register(RegistrationRecord)
+class RegistrationRecordAdmin(admin.ModelAdmin):
+    """Every registration of a node name, refused attempts and operators' consents included:
+    read-only."""
+
+    list_display = ["created_at", "name", "outcome", "remote_addr", "bootstrap_prefix", "user"]
+    list_filter = ["outcome"]
+    list_select_related = ["user"]
+    search_fields = ["name", "remote_addr", "bootstrap_prefix"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class BootstrapTokenAddForm(forms.ModelForm):

@@ -17,6 +17,13 @@ after a header `{"base", "src"}`. While the console is unreachable the lines wai
 (bounded by the same limit), and an agent restarted after `kill -9` reloads them, re-sends
 them in order and resumes reading the worker's output after the last journaled source line
 (agents.node.runtimes.base): no line is lost or repeated. Acknowledged lines are compacted away.
+
+Nothing is re-sent forever (DESIGN §7). Lines the console refuses (`LogAck.refused`: a
+malformed item) REFUSALS_BEFORE_SET_ASIDE times in a row are set aside: one marker line
+takes their place, with their sequence numbers' start, and the stream moves on. A request
+the console fails on as a whole (5xx, 400) is split: its workers' lines are then sent one
+worker at a time, so only the one that fails is retried and, after as many failures, set
+aside. A stream whose marker lines are refused too is dropped.
 """
 
 import contextlib
@@ -31,6 +38,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.node.client import ConsoleRefused, ServerFailed
+from protocol import limits
 from protocol.agent import MAX_LINES_PER_BATCH, LogAck, LogBatch, LogLines
 
 log = logging.getLogger(__name__)
@@ -70,6 +79,8 @@ class _Stream:
     journal: Path | None = None
     _file: object = None
     _acked_bytes: int = 0
+    refusals: int = 0  # refusals (or failures) in a row of its oldest lines
+    set_asides: int = 0  # times lines were set aside without any accepted since
 
     @property
     def next_seq(self) -> int:
@@ -167,6 +178,8 @@ class _Stream:
             self.size += item[1]
             self._rewrite()
             return
+        if next_seq > self.base:  # the console took lines: whatever was refused is over
+            self.refusals = self.set_asides = 0
         while self.lines and self.base < next_seq:
             _text, size, src = self.lines.popleft()
             self.size -= size
@@ -179,6 +192,21 @@ class _Stream:
         if self._acked_bytes > COMPACT_AFTER:
             self._rewrite()
         self._settle(now)
+
+    def set_aside(self, count: int, reason: str) -> None:
+        """Replace the oldest `count` lines with one marker line that takes the first one's
+        sequence number, so the console never waits for a gap."""
+        count = min(count, len(self.lines))
+        src = self.base_src
+        for _ in range(count):
+            _text, size, src = self.lines.popleft()
+            self.size -= size
+        marker = f"[agent] {count} log lines set aside: {reason}"
+        self.lines.appendleft((marker, _json_size(marker), src))
+        self.size += _json_size(marker)
+        self.refusals = 0
+        self.set_asides += 1
+        self._rewrite()
 
     @property
     def drained(self) -> bool:
@@ -233,6 +261,9 @@ class LogShipper:
         self._streams: dict[int, _Stream] = {}
         self._cond = threading.Condition()
         self._retry = threading.Event()
+        # Workers whose lines are sent alone, one request each, after a request carrying
+        # them failed as a whole: so only the bad one is retried (and set aside).
+        self._suspects: deque[int] = deque()
 
     # --- producers ---
 
@@ -318,12 +349,22 @@ class LogShipper:
                 return True
         return False
 
+    def _solo(self) -> list[_Stream] | None:
+        """The next suspect stream alone, while there are suspects; else None (all)."""
+        while self._suspects:
+            stream = self._streams.get(self._suspects[0])
+            if stream is not None and stream.lines:
+                return [stream]
+            self._suspects.popleft()
+        return None
+
     def take_batch(self) -> LogBatch | None:
         """Every stream's unacknowledged lines, oldest first, within the request limits."""
         with self._cond:
             budget = self.max_request_bytes
             batches = []
-            for s in self._streams.values():
+            solo = self._solo()
+            for s in solo if solo is not None else self._streams.values():
                 lines = []
                 for text, size, _src in s.lines:
                     if len(lines) >= self.max_lines or (size > budget and (lines or batches)):
@@ -338,8 +379,9 @@ class LogShipper:
                     break
             return LogBatch(batches=batches) if batches else None
 
-    def apply_ack(self, ack: LogAck) -> None:
+    def apply_ack(self, ack: LogAck, batch: LogBatch | None = None) -> None:
         now = self._clock()
+        sent = {b.pod_id: len(b.lines) for b in batch.batches} if batch is not None else {}
         with self._cond:
             for pod_id, next_seq in ack.acks.items():
                 stream = self._streams.get(pod_id)
@@ -351,14 +393,71 @@ class LogShipper:
                 if stream is not None:
                     stream.delete_journal()
                     log.warning("console refuses logs of pod %s: %s; dropping them", pod_id, reason)
+            for pod_id, reason in ack.refused.items():
+                stream = self._streams.get(pod_id)
+                if stream is not None:
+                    self._refused(stream, sent.get(pod_id, self.max_lines), reason)
+            if len(sent) == 1 and self._suspects and self._suspects[0] in sent:
+                self._suspects.popleft()  # its turn alone went through
             self._cond.notify_all()
+
+    def _refused(self, stream: _Stream, count: int, reason: str) -> None:
+        """Its oldest `count` lines were refused (or failed) once more; caller holds the lock."""
+        stream.refusals += 1
+        log.warning(
+            "pod %s: the console refused %d log lines (%d/%d): %s",
+            stream.pod_id,
+            count,
+            stream.refusals,
+            limits.REFUSALS_BEFORE_SET_ASIDE,
+            reason,
+        )
+        if stream.refusals < limits.REFUSALS_BEFORE_SET_ASIDE:
+            return
+        if stream.set_asides >= 2:  # even the marker lines are refused: nothing gets through
+            log.error("pod %s: the console refuses every log line; dropping them", stream.pod_id)
+            self._streams.pop(stream.pod_id, None)
+            stream.delete_journal()
+            return
+        times = limits.REFUSALS_BEFORE_SET_ASIDE
+        stream.set_aside(count, f"the console refused them {times} times ({reason[:200]})")
+
+    def _failed(self, batch: LogBatch, exc: Exception) -> None:
+        """The console failed on this request as a whole (not unreachable: it answered)."""
+        with self._cond:
+            pods = [b.pod_id for b in batch.batches]
+            if len(pods) > 1:
+                for pod_id in pods:
+                    if pod_id not in self._suspects:
+                        self._suspects.append(pod_id)
+                log.warning(
+                    "the console failed on the lines of %d workers (%s); sending them one "
+                    "worker at a time",
+                    len(pods),
+                    exc,
+                )
+                return
+            stream = self._streams.get(pods[0])
+            if stream is not None:
+                self._refused(stream, len(batch.batches[0].lines), str(exc))
+                if pods[0] not in self._suspects:
+                    self._suspects.appendleft(pods[0])
 
     def ship_once(self) -> bool:
         """Send one batch if there is anything unacknowledged. Raises what `send` raises."""
         batch = self.take_batch()
         if batch is None:
             return False
-        self.apply_ack(self._send(batch))
+        try:
+            ack = self._send(batch)
+        except ServerFailed as exc:
+            self._failed(batch, exc)
+            raise
+        except ConsoleRefused as exc:
+            if exc.status not in (401, 403):  # a credential problem is no poisoned batch
+                self._failed(batch, exc)
+            raise
+        self.apply_ack(ack, batch)
         return True
 
     def run(self, stop: threading.Event, *, retry_cap: float = 30.0) -> None:

@@ -1,9 +1,11 @@
 """The container configuration the docker runtime creates, built from an allowlist (pure).
 
 Never privileged, no host namespaces, no extra devices or capabilities, no Docker socket;
-the only bind mount is the job's checkpoint folder under the operator-configured root
-(symlinks resolved first). GPUs are attached by device request of the assigned indices.
-`check_config` checks a configuration again right before it is used.
+the bind mounts are the job's checkpoint folder (inside its workspace's area of the
+operator-configured root, symlinks resolved first) and, read-only, the agent's fence folder
+(the fence wrapper and the node's lease, agents.node.fence), whose wrapper runs the command.
+GPUs are attached by device request of the assigned indices. `check_config` checks a
+configuration again right before it is used.
 """
 
 from collections.abc import Mapping
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from docker.types import DeviceRequest, Mount
 
+from agents.node.fence import LEASE_NAME, MOUNT, WRAPPER_NAME
 from agents.node.runtimes.base import (
     CHECKPOINT_ENV,
     PROGRESS_ENV,
@@ -54,6 +57,7 @@ class DockerOptions:
     node: str
     checkpoint_root: Path | None = None  # operator-configured; None: no checkpoint volume
     gpus: bool = True  # attach GPUs by device request (the engine needs the NVIDIA toolkit)
+    fence_dir: Path | None = None  # the fence wrapper and lease (None: no fence)
 
 
 def container_name(node: str, pod_id: int, attempt: int) -> str:
@@ -97,10 +101,15 @@ def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | 
         f"{LABEL}.epoch": str(spec.attempt),
         f"{LABEL}.rank": str(spec.rank),
         f"{LABEL}.gpus": ",".join(str(i) for i in spec.gpu_indices),
+        f"{LABEL}.workspace": str(spec.workspace_id),
     }
+    command = ["/bin/sh", "-c", spec.command]
+    if opts.fence_dir is not None:  # the wrapper stops the worker when the lease runs out
+        fence = [f"{MOUNT}/{WRAPPER_NAME}", "--container", f"{MOUNT}/{LEASE_NAME}", "-", "--"]
+        command = [*fence, *command]
     config: dict = {
         "image": spec.image,
-        "command": ["/bin/sh", "-c", spec.command],
+        "command": command,
         "name": container_name(opts.node, spec.pod_id, spec.attempt),
         "labels": labels,
         "environment": env,
@@ -121,16 +130,25 @@ def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | 
     if spec.memory_gb:
         config["mem_limit"] = f"{spec.memory_gb}g"
         config["shm_size"] = f"{max(1, spec.memory_gb // 2)}g"  # data loaders share via /dev/shm
+    mounts = []
+    if opts.fence_dir is not None:
+        mounts.append(
+            Mount(MOUNT, str(Path(opts.fence_dir).resolve()), type="bind", read_only=True)
+        )
     if checkpoints is not None:
-        config["mounts"] = [Mount(CHECKPOINT_MOUNT, str(checkpoints), type="bind")]
+        mounts.append(Mount(CHECKPOINT_MOUNT, str(checkpoints), type="bind"))
         for name, host in host_paths.items():
             inside = _container_path(host, checkpoints)
             if inside is not None:
                 env[name] = inside
+    if mounts:
+        config["mounts"] = mounts
     return config
 
 
-def check_config(config: Mapping, checkpoint_root: Path | None) -> None:
+def check_config(
+    config: Mapping, checkpoint_root: Path | None, fence_dir: Path | None = None
+) -> None:
     """Refuse anything outside the allowlist; raises UnsafeConfig."""
     extra = set(config) - ALLOWED_KEYS
     if extra:
@@ -142,7 +160,18 @@ def check_config(config: Mapping, checkpoint_root: Path | None) -> None:
     for request in config.get("device_requests", []):
         if request.get("Driver") != "nvidia" or not request.get("DeviceIDs"):
             raise UnsafeConfig("only NVIDIA GPUs by explicit index may be requested")
-    mounts = config.get("mounts", [])
+    mounts = list(config.get("mounts", []))
+    fence = [m for m in mounts if m.get("Target") == MOUNT]
+    for mount in fence:
+        source = Path(mount.get("Source", "")).resolve()
+        if (
+            fence_dir is None
+            or source != Path(fence_dir).resolve()
+            or mount.get("Type") != "bind"
+            or not mount.get("ReadOnly")
+        ):
+            raise UnsafeConfig(f"only the agent's fence folder, read-only, may be at {MOUNT}")
+    mounts = [m for m in mounts if m.get("Target") != MOUNT]
     if mounts and checkpoint_root is None:
         raise UnsafeConfig("no checkpoint root is configured: nothing may be mounted")
     for mount in mounts:
