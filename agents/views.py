@@ -69,7 +69,7 @@ def _body(request: HttpRequest) -> bytes:
 def _items(request: HttpRequest, parse):
     """A batch request read item by item (protocol.batches); text is repaired per item."""
     try:
-        return parse(load_json(_body(request), text="repair"))
+        return parse(load_json(_body(request), repair=True))
     except JsonBodyError as exc:
         raise AgentApiError(400, exc.code, exc.message, exc.field) from None
     except RequestRefused as exc:

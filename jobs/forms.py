@@ -227,7 +227,8 @@ class JobForm(forms.Form):
 
     def clean_quota(self) -> Quota:
         raw = self.cleaned_data["quota"].strip()
-        lookup = {"pk": int(raw)} if raw.isdigit() else {"name": raw}
+        by_id = raw.isascii() and raw.isdigit() and len(raw) <= 18  # fits a bigint
+        lookup = {"pk": int(raw)} if by_id else {"name": raw}
         quota = Quota.objects.filter(**lookup).first()
         if quota is None:
             raise forms.ValidationError(f"Unknown quota {raw[:100]!r}.")
@@ -241,8 +242,8 @@ class JobForm(forms.Form):
         image = self.cleaned_data["image"].strip()
         if _WHITESPACE_OR_CONTROL.search(image):
             raise forms.ValidationError("An image reference cannot contain spaces.")
-        if text_problem(image):
-            raise forms.ValidationError(f"The image reference {text_problem(image)}.")
+        if not image.isascii() or not image.isprintable():
+            raise forms.ValidationError("An image reference is printable ASCII.")
         return image
 
     def clean_command(self) -> str:

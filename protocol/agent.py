@@ -224,9 +224,10 @@ def _runnable(value: str) -> str:
 
 
 def _image(value: str) -> str:
-    if any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in value):
-        raise ValueError("an image reference cannot contain spaces or control characters")
-    return _runnable(value)
+    # Image references (registry, repository, tag, digest) are printable ASCII.
+    if not all("!" <= char <= "~" for char in value):
+        raise ValueError("an image reference is printable ASCII, without spaces")
+    return value
 
 
 def _folder(value: str) -> str:

@@ -134,14 +134,16 @@ def _path(parts: list) -> str:
     return ".".join(str(p) for p in parts)
 
 
-def load_json(raw: bytes | str, *, max_depth: int = limits.JSON_DEPTH, text: str = "refuse") -> Any:
+def load_json(raw: bytes | str, *, max_depth: int = limits.JSON_DEPTH, repair: bool = False) -> Any:
     """Parse a request body safely: never a RecursionError, never a string that cannot be
     encoded again.
 
     Nesting deeper than `max_depth` is refused (code "invalid_json") before parsing, so the
-    parser's recursion is never reached. Strings and keys with lone surrogates are refused
-    (code "invalid_text", with the field) when `text="refuse"` (what a user submits), or
-    repaired to U+FFFD when `text="repair"` (an agent's reports, sanitised per item).
+    parser's recursion is never reached. By default (what a user submits) strict JSON:
+    strings and keys with lone surrogates are refused (code "invalid_text", with the
+    field), and so are NaN and Infinity. With `repair` (an agent's batch, read item by item
+    after this) lone surrogates become U+FFFD and NaN/Infinity are read as floats, so that
+    the item holding them is refused alone by its schema rather than the whole request.
     """
     if isinstance(raw, bytes):
         try:
@@ -152,13 +154,13 @@ def load_json(raw: bytes | str, *, max_depth: int = limits.JSON_DEPTH, text: str
     if depth > max_depth:
         raise JsonBodyError("invalid_json", f"The body is nested deeper than {max_depth} levels.")
     try:
-        value = json.loads(raw, parse_constant=_not_json)
+        value = json.loads(raw, parse_constant=float if repair else _not_json)
     except (ValueError, RecursionError) as exc:
         raise JsonBodyError("invalid_json", f"The body is not valid JSON: {exc}") from None
     # Decoded UTF-8 holds no surrogate: only a \uD800-\uDFFF escape can make one.
     if _SURROGATE_ESCAPE.search(raw) is None and not _has_surrogate(raw):
         return value
-    return _check_strings(value, repair=text == "repair")
+    return _check_strings(value, repair=repair)
 
 
 def _not_json(constant: str) -> Any:
