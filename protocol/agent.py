@@ -353,7 +353,7 @@ class HeartbeatReply(_FromConsole):
     lease_seconds: Annotated[float, Field(gt=0, le=86_400)] | None = None
     fence_grace: Annotated[float, Field(ge=0, le=3600)] = 0.0
     # Filled while parsing (never sent): run items this agent cannot use.
-    unusable: list[UnusableSpec] = []
+    unusable: Annotated[list[UnusableSpec], Field(exclude=True)] = []
 
     @model_validator(mode="before")
     @classmethod
