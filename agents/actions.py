@@ -54,6 +54,7 @@ from jobs.actions.workers import (
 )
 from jobs.models import Pod
 from jobs.statuses import ACTIVE_POD_STATUSES
+from protocol import limits
 from protocol.agent import (
     HeartbeatReply,
     LogAck,
@@ -308,7 +309,9 @@ def _isolated(
             return apply()
     except Exception as exc:
         log.exception("node %s: %s of pod %s failed", node.name, what, pod_id)
-        refused.setdefault(pod_id, fit(f"the console could not apply the {what}: {exc!r}", 300))
+        # The details stay in the console's log; the agent learns which item and what kind.
+        reason = f"the console could not apply the {what} ({type(exc).__name__})"
+        refused.setdefault(pod_id, fit(reason, limits.REASON))
         return _FAILED
 
 
