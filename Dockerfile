@@ -7,6 +7,15 @@
 # locally from Debian packages (deploy/base-image, what `make test-deploy` uses).
 ARG BASE_IMAGE=docker.io/library/debian:trixie-slim
 
+# The workers' fence wrapper (agents/node/fence): a small static C program, built here so the
+# runtime image needs no compiler.
+FROM ${BASE_IMAGE} AS fence
+COPY deploy/apt-install /usr/local/sbin/apt-install
+RUN apt-install gcc libc6-dev
+COPY agents/node/fence/fencewrap.c /out/
+RUN gcc -static -Os -s -o /out/fencewrap /out/fencewrap.c \
+ && sha256sum /out/fencewrap.c | cut -d' ' -f1 > /out/fencewrap.sha256 && rm /out/fencewrap.c
+
 FROM ${BASE_IMAGE} AS console
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH
@@ -20,6 +29,7 @@ COPY pyproject.toml ./
 RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" >/tmp/requirements.txt \
  && pip install --quiet -r /tmp/requirements.txt && rm /tmp/requirements.txt
 COPY . .
+COPY --from=fence /out/ /app/agents/node/fence/
 RUN CONSOLE_ENV=production SECRET_KEY=build-only-not-secret ALLOWED_HOSTS=build \
     CONSOLE_VAR_DIR=/app/var python manage.py collectstatic --noinput --verbosity 0
 ENV CONSOLE_ENV=production CONSOLE_VAR_DIR=/app/var

@@ -9,6 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m agents.node.fence  # the workers' fence wrapper (a small static C program)
 	touch $@
 
 venv: $(BIN)/.installed

@@ -18,6 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 from accounts.actions import touch_last_used
 from accounts.models import ApiToken
 from accounts.tokens import matches, split_prefix
+from protocol.text import JsonBodyError, load_json
 
 # Writing last_used_at on every call would turn each read into a write; a minute is precise
 # enough to tell whether a token is in use.
@@ -41,6 +42,16 @@ class ApiError(Exception):
         self.message = message
         self.field = field
         self.fields = fields
+
+
+def json_body(raw: bytes) -> Any:
+    """A request body as JSON, or a stable 400 (`invalid_json`: not JSON, not UTF-8, nested
+    too deep; `invalid_text`: a string that is not valid Unicode, with its field). Never a
+    RecursionError or an unencodable string reaching the code behind it."""
+    try:
+        return load_json(raw)
+    except JsonBodyError as exc:
+        raise ApiError(400, exc.code, exc.message, exc.field) from None
 
 
 def error_response(

@@ -33,31 +33,42 @@ from agents.decisions import (
     log_reject_reason,
     new_log_lines,
 )
-from agents.models import BootstrapToken
+from agents.fencing import fence_timing
+from agents.models import BootstrapToken, RegistrationOutcome, RegistrationRecord
 from cluster.actions import (
+    NameTaken,
     health_marks_to_clear,
     record_node_alive,
+    refuse_gpu_reports,
     save_registration,
     upsert_gpus,
 )
+from cluster.actions import allow_reregistration as allow_node_reregistration
 from cluster.models import Node, NodeState
 from jobs.actions.logs import append_log_lines
 from jobs.actions.progress import store_worker_extras, worker_ft_fields
-from jobs.actions.workers import apply_worker_state, note_reports, record_gpu_samples
+from jobs.actions.workers import (
+    apply_worker_state,
+    note_refusal,
+    note_reports,
+    record_gpu_samples,
+)
 from jobs.models import Pod
 from jobs.statuses import ACTIVE_POD_STATUSES
+from protocol import limits
 from protocol.agent import (
     ClearHealthMark,
-    Heartbeat,
     HeartbeatReply,
     LogAck,
-    LogBatch,
     NodeFacts,
     RegisterRequest,
     StopOrder,
     WorkerReport,
     WorkerSpec,
+    error_reason,
 )
+from protocol.batches import HeartbeatItems, LogItems
+from protocol.text import fit
 
 log = logging.getLogger(__name__)
 
@@ -157,31 +168,85 @@ def revoke_bootstrap_tokens(tokens, now: datetime) -> int:
 # --- register ----------------------------------------------------------------------------
 
 
-def register_node(bootstrap_plain: str, req: RegisterRequest, now: datetime) -> tuple[Node, str]:
-    """Claim the bootstrap token and create (or take over) the node by name, in one
-    transaction. Returns the node and its new plain token (stored only as prefix + digest).
+def register_node(
+    bootstrap_plain: str, req: RegisterRequest, now: datetime, *, remote_addr: str = ""
+) -> tuple[Node, str]:
+    """Claim the bootstrap token and create the node, in one transaction. Returns the node
+    and its new plain token (stored only as prefix + digest).
 
-    Re-registering an existing name replaces its token: the bootstrap token is the admin's
-    consent, and the old agent is locked out at its next request."""
+    A name that is already registered is never taken over by a bootstrap token (whoever
+    holds a reusable one would lock the real agent out and receive its job specs): it is
+    refused (409) and the attempt recorded, until an operator allows the name to register
+    again (admin "Allow re-registration", or revoking its token). Every registration is
+    recorded in RegistrationRecord."""
     new = make_token(NODE_KIND)
-    with transaction.atomic():
-        claim_bootstrap_token(bootstrap_plain, now)
-        node = save_registration(
-            req.name,
-            {
-                **_fact_fields(req.facts),
-                "resource_type": req.facts.resource_type,
-                "state": NodeState.READY,
-                "last_heartbeat_at": now,
-                "heartbeat_deadline": _deadline(now),
-                "token_prefix": new.prefix,
-                "token_digest": new.digest,
-                "token_revoked_at": None,
-            },
+    record = {"name": req.name, "created_at": now, "remote_addr": remote_addr[:64]}
+    try:
+        with transaction.atomic():
+            token = claim_bootstrap_token(bootstrap_plain, now)
+            record["bootstrap_prefix"] = token.prefix
+            node, created = save_registration(
+                req.name,
+                {
+                    **_fact_fields(req.facts),
+                    "resource_type": req.facts.resource_type,
+                    "state": NodeState.READY,
+                    "last_heartbeat_at": now,
+                    "heartbeat_deadline": _deadline(now),
+                    "token_prefix": new.prefix,
+                    "token_digest": new.digest,
+                    "token_revoked_at": None,
+                },
+            )
+            upsert_gpus(node.pk, _gpu_rows(req.facts), known_count=None)
+            RegistrationRecord.objects.create(
+                **record,
+                node=node,
+                outcome=RegistrationOutcome.REGISTERED
+                if created
+                else RegistrationOutcome.REREGISTERED,
+            )
+    except NameTaken:
+        taken = Node.objects.filter(name=req.name).first()
+        RegistrationRecord.objects.create(
+            **record,
+            node=taken,
+            outcome=RegistrationOutcome.REFUSED,
+            detail="the name is registered to another agent",
         )
-        upsert_gpus(node.pk, _gpu_rows(req.facts), known_count=None)
+        log.warning(
+            "refused to register node %s from %s: the name is already registered",
+            req.name,
+            remote_addr or "?",
+        )
+        raise AgentApiError(
+            409,
+            "name_taken",
+            f"a node named {req.name} is already registered; an admin must allow it to "
+            "register again (Nodes → Allow re-registration)",
+            "name",
+        ) from None
     log.info("node %s registered (id %s, %d GPUs)", node.name, node.pk, len(req.facts.gpus))
     return node, new.plain
+
+
+def allow_reregistration(nodes, user, now: datetime) -> int:
+    """An operator's consent: the next registration of each node's name replaces its
+    token (recorded). Returns how many nodes were allowed."""
+    with transaction.atomic():
+        allowed = allow_node_reregistration(nodes, now)
+        RegistrationRecord.objects.bulk_create(
+            RegistrationRecord(
+                name=node.name,
+                created_at=now,
+                outcome=RegistrationOutcome.ALLOWED,
+                node=node,
+                user=user,
+                detail="the next registration of this name replaces its token",
+            )
+            for node in allowed
+        )
+    return len(allowed)
 
 
 # --- heartbeat ---------------------------------------------------------------------------
@@ -214,50 +279,97 @@ def worker_spec(pod: Pod) -> WorkerSpec:
         cpus=pod.cpus,
         memory_gb=pod.memory_gb,
         log_next_seq=pod.log_next_seq,
+        workspace_id=job.workspace_id,
         **worker_ft_fields(pod),
     )
 
 
 def _apply_report(node: Node, pod: Pod, report: WorkerReport, now: datetime) -> bool:
-    """One worker's change, in its own transaction. A report that cannot be applied is
-    logged and must not fail the heartbeat (one bad row would take the whole node NotReady).
-    It is not lost: the pod stays live, so the reply still lists it, and an agent that sees
-    a pod it has finished in the desired state reports its exit again."""
+    """One worker's change, in its own transaction (apply_worker_state)."""
+    return apply_worker_state(
+        pod,
+        running=report.state == "running",
+        exit_code=report.exit_code,
+        error=report.error,
+        container_id=report.container_id,
+        now=now,
+    )
+
+
+_FAILED = object()
+
+
+def _isolated(
+    node: Node, pod_id: int, refused: dict[int, str], what: str, apply, *, atomic: bool = False
+) -> object:
+    """Apply one item alone. An item that cannot be applied is rolled back alone (`apply`
+    runs its writes in a transaction: its own, or `atomic=True` for one here) and refused
+    with a reason; it never fails the request (one bad row would take the whole node
+    NotReady). Its pod stays live, so the reply still lists it and the agent reports it
+    again."""
     try:
-        return apply_worker_state(
-            pod,
-            running=report.state == "running",
-            exit_code=report.exit_code,
-            error=report.error,
-            container_id=report.container_id,
-            now=now,
-        )
-    except Exception:
-        log.exception("node %s: applying the report on pod %s failed", node.name, pod.pk)
-        return False
+        if not atomic:
+            return apply()
+        with transaction.atomic():
+            return apply()
+    except Exception as exc:
+        log.exception("node %s: %s of pod %s failed", node.name, what, pod_id)
+        # The details stay in the console's log; the agent learns which item and what kind.
+        reason = f"the console could not apply the {what} ({type(exc).__name__})"
+        refused.setdefault(pod_id, fit(reason, limits.REASON))
+        return _FAILED
 
 
-def record_heartbeat(node: Node, hb: Heartbeat, now: datetime) -> HeartbeatReply:
-    """Note the node alive and its facts, apply its worker reports, reply with the desired
-    state. Queries: a constant few plus a constant per worker whose state changed."""
-    record_node_alive(node.pk, _fact_fields(hb.facts), now=now, deadline=_deadline(now))
-    upsert_gpus(node.pk, _gpu_rows(hb.facts), known_count=node.gpus)
+def _heartbeat_lease() -> dict:
+    timing = fence_timing()
+    return {"lease_seconds": timing.lease_seconds, "fence_grace": timing.kill_grace}
 
-    pods = _load_pods(node.pk, (w.pod_id for w in hb.workers))
+
+def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> HeartbeatReply:
+    """Apply a heartbeat item by item (protocol.batches), reply with the desired state.
+
+    The node is noted alive (Ready, a new deadline) last, once the heartbeat has been
+    applied: a node whose heartbeats keep failing goes NotReady, so the scheduler stops
+    placing work there. Queries: a constant few plus a constant per worker whose state
+    changed."""
+    upsert_gpus(node.pk, _gpu_rows(items.facts), known_count=node.gpus)
+    if items.refused_gpus:
+        refuse_gpu_reports(node.pk, items.refused_gpus)
+    for problem in items.unnamed:
+        log.warning("node %s: refused a heartbeat item: %s", node.name, problem)
+    refused = dict(items.refused)
+
+    pods = _load_pods(node.pk, [*(w.pod_id for w in items.workers), *refused])
     # Progress and checkpoints first: a checkpoint saved on SIGTERM must be known before
     # the exit reported in this same heartbeat restarts the job from it.
-    store_worker_extras(pods, hb.workers, now)
+    for report in items.workers:
+        if report.progress is not None or report.checkpoints:
+            _isolated(
+                node,
+                report.pod_id,
+                refused,
+                "progress and checkpoints",
+                lambda report=report: store_worker_extras(pods, [report], now),
+                atomic=True,
+            )
     changed = False
     touched: list[int] = []
     fenced: dict[int, StopOrder] = {}
     samples: list[tuple[int, dict]] = []
-    for report in hb.workers:
+    for report in items.workers:
         pod = pods.get(report.pod_id)
         verdict, why = judge_report(node.pk, _pod_facts(pod) if pod else None, report)
         if report.gpu is not None and verdict in (Verdict.START, Verdict.TOUCH):
             samples.append((pod.pk, report.gpu.model_dump()))
         if verdict in (Verdict.START, Verdict.EXIT):
-            changed |= _apply_report(node, pod, report, now)
+            applied = _isolated(
+                node,
+                pod.pk,
+                refused,
+                "worker report",
+                lambda pod=pod, report=report: _apply_report(node, pod, report, now),
+            )
+            changed |= applied is True
         elif verdict == Verdict.TOUCH:
             touched.append(pod.pk)
         elif verdict == Verdict.FENCE:
@@ -270,6 +382,7 @@ def record_heartbeat(node: Node, hb: Heartbeat, now: datetime) -> HeartbeatReply
             )
     note_reports(touched, now)
     record_gpu_samples(samples, now)  # only this node's current workers
+    _record_refusals(node, pods, refused, "report", now)
     if changed:  # a report may have ended the job and ordered its other workers stopped
         pods = _load_pods(node.pk, ())
 
@@ -281,16 +394,23 @@ def record_heartbeat(node: Node, hb: Heartbeat, now: datetime) -> HeartbeatReply
         except ValidationError as exc:
             # The job's stored spec cannot be sent (e.g. a bad env name): fail the worker
             # with the reason instead of breaking the whole node's heartbeat.
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            apply_worker_state(
-                pod, running=False, error=f"invalid worker spec: {where}: {first['msg']}", now=now
+            _isolated(
+                node,
+                pod.pk,
+                refused,
+                "worker spec",
+                lambda pod=pod, exc=exc: apply_worker_state(
+                    pod, running=False, error=f"invalid worker spec: {error_reason(exc)}", now=now
+                ),
             )
+    record_node_alive(node.pk, _fact_fields(items.facts), now=now, deadline=_deadline(now))
     return HeartbeatReply(
         heartbeat_interval=heartbeat_interval(),
         run=run,
         stop=stop,
-        clear_health_marks=_marks_to_clear(node.pk, hb.facts),
+        clear_health_marks=_marks_to_clear(node.pk, items.facts),
+        refused=refused,
+        **_heartbeat_lease(),
     )
 
 
@@ -302,26 +422,55 @@ def _marks_to_clear(node_id: int, facts: NodeFacts) -> list[ClearHealthMark]:
     return [ClearHealthMark(uuid=u, mark=m) for u, m in health_marks_to_clear(node_id)]
 
 
+def _record_refusals(
+    node: Node, pods: dict[int, Pod], refused: dict[int, str], what: str, now: datetime
+) -> None:
+    """Note each refusal on its pod (this node's pods only), and log it."""
+    for pod_id, reason in refused.items():
+        log.warning("node %s: refused the %s of pod %s: %s", node.name, what, pod_id, reason)
+        pod = pods.get(pod_id)
+        if pod is not None and pod.node_id == node.pk:
+            note_refusal(pod, f"{what} refused: {reason}", now)
+
+
 # --- logs --------------------------------------------------------------------------------
 
 
-def store_logs(node: Node, batch: LogBatch, now: datetime) -> LogAck:
-    """Store each sequence number once and acknowledge the next expected one per pod."""
-    ids = {b.pod_id for b in batch.batches}
+def store_logs(node: Node, items: LogItems, now: datetime) -> LogAck:
+    """Store each sequence number once and acknowledge the next expected one per pod; a
+    stream that cannot be read or stored is refused alone."""
+    ids = {b.pod_id for b in items.batches} | set(items.refused)
     pods = {p.pk: p for p in Pod.objects.filter(pk__in=ids).select_related("job")}
+    for problem in items.unnamed:
+        log.warning("node %s: refused a log item: %s", node.name, problem)
     acks: dict[int, int] = {}
     rejected: dict[int, str] = {}
-    for b in batch.batches:
+    refused = dict(items.refused)
+    for b in items.batches:
         pod = pods.get(b.pod_id)
         reason = log_reject_reason(node.pk, pod, b.attempt)
         if reason:
             rejected[b.pod_id] = reason
+            continue
+        if b.pod_id in refused:
             continue
         current = acks.get(pod.pk, pod.log_next_seq)
         fresh = new_log_lines(current, b.first_seq, b.lines)
         if fresh:
             # Lines the agent cut at its length limit, by sequence number (raw log joins them).
             joins = [b.first_seq + i for i in b.continued if b.first_seq + i >= current]
-            current = append_log_lines(pod, current, fresh, now, joins=joins)
+            stored = _isolated(
+                node,
+                pod.pk,
+                refused,
+                "log lines",
+                lambda pod=pod, current=current, fresh=fresh, joins=joins: append_log_lines(
+                    pod, current, fresh, now, joins=joins
+                ),
+            )
+            if stored is _FAILED:
+                continue
+            current = stored
         acks[pod.pk] = current
-    return LogAck(acks=acks, rejected=rejected)
+    _record_refusals(node, pods, refused, "log lines", now)
+    return LogAck(acks=acks, rejected=rejected, refused=refused)

@@ -12,8 +12,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from agents.actions import issue_bootstrap_token, revoke_bootstrap_tokens
-from agents.models import BootstrapToken
+from agents.actions import allow_reregistration, issue_bootstrap_token, revoke_bootstrap_tokens
+from agents.models import BootstrapToken, RegistrationRecord
 from cluster.actions import clear_health_marks, revoke_node_tokens, set_cordoned
 from cluster.actions import drain as drain_nodes
 from cluster.models import GpuDevice, Node
@@ -147,12 +147,20 @@ class NodeAdmin(TenantScopedAdmin):
         "heartbeat_deadline",
         "token_prefix",
         "token_revoked_at",
+        "reregistration_allowed_at",
         "created_at",
         "drain_requested_at",
         "jobs_here",
     ]
     inlines = [GpuDeviceInline]
-    actions = ["cordon", "drain", "uncordon", "revoke_tokens", "clear_gpu_health_marks"]
+    actions = [
+        "cordon",
+        "drain",
+        "uncordon",
+        "revoke_tokens",
+        "allow_reregistration",
+        "clear_gpu_health_marks",
+    ]
 
     def has_add_permission(self, request) -> bool:
         return False  # nodes register themselves with a bootstrap token
@@ -274,6 +282,36 @@ class NodeAdmin(TenantScopedAdmin):
             "and need a new bootstrap token.",
             messages.SUCCESS,
         )
+
+    @admin.action(description="Allow re-registration: the next agent registering the name takes it")
+    def allow_reregistration(self, request, queryset) -> None:
+        changed = allow_reregistration(queryset, request.user, timezone.now())
+        self.message_user(
+            request,
+            f"The next registration of {changed} node name(s) will replace the node's token "
+            "(the agent running there now is locked out then). Recorded under Registrations.",
+            messages.WARNING,
+        )
+
+
+@admin.register(RegistrationRecord)
+class RegistrationRecordAdmin(admin.ModelAdmin):
+    """Every registration of a node name, refused attempts and operators' consents included:
+    read-only."""
+
+    list_display = ["created_at", "name", "outcome", "remote_addr", "bootstrap_prefix", "user"]
+    list_filter = ["outcome"]
+    list_select_related = ["user"]
+    search_fields = ["name", "remote_addr", "bootstrap_prefix"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class BootstrapTokenAddForm(forms.ModelForm):

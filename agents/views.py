@@ -2,7 +2,11 @@
 
 These endpoints are called by machines with bearer tokens, never by a browser with a session
 cookie, so they are the only views exempt from CSRF. Errors are JSON:
-`{"error": {"code", "message", "field"}}` with 400/401/403/404/405/413.
+`{"error": {"code", "message", "field"}}` with 400/401/403/404/405/409/413.
+
+A heartbeat or a log request is a batch of independent items (protocol.batches): each is
+read on its own, and one bad item is refused alone in the reply (`refused`), never failing
+the request. Only what concerns the whole request answers 400.
 """
 
 import logging
@@ -17,7 +21,9 @@ from pydantic import BaseModel, ValidationError
 
 from agents import actions
 from agents.auth import AgentApiError, authenticate_node, bearer_token
-from protocol.agent import Heartbeat, LogBatch, RegisterRequest, RegisterResponse
+from protocol.agent import RegisterRequest, RegisterResponse
+from protocol.batches import RequestRefused, parse_heartbeat, parse_log_batch
+from protocol.text import JsonBodyError, load_json
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +57,27 @@ def agent_endpoint(view: Callable[[HttpRequest], HttpResponse]):
     return wrapper
 
 
-def _parse[M: BaseModel](request: HttpRequest, schema: type[M]) -> M:
+def _body(request: HttpRequest) -> bytes:
     try:
-        body = request.body
+        return request.body
     except RequestDataTooBig:
         raise AgentApiError(
             413, "too_large", "request body too large; send smaller batches"
         ) from None
+
+
+def _items(request: HttpRequest, parse):
+    """A batch request read item by item (protocol.batches); text is repaired per item."""
+    try:
+        return parse(load_json(_body(request), repair=True))
+    except JsonBodyError as exc:
+        raise AgentApiError(400, exc.code, exc.message, exc.field) from None
+    except RequestRefused as exc:
+        raise AgentApiError(400, "invalid", exc.message, exc.field) from None
+
+
+def _parse[M: BaseModel](request: HttpRequest, schema: type[M]) -> M:
+    body = _body(request)
     try:
         return schema.model_validate_json(body)
     except ValidationError as exc:
@@ -72,7 +92,9 @@ def _parse[M: BaseModel](request: HttpRequest, schema: type[M]) -> M:
 def register(request: HttpRequest) -> HttpResponse:
     plain = bearer_token(request)
     req = _parse(request, RegisterRequest)
-    node, token = actions.register_node(plain, req, timezone.now())
+    node, token = actions.register_node(
+        plain, req, timezone.now(), remote_addr=request.META.get("REMOTE_ADDR", "")
+    )
     return _ok(
         RegisterResponse(
             node_id=node.pk, node_token=token, heartbeat_interval=actions.heartbeat_interval()
@@ -84,15 +106,15 @@ def register(request: HttpRequest) -> HttpResponse:
 def heartbeat(request: HttpRequest) -> HttpResponse:
     now = timezone.now()  # receive time, before any work: the node was alive at this moment
     node = authenticate_node(request)
-    hb = _parse(request, Heartbeat)
-    return _ok(actions.record_heartbeat(node, hb, now))
+    items = _items(request, parse_heartbeat)
+    return _ok(actions.record_heartbeat(node, items, now))
 
 
 @agent_endpoint
 def logs(request: HttpRequest) -> HttpResponse:
     node = authenticate_node(request)
-    batch = _parse(request, LogBatch)
-    return _ok(actions.store_logs(node, batch, timezone.now()))
+    items = _items(request, parse_log_batch)
+    return _ok(actions.store_logs(node, items, timezone.now()))
 
 
 _ENDPOINTS = ("register", "heartbeat", "logs")

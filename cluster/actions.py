@@ -5,9 +5,12 @@ monitors never act twice."""
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 
 from cluster.models import GpuDevice, Node, NodeState
+from protocol import limits
+from protocol.text import fit
 
 MISSING_GPU = "not reported by the agent (missing from NVML)"
 _GPU_FIELDS = [
@@ -29,10 +32,44 @@ _GPU_FIELDS = [
 ]
 
 
-def save_registration(name: str, fields: dict) -> Node:
-    """Create the node `name`, or replace the facts and token of the existing one."""
-    node, _ = Node.objects.update_or_create(name=name, defaults=fields)
-    return node
+class NameTaken(Exception):
+    """A node of this name is registered and no operator allowed it to register again."""
+
+
+def may_take_over(node: Node) -> bool:
+    """Whether a registration may replace this node's token: it has no live token (never
+    registered by an agent, or revoked by an operator), or an operator allowed it."""
+    return (
+        not node.token_digest
+        or node.token_revoked_at is not None
+        or node.reregistration_allowed_at is not None
+    )
+
+
+def save_registration(name: str, fields: dict) -> tuple[Node, bool]:
+    """Create the node `name`, or replace the facts and token of the existing one if it may
+    be taken over (raises NameTaken). Call inside a transaction: the row is locked while
+    checked. Returns the node and whether it was created."""
+    node = Node.objects.select_for_update().filter(name=name).first()
+    if node is None:
+        try:
+            with transaction.atomic():
+                return Node.objects.create(name=name, **fields), True
+        except IntegrityError:  # another agent registered this very name at this moment
+            raise NameTaken(name) from None
+    if not may_take_over(node):
+        raise NameTaken(name)
+    fields = {**fields, "reregistration_allowed_at": None}
+    Node.objects.filter(pk=node.pk).update(**fields)
+    node.refresh_from_db()
+    return node, False
+
+
+def allow_reregistration(nodes: QuerySet[Node], now: datetime) -> list[Node]:
+    """Let the next registration of each of these names replace its token."""
+    chosen = list(nodes.filter(reregistration_allowed_at__isnull=True))
+    Node.objects.filter(pk__in=[n.pk for n in chosen]).update(reregistration_allowed_at=now)
+    return chosen
 
 
 def record_node_alive(node_id: int, fields: dict, *, now: datetime, deadline: datetime) -> None:
@@ -79,6 +116,15 @@ def health_marks_to_clear(node_id: int) -> list[tuple[str, int]]:
         .exclude(uuid="")
         .values_list("uuid", "health_mark")
     )
+
+
+def refuse_gpu_reports(node_id: int, refused: dict[int, str]) -> None:
+    """GPUs whose reports the console could not read: unhealthy, with the reason, so the
+    scheduler places nothing on a device it knows nothing about."""
+    for index, reason in refused.items():
+        GpuDevice.objects.filter(node_id=node_id, index=index).update(
+            healthy=False, health_reason=fit(f"report refused: {reason}", limits.GPU_REASON)
+        )
 
 
 def revoke_node_tokens(nodes: QuerySet[Node], now: datetime) -> int:

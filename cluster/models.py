@@ -38,6 +38,9 @@ class Node(models.Model):
     token_prefix = models.CharField(max_length=8, unique=True, null=True, blank=True)
     token_digest = models.CharField(max_length=64, blank=True)
     token_revoked_at = models.DateTimeField(null=True, blank=True)
+    # An operator allowed the next registration of this name to replace its token (admin
+    # action "Allow re-registration"); cleared by that registration.
+    reregistration_allowed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

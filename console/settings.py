@@ -244,6 +244,9 @@ AGENT_HEARTBEAT_INTERVAL = env_int("AGENT_HEARTBEAT_INTERVAL", 5, minimum=1)
 NODE_NOT_READY_AFTER = env_int("NODE_NOT_READY_AFTER", 30, minimum=1)
 # ... and after this long it is Lost (its workers Lost).
 NODE_LOST_TIMEOUT = env_int("NODE_LOST_TIMEOUT", 300, minimum=1)
+# Workers of a silent node are stopped by their own wrapper this long after the last applied
+# heartbeat was sent; default: what agents.fencing.plan_fence leaves before NODE_LOST_TIMEOUT.
+WORKER_FENCE_TIMEOUT = env_int("WORKER_FENCE_TIMEOUT", 0, minimum=0) or None
 BOOTSTRAP_TOKEN_TTL = env_int("BOOTSTRAP_TOKEN_TTL", 24 * 3600, minimum=60)
 DEFAULT_STOP_GRACE = env_int("DEFAULT_STOP_GRACE", 30, minimum=0)
 

@@ -5,7 +5,6 @@ Validation of a new job is `jobs.forms.JobForm`, the same as the create page's; 
 adds JSON strictness on top (types, unknown fields), so a typo is an error, not a default.
 """
 
-import json
 from types import NoneType
 from typing import Any
 
@@ -14,7 +13,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
-from accounts.api_auth import ApiError, api_view
+from accounts.api_auth import ApiError, api_view, json_body
 from cluster.models import Node
 from jobs import logview
 from jobs.access import get_job_for_user, visible_jobs
@@ -69,10 +68,7 @@ EVENTS_SHOWN = 200
 def _json_body(request: HttpRequest) -> dict[str, Any]:
     if not request.body:
         return {}
-    try:
-        body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"The body is not valid JSON: {exc}") from None
+    body = json_body(request.body)
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "The body must be a JSON object.")
     return body

@@ -16,7 +16,10 @@ from jobs.actions.submit import JobSpec, create_job
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
 from jobs.models import Job
 from jobs.statuses import IdleResources
+from protocol import limits
+from protocol.agent import job_problems
 from protocol.devices import is_device_env
+from protocol.text import name_problem, text_problem
 from quotas.models import Quota, Workspace
 
 # Per-worker and per-job bounds (a worker must also fit on one registered node).
@@ -39,11 +42,10 @@ DEFAULTS = {
     "max_restarts": 3,
     "hang_timeout": 1800,
 }
-# A checkpoint folder is relative to the agent's checkpoint root: plain path segments.
-CHECKPOINT_DIR = re.compile(r"[A-Za-z0-9_.-]{1,100}(/[A-Za-z0-9_.-]{1,100}){0,7}")
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_ENV_VARS = 200
-MAX_ENV_VALUE = 32 * 1024
+ENV_KEY = limits.ENV_NAME_RE
+# Kept under these names for callers; the values live in protocol.limits.
+MAX_ENV_VARS = limits.ENV_VARS
+MAX_ENV_VALUE = limits.ENV_VALUE
 _WHITESPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
 
 
@@ -51,6 +53,12 @@ def default_name(image: str) -> str:
     """A job name from its image: "nvcr.io/nvidia/pytorch:24.01-py3" → "pytorch"."""
     repository = image.split("@", 1)[0].rsplit("/", 1)[-1]
     return repository.split(":", 1)[0] or "job"
+
+
+def _shown(text: str) -> str:
+    """A user's value quoted in an error message: short, and safe to display."""
+    short = text if len(text) <= 40 else text[:40] + "…"
+    return ascii(short) if name_problem(short) else repr(short)
 
 
 def parse_env(value: Any) -> dict[str, str]:
@@ -63,7 +71,7 @@ def parse_env(value: Any) -> dict[str, str]:
         items = []
         for key, val in value.items():
             if not isinstance(val, str):
-                errors.append(f"{key}: the value must be a string")
+                errors.append(f"{_shown(str(key))}: the value must be a string")
             items.append((str(key), val if isinstance(val, str) else ""))
     elif isinstance(value, str):
         items = []
@@ -72,15 +80,21 @@ def parse_env(value: Any) -> dict[str, str]:
             if not stripped or stripped.startswith("#"):
                 continue
             if "=" not in line:
-                errors.append(f"line {number}: expected KEY=VALUE, got {stripped[:40]!r}")
+                errors.append(f"line {number}: expected KEY=VALUE, got {_shown(stripped)}")
                 continue
             key, val = line.split("=", 1)
             items.append((key.strip(), val))
     else:
         raise forms.ValidationError("Environment must be KEY=VALUE lines or an object.")
     for key, val in items:
-        if not ENV_KEY.fullmatch(key):
-            errors.append(f"{key[:40]!r} is not a valid variable name")
+        shown = _shown(key)
+        if len(key) > limits.ENV_NAME:
+            errors.append(f"{shown} is longer than {limits.ENV_NAME} characters")
+        elif not ENV_KEY.fullmatch(key):
+            errors.append(
+                f"{shown} is not a valid variable name (letters, digits and _, "
+                "not starting with a digit)"
+            )
         elif is_device_env(key):
             errors.append(
                 f"{key} cannot be set: each worker sees exactly the GPUs it was given "
@@ -88,8 +102,10 @@ def parse_env(value: Any) -> dict[str, str]:
             )
         elif key in env:
             errors.append(f"{key} is set twice")
-        elif "\x00" in val or len(val) > MAX_ENV_VALUE:
-            errors.append(f"{key}: the value has a NUL byte or is longer than {MAX_ENV_VALUE}")
+        elif text_problem(val):
+            errors.append(f"{key}: the value {text_problem(val)}")
+        elif len(val) > MAX_ENV_VALUE:
+            errors.append(f"{key}: the value is longer than {MAX_ENV_VALUE} characters")
         else:
             env[key] = val
     if len(items) > MAX_ENV_VARS:
@@ -109,6 +125,10 @@ class EnvField(forms.Field):
         if isinstance(value, dict):
             return "\n".join(f"{key}={val}" for key, val in value.items())
         return value
+
+
+# A checkpoint folder: plain path segments inside the job's workspace area.
+CHECKPOINT_DIR = re.compile(limits.CHECKPOINT_DIR_PATTERN.removeprefix("^$|^").removesuffix("$"))
 
 
 def _bounded(name: str, label: str, **kwargs) -> forms.IntegerField:
@@ -131,9 +151,11 @@ class JobForm(forms.Form):
         widget=forms.Select,
         help_text="Only needed when the quota is bound to several of your workspaces.",
     )
-    name = forms.CharField(required=False, max_length=200, help_text="Defaults to the image.")
-    image = forms.CharField(max_length=500)
-    command = forms.CharField(max_length=20000, widget=forms.Textarea(attrs={"rows": 3}))
+    name = forms.CharField(
+        required=False, max_length=limits.JOB_NAME, help_text="Defaults to the image."
+    )
+    image = forms.CharField(max_length=limits.IMAGE)
+    command = forms.CharField(max_length=limits.COMMAND, widget=forms.Textarea(attrs={"rows": 3}))
     workers = _bounded("workers", "Workers")
     gpus_per_worker = _bounded("gpus_per_worker", "GPUs per worker")
     cpus_per_worker = _bounded("cpus_per_worker", "CPUs per worker")
@@ -184,9 +206,9 @@ class JobForm(forms.Form):
     )
     checkpoint_dir = forms.CharField(
         required=False,
-        max_length=500,
+        max_length=limits.CHECKPOINT_DIR,
         label="Checkpoint folder",
-        help_text="Relative to the node's checkpoint root; default job-<id>.",
+        help_text="A folder of your workspace's checkpoint area; default job-<id>.",
     )
 
     def __init__(self, data=None, *, user, **kwargs) -> None:
@@ -211,7 +233,8 @@ class JobForm(forms.Form):
 
     def clean_quota(self) -> Quota:
         raw = self.cleaned_data["quota"].strip()
-        lookup = {"pk": int(raw)} if raw.isdigit() else {"name": raw}
+        by_id = raw.isascii() and raw.isdigit() and len(raw) <= 18  # fits a bigint
+        lookup = {"pk": int(raw)} if by_id else {"name": raw}
         quota = Quota.objects.filter(**lookup).first()
         if quota is None:
             raise forms.ValidationError(f"Unknown quota {raw[:100]!r}.")
@@ -225,18 +248,24 @@ class JobForm(forms.Form):
         image = self.cleaned_data["image"].strip()
         if _WHITESPACE_OR_CONTROL.search(image):
             raise forms.ValidationError("An image reference cannot contain spaces.")
+        if not image.isascii() or not image.isprintable():
+            raise forms.ValidationError("An image reference is printable ASCII.")
         return image
 
     def clean_command(self) -> str:
         # Browsers submit a textarea with CRLF line endings; a shell would read each "\r" as
         # part of a word ("sleep: invalid time interval '4\r'").
         command = self.cleaned_data["command"].replace("\r\n", "\n").replace("\r", "\n")
-        return command.strip()
+        command = command.strip()
+        if text_problem(command):
+            raise forms.ValidationError(f"The command {text_problem(command)}.")
+        return command
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
-        if re.search(r"[\x00-\x1f\x7f]", name):
-            raise forms.ValidationError("A name cannot contain control characters.")
+        problem = name_problem(name)
+        if problem:
+            raise forms.ValidationError(f"The name {problem}.")
         return name
 
     def clean_idle_resources(self) -> str:
@@ -309,8 +338,24 @@ class JobForm(forms.Form):
             self.workspace_obj = self._pick_workspace(quota, data.get("workspace") or "")
             self._check_fits_a_node(quota, data)
         if not data.get("name") and data.get("image"):
-            data["name"] = default_name(data["image"])[:200]
+            data["name"] = default_name(data["image"])[: limits.JOB_NAME]
+        self._check_agent_accepts(data)
         return data
+
+    def _check_agent_accepts(self, data: dict[str, Any]) -> None:
+        """The last gate: what every worker spec of this job would carry must pass the agent
+        protocol's own schema (protocol.agent.JobRunSpec), or the job could never run."""
+        fields = {"image": "image", "command": "command", "env": "env"}
+        fields["checkpoint_subdir"] = "checkpoint_dir"
+        values = {
+            spec_field: data[form_field]
+            for spec_field, form_field in fields.items()
+            if form_field in data and form_field not in self.errors
+        }
+        if len(values) < len(fields):
+            return  # a field already has its own error
+        for spec_field, message in job_problems(**values).items():
+            self.add_error(fields.get(spec_field), f"Agents would refuse this: {message}")
 
     def _pick_workspace(self, quota: Quota, raw: str) -> Workspace | None:
         candidates = list(quota.workspaces.filter(pk__in=self._my_workspaces).order_by("name"))

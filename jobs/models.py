@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from jobs.fields import CleanTextField, FittedCharField
 from jobs.statuses import (
     ACTIVE_JOB_STATUSES,
     ACTIVE_POD_STATUSES,
@@ -16,6 +17,7 @@ from jobs.statuses import (
     JobStatus,
     PodStatus,
 )
+from protocol import limits
 
 
 def _choices(enum) -> list[tuple[str, str]]:
@@ -28,8 +30,8 @@ class Job(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
     )
-    name = models.CharField(max_length=200)
-    image = models.CharField(max_length=500)
+    name = models.CharField(max_length=limits.JOB_NAME)
+    image = models.CharField(max_length=limits.IMAGE)
     command = models.TextField()
     env = models.JSONField(default=dict, blank=True)
     workers = models.PositiveIntegerField(default=1)
@@ -43,7 +45,7 @@ class Job(models.Model):
     # Automatic Fault Tolerance (DESIGN §6). Stored as columns so the monitor can query them.
     fault_tolerance = models.BooleanField(default=False)
     ft_config = models.JSONField(default=dict, blank=True)
-    checkpoint_dir = models.CharField(max_length=500, blank=True)
+    checkpoint_dir = models.CharField(max_length=limits.CHECKPOINT_DIR, blank=True)
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     # Restart budgets counted separately (DESIGN §9): `restart_count` holds failure restarts
     # (they consume `max_restarts`); preemptions and node losses never exhaust it.
@@ -57,21 +59,21 @@ class Job(models.Model):
     hang_deadline = models.DateTimeField(null=True, blank=True)
     # The newest committed checkpoint when the current attempt was created: its workers get
     # it as RESUME_FROM (fixed per attempt, so every worker resumes from the same one).
-    resume_from = models.CharField(max_length=1000, blank=True)
+    resume_from = models.CharField(max_length=limits.PATH, blank=True)
     # Nodes this job's workers must not be placed on again (a `retry_elsewhere` failure:
     # ECC/Xid): [{"id": node id, "name": node name, "rule": rule}]. Names are stored with
     # the ids so the page and the API show them without another query.
     excluded_nodes = models.JSONField(default=list, blank=True)
 
     status = models.CharField(max_length=12, choices=_choices(JobStatus), default=JobStatus.PENDING)
-    status_reason = models.TextField(blank=True)
+    status_reason = CleanTextField(blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=1)
     restart_count = models.PositiveIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
     # A graceful stop in progress: the job keeps its status until every worker has exited.
     stop_requested_at = models.DateTimeField(null=True, blank=True)
-    stop_reason = models.CharField(max_length=300, blank=True)
+    stop_reason = FittedCharField(max_length=limits.REASON, blank=True)
     stop_final_status = models.CharField(max_length=12, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -150,22 +152,22 @@ class Pod(models.Model):
     status = models.CharField(
         max_length=20, choices=_choices(PodStatus), default=PodStatus.STARTING
     )
-    status_reason = models.CharField(max_length=300, blank=True)
+    status_reason = FittedCharField(max_length=limits.REASON, blank=True)
     # What the console wants the agent to do with this worker; the agent converges on it.
     desired = models.CharField(max_length=4, choices=PodDesired.choices, default=PodDesired.RUN)
     stop_grace_seconds = models.PositiveIntegerField(default=30)
-    stop_reason = models.CharField(max_length=300, blank=True)
+    stop_reason = FittedCharField(max_length=limits.REASON, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
     # The final pod status once a stopped worker exits (Stopped, Resource Preempted, …).
     stop_as = models.CharField(max_length=20, choices=_choices(PodStatus), blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
-    error_message = models.TextField(blank=True)
-    container_id = models.CharField(max_length=100, blank=True)
+    error_message = CleanTextField(blank=True)
+    container_id = FittedCharField(max_length=limits.CONTAINER_ID, blank=True)
     # Next log sequence number the console expects from the agent for this pod.
     log_next_seq = models.PositiveBigIntegerField(default=0)
     progress_step = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)
-    progress_phase = models.CharField(max_length=100, blank=True)
+    progress_phase = FittedCharField(max_length=limits.PHASE, blank=True)
     progress_metrics = models.JSONField(default=dict, blank=True)
     progress_at = models.DateTimeField(null=True, blank=True)  # console time of a new step
     progress_rate = models.FloatField(null=True, blank=True)  # steps/s between the last two
@@ -176,6 +178,10 @@ class Pod(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_report_at = models.DateTimeField(null=True, blank=True)
+    # The last report or log lines of this worker the console refused (or repaired), and
+    # when: the agent sets a refused item aside after a few tries (DESIGN §7).
+    report_refused = FittedCharField(max_length=limits.REASON, blank=True)
+    report_refused_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "attempt", "rank"]
@@ -218,7 +224,7 @@ class JobEvent(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     from_status = models.CharField(max_length=12, blank=True)
     to_status = models.CharField(max_length=12, blank=True)
-    reason = models.TextField(blank=True)
+    reason = CleanTextField(blank=True)
     actor = models.CharField(max_length=10, choices=_choices(Actor))
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -247,7 +253,7 @@ class LogChunk(models.Model):
     attempt = models.PositiveIntegerField()
     seq_start = models.PositiveBigIntegerField()
     seq_end = models.PositiveBigIntegerField()
-    text = models.TextField()
+    text = CleanTextField()
     # Sequence numbers of lines that continue on the next one without a newline: the
     # worker wrote one line longer than the agent's limit and the agent cut it. The raw
     # download joins them back, so it has the worker's lines whole.
@@ -271,7 +277,7 @@ class Checkpoint(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
     attempt = models.PositiveIntegerField()
     step = models.BigIntegerField()
-    path = models.CharField(max_length=1000)
+    path = models.CharField(max_length=limits.PATH)
     size_bytes = models.PositiveBigIntegerField(default=0)
     checksum = models.CharField(max_length=100, blank=True)
     committed = models.BooleanField(default=False)
@@ -307,11 +313,11 @@ class RestartRecord(models.Model):
     created_at = models.DateTimeField()
     kind = models.CharField(max_length=12, choices=RestartKind.choices)
     worker_rank = models.PositiveIntegerField(null=True, blank=True)
-    node_name = models.CharField(max_length=200, blank=True)
+    node_name = FittedCharField(max_length=limits.NODE_NAME, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
-    error_excerpt = models.TextField(blank=True)
-    rule = models.CharField(max_length=100, blank=True)
-    reason = models.TextField(blank=True)
+    error_excerpt = CleanTextField(blank=True)
+    rule = FittedCharField(max_length=limits.RULE, blank=True)
+    reason = CleanTextField(blank=True)
     whole_job = models.BooleanField(default=True)  # False: Asynchronous, one worker only
     restarts_used = models.PositiveIntegerField(default=0)
     restarts_max = models.PositiveIntegerField(default=0)

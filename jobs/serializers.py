@@ -29,6 +29,9 @@ def pod_json(pod: Pod) -> dict[str, Any]:
         "status_reason": pod.status_reason,
         "exit_code": pod.exit_code,
         "progress": progress_json(pod),
+        # The last report or log lines of this worker the console refused or repaired.
+        "report_refused": pod.report_refused,
+        "report_refused_at": _time(pod.report_refused_at),
     }
 
 

@@ -12,29 +12,57 @@ it knows, including exited ones not yet reported) and every reply carries the fu
 state, so a lost request or reply is repaired by the next one.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+from protocol import limits
+from protocol.text import clean_log_line, fit, fit_tail, text_problem
 
 PROTOCOL_VERSION = 1
-# The longest log line the console stores; the agent splits longer output at 16 KiB of bytes,
-# which decodes to at most 16 KiB of characters plus a few carried-over bytes.
-MAX_LOG_LINE = 32 * 1024
-MAX_LINES_PER_BATCH = 1000
-MAX_LINES_PER_REQUEST = 10_000
-MAX_GPUS = 64
-MAX_WORKERS = 1024
-MAX_ERROR_TAIL = 8000
+# The same numbers under their older names (protocol.limits is the one place they live).
+MAX_LOG_LINE = limits.LOG_LINE
+MAX_LINES_PER_BATCH = limits.LINES_PER_BATCH
+MAX_LINES_PER_REQUEST = limits.LINES_PER_REQUEST
+MAX_GPUS = limits.GPUS
+MAX_WORKERS = limits.WORKERS
+MAX_ERROR_TAIL = limits.ERROR_TAIL
+MAX_CHECKPOINTS_REPORTED = limits.CHECKPOINTS_REPORTED
 
 # Mirrors quotas.models.ResourceType (kept Django-free; a test checks they agree).
 ResourceTypeName = Literal["General-purpose", "Lingjun"]
 RuntimeName = Literal["process", "docker"]
 
 NodeName = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", max_length=200)
+    str,
+    StringConstraints(
+        pattern=rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{limits.NODE_NAME - 1}}}$",
+        max_length=limits.NODE_NAME,
+    ),
 ]
-Short = Annotated[str, StringConstraints(max_length=200)]
-EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")]
+
+
+def Text(limit: int):
+    """Text an agent reports: repaired, never refused (NUL → ␀, lone surrogates → U+FFFD, cut
+    to `limit` with "…"), so it always fits the column it is stored in."""
+    return Annotated[str, AfterValidator(lambda value: fit(value, limit))]
+
+
+def Tail(limit: int):
+    """Like Text, but keeps the end (an error tail: its last lines say why)."""
+    return Annotated[str, AfterValidator(lambda value: fit_tail(value, limit))]
+
+
+EnvName = Annotated[str, StringConstraints(pattern=limits.ENV_NAME_PATTERN)]
+EnvValue = Annotated[str, StringConstraints(max_length=limits.ENV_VALUE)]
 PodId = Annotated[int, Field(ge=1, le=2**62)]
 Attempt = Annotated[int, Field(ge=1, le=1_000_000)]
 Seq = Annotated[int, Field(ge=0, le=2**62)]
@@ -63,16 +91,16 @@ Percent = Annotated[int, Field(ge=0, le=100)]
 class MigInstance(_FromAgent):
     """One MIG device of a GPU in MIG mode (what CUDA in a container would see)."""
 
-    uuid: Annotated[str, StringConstraints(max_length=100)] = ""
-    name: Annotated[str, StringConstraints(max_length=100)] = ""
+    uuid: Text(limits.GPU_TEXT) = ""
+    name: Text(limits.GPU_TEXT) = ""
     memory_total_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
     memory_used_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
 
 
 class GpuReport(_FromAgent):
     index: Annotated[int, Field(ge=0, lt=MAX_GPUS)]
-    uuid: Annotated[str, StringConstraints(max_length=100)] = ""
-    name: Annotated[str, StringConstraints(max_length=100)] = ""
+    uuid: Text(limits.GPU_TEXT) = ""
+    name: Text(limits.GPU_TEXT) = ""
     memory_total_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
     memory_used_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
     utilization: Percent | None = 0  # None: unknown (MIG mode, or NVML could not say)
@@ -80,20 +108,20 @@ class GpuReport(_FromAgent):
     power_watts: Annotated[float, Field(ge=0, le=100_000)] | None = None
     ecc_errors: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
     healthy: bool = True
-    health_reason: Short = ""
+    health_reason: Text(limits.GPU_REASON) = ""
     # Additive (real GPU nodes): older agents send none of these.
     health_mark: HealthMark = 0  # an Xid mark the operator may clear (HeartbeatReply)
-    pci_bus_id: Annotated[str, StringConstraints(max_length=32)] = ""
+    pci_bus_id: Text(32) = ""
     mig_enabled: bool = False
     mig_instances: Annotated[list[MigInstance], Field(max_length=MAX_MIG_INSTANCES)] = []
 
 
 class NodeFacts(_FromAgent):
-    hostname: Annotated[str, StringConstraints(max_length=255)] = ""
-    agent_version: Annotated[str, StringConstraints(max_length=40)] = ""
+    hostname: Text(255) = ""
+    agent_version: Text(40) = ""
     runtime: RuntimeName = "process"
     resource_type: ResourceTypeName = "Lingjun"
-    gpu_type: Annotated[str, StringConstraints(max_length=40)] = ""
+    gpu_type: Text(40) = ""
     cpus: Annotated[int, Field(ge=0, le=1_000_000)] = 0
     memory_gb: Annotated[int, Field(ge=0, le=10**7)] = 0
     gpus: Annotated[list[GpuReport], Field(max_length=MAX_GPUS)] = []
@@ -113,7 +141,6 @@ class RegisterRequest(_FromAgent):
     facts: NodeFacts
 
 
-MAX_CHECKPOINTS_REPORTED = 8
 MetricName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:/-]{1,64}$")]
 
 
@@ -122,9 +149,10 @@ class ProgressReport(_FromAgent):
 
     step: Annotated[int, Field(ge=0, le=2**62)]
     total: Annotated[int, Field(ge=0, le=2**62)] | None = None
-    phase: Annotated[str, StringConstraints(max_length=100)] = ""
+    phase: Text(limits.PHASE) = ""
     metrics: Annotated[
-        dict[MetricName, Annotated[float, Field(allow_inf_nan=False)]], Field(max_length=32)
+        dict[MetricName, Annotated[float, Field(allow_inf_nan=False)]],
+        Field(max_length=limits.METRICS),
     ] = {}
 
 
@@ -132,7 +160,7 @@ class CheckpointReport(_FromAgent):
     """A committed checkpoint (complete manifest) found in the job's checkpoint dir."""
 
     step: Annotated[int, Field(ge=0, le=2**62)]
-    path: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+    path: Annotated[str, StringConstraints(min_length=1, max_length=limits.PATH)]
     size_bytes: Annotated[int, Field(ge=0, le=2**62)] = 0
     checksum: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{0,100}$")] = ""
     attempt: Annotated[int, Field(ge=0, le=1_000_000)] | None = None  # from the manifest
@@ -152,8 +180,8 @@ class WorkerReport(_FromAgent):
     attempt: Attempt
     state: Literal["running", "exited"]
     exit_code: ExitCode | None = None
-    error: Annotated[str, StringConstraints(max_length=MAX_ERROR_TAIL)] = ""  # log tail
-    container_id: Annotated[str, StringConstraints(max_length=100)] = ""
+    error: Tail(limits.ERROR_TAIL) = ""  # log tail
+    container_id: Text(limits.CONTAINER_ID) = ""
     # Additive (fault tolerance): older agents send neither.
     progress: ProgressReport | None = None
     checkpoints: Annotated[list[CheckpointReport], Field(max_length=MAX_CHECKPOINTS_REPORTED)] = []
@@ -178,7 +206,8 @@ class Heartbeat(_FromAgent):
         return self
 
 
-LogLine = Annotated[str, StringConstraints(max_length=MAX_LOG_LINE)]
+# A log line is repaired, never refused: NUL → ␀, a newline inside → ␤, cut at MAX_LOG_LINE.
+LogLine = Annotated[str, AfterValidator(clean_log_line)]
 
 
 class LogLines(_FromAgent):
@@ -194,9 +223,7 @@ class LogLines(_FromAgent):
     continued: Annotated[list[int], Field(max_length=MAX_LINES_PER_BATCH)] = []
 
     @model_validator(mode="after")
-    def _no_newlines(self) -> "LogLines":
-        if any("\n" in line for line in self.lines):
-            raise ValueError("a log line may not contain a newline")
+    def _continued_indices(self) -> "LogLines":
         if self.continued != sorted(set(self.continued)) or any(
             not 0 <= i < len(self.lines) for i in self.continued
         ):
@@ -205,7 +232,7 @@ class LogLines(_FromAgent):
 
 
 class LogBatch(_FromAgent):
-    batches: Annotated[list[LogLines], Field(min_length=1, max_length=256)]
+    batches: Annotated[list[LogLines], Field(min_length=1, max_length=limits.STREAMS_PER_REQUEST)]
 
     @model_validator(mode="after")
     def _bounded(self) -> "LogBatch":
@@ -223,17 +250,59 @@ class RegisterResponse(_FromConsole):
     heartbeat_interval: float
 
 
-class WorkerSpec(_FromConsole):
+def _runnable(value: str) -> str:
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _image(value: str) -> str:
+    # Image references (registry, repository, tag, digest) are printable ASCII.
+    if not all("!" <= char <= "~" for char in value):
+        raise ValueError("an image reference is printable ASCII, without spaces")
+    return value
+
+
+def _folder(value: str) -> str:
+    if any(part in (".", "..") for part in value.split("/")):
+        raise ValueError("a checkpoint folder cannot name '.' or '..'")
+    return value
+
+
+Image = Annotated[str, StringConstraints(max_length=limits.IMAGE), AfterValidator(_image)]
+Command = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.COMMAND),
+    AfterValidator(_runnable),
+]
+Env = Annotated[
+    dict[EnvName, Annotated[EnvValue, AfterValidator(_runnable)]],
+    Field(max_length=limits.ENV_VARS),
+]
+CheckpointSubdir = Annotated[
+    str,
+    StringConstraints(pattern=limits.CHECKPOINT_DIR_PATTERN, max_length=limits.CHECKPOINT_DIR),
+    AfterValidator(_folder),
+]
+
+
+class JobRunSpec(_FromConsole):
+    """The parts of a job every worker spec carries: what the agent refuses here it would
+    refuse in a WorkerSpec, so the job form checks a submission with this (job_problems)."""
+
+    image: Image
+    command: Command
+    env: Env = {}
+    checkpoint_subdir: CheckpointSubdir = ""
+
+
+class WorkerSpec(JobRunSpec):
     pod_id: PodId
     job_id: int
     attempt: Attempt
     rank: Annotated[int, Field(ge=0)]
     world_size: Annotated[int, Field(ge=1)]
-    image: Annotated[str, StringConstraints(max_length=500)]
-    command: Annotated[str, StringConstraints(min_length=1, max_length=100_000)]
-    env: Annotated[
-        dict[EnvName, Annotated[str, StringConstraints(max_length=32_768)]], Field(max_length=512)
-    ] = {}
     gpu_indices: Annotated[
         list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]], Field(max_length=MAX_GPUS)
     ] = []
@@ -246,12 +315,42 @@ class WorkerSpec(_FromConsole):
     memory_gb: Annotated[int, Field(ge=0)] = 0
     log_next_seq: Seq = 0
     # Additive (fault tolerance): where the worker resumes from (newest committed checkpoint
-    # when its attempt was created) and its checkpoint folder under the agent's checkpoint
-    # root (empty: job-<job id>). Older agents ignore both.
-    resume_from: Annotated[str, StringConstraints(max_length=1000)] = ""
-    checkpoint_subdir: Annotated[
-        str, StringConstraints(pattern=r"^$|^[A-Za-z0-9_.-]{1,100}(/[A-Za-z0-9_.-]{1,100}){0,7}$")
-    ] = ""
+    # when its attempt was created) and its checkpoint folder, relative to its workspace's
+    # area of the agent's checkpoint root (empty: job-<job id>). Older agents ignore them.
+    resume_from: Annotated[str, StringConstraints(max_length=limits.PATH)] = ""
+    # Additive (isolation): whose checkpoint area the worker's folder is in. 0 (an older
+    # console): the folder is directly under the checkpoint root, as before.
+    workspace_id: Annotated[int, Field(ge=0, le=2**62)] = 0
+
+
+def job_problems(**fields: Any) -> dict[str, str]:
+    """What an agent would refuse in a job's image, command, env or checkpoint folder:
+    {field: message}, empty when it would take them."""
+    try:
+        JobRunSpec.model_validate(fields)
+    except ValidationError as exc:
+        problems: dict[str, str] = {}
+        for error in exc.errors(include_input=False, include_url=False):
+            field = str(error["loc"][0]) if error["loc"] else "__all__"
+            problems.setdefault(field, _message(error, skip=1))
+        return problems
+    return {}
+
+
+def _message(error, skip: int = 0) -> str:
+    """A pydantic error as one line, without the input, long keys shortened."""
+    where = ".".join(
+        (part[:40] + "…" if len(part) > 40 else part) if isinstance(part, str) else str(part)
+        for part in error["loc"][skip:]
+    )
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def error_reason(exc: ValidationError) -> str:
+    """The first error of a validation failure as a reason that fits a reason column."""
+    errors = exc.errors(include_input=False, include_url=False)
+    return fit(_message(errors[0]) if errors else "invalid", limits.REASON)
 
     @model_validator(mode="after")
     def _uuids_match_indices(self) -> "WorkerSpec":
@@ -275,11 +374,69 @@ class ClearHealthMark(_FromConsole):
     mark: HealthMark
 
 
+class UnusableSpec(_FromConsole):
+    """A worker spec in the console's reply that this agent cannot use (it names its pod):
+    the agent reports that worker ended with the reason instead of failing the reply."""
+
+    pod_id: int
+    attempt: int
+    reason: str
+
+
+def _pod_ids(item: Any) -> tuple[int, int] | None:
+    if not isinstance(item, dict):
+        return None
+    pod_id, attempt = item.get("pod_id"), item.get("attempt")
+    if type(pod_id) is not int or type(attempt) is not int or pod_id < 1 or attempt < 1:
+        return None
+    return pod_id, attempt
+
+
 class HeartbeatReply(_FromConsole):
     heartbeat_interval: float
     run: list[WorkerSpec] = []
     stop: list[StopOrder] = []
     clear_health_marks: list[ClearHealthMark] = []  # additive; repeated until no longer reported
+    # Additive (isolation): pod id → why the console refused (or repaired) that worker's
+    # report in the heartbeat. The agent counts refusals and sets a report aside after
+    # limits.REFUSALS_BEFORE_SET_ASIDE.
+    refused: dict[int, str] = {}
+    # Additive (fencing): how long after this heartbeat was sent the node's workers may run
+    # without another applied heartbeat, and the grace between SIGTERM and SIGKILL then.
+    # None (an older console): no fence.
+    lease_seconds: Annotated[float, Field(gt=0, le=86_400)] | None = None
+    fence_grace: Annotated[float, Field(ge=0, le=3600)] = 0.0
+    # Filled while parsing (never sent): run items this agent cannot use.
+    unusable: Annotated[list[UnusableSpec], Field(exclude=True)] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _each_item_alone(cls, data: Any) -> Any:
+        """One spec the agent cannot use must not make the whole reply unusable (the node
+        would stop converging): it is set aside with its reason, and so is a bad stop."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        unusable: list[dict] = []
+        for key, model in (("run", WorkerSpec), ("stop", StopOrder)):
+            items = data.get(key)
+            if not isinstance(items, list):
+                continue
+            usable = []
+            for item in items:
+                try:
+                    model.model_validate(item)
+                except ValidationError as exc:
+                    ids = _pod_ids(item)
+                    if key == "run" and ids is not None:
+                        unusable.append(
+                            {"pod_id": ids[0], "attempt": ids[1], "reason": error_reason(exc)}
+                        )
+                    continue
+                usable.append(item)
+            data[key] = usable
+        data["unusable"] = unusable
+        return data
 
 
 class LogAck(_FromConsole):
@@ -288,6 +445,10 @@ class LogAck(_FromConsole):
     # pod_id → why the console will never accept lines for it (not this node's pod, stale
     # attempt, unknown pod): the agent drops them instead of re-sending forever.
     rejected: dict[int, str] = {}
+    # Additive (isolation): pod_id → why the console refused this request's lines of it
+    # (a malformed item). The agent sends them again, and sets them aside (a marker line
+    # takes their place) after limits.REFUSALS_BEFORE_SET_ASIDE refusals.
+    refused: dict[int, str] = {}
 
 
 class ErrorBody(_FromConsole):

@@ -18,6 +18,16 @@ console fences those of an epoch (attempt) it no longer wants, and the agent sto
 An exit is reported until a heartbeat carrying it succeeds; should the console still list
 that pod afterwards (it could not apply the report), the agent reports the exit again rather
 than launching the pod again.
+
+Nothing is retried forever (DESIGN §7): a worker report the console refuses
+REFUSALS_BEFORE_SET_ASIDE times in a row is set aside (from then on only its state and exit
+code are sent, and a marker line in the worker's log says so); a spec in the reply this
+agent cannot use ends that worker with the reason; heartbeats the console keeps failing on
+(5xx) are sent without any worker details for a while.
+
+Self-fencing (DESIGN §6): after each heartbeat the console applied, the agent renews the
+node's lease (agents.node.fence) from the time it *sent* that heartbeat; every worker's
+wrapper stops its worker when the lease runs out, even if this process is frozen.
 """
 
 import dataclasses
@@ -26,20 +36,23 @@ import os
 import socket
 import threading
 
-from agents.node.client import AgentClient, ConsoleRefused, TransportError
+from agents.node.client import AgentClient, ConsoleRefused, ServerFailed, TransportError
 from agents.node.config import (
     AGENT_VERSION,
     DEFAULT_INTERVAL,
     AgentConfig,
+    fence_folder,
     host_memory_gb,
     make_runtime,
 )
+from agents.node.fence import Lease, boottime
 from agents.node.gpus import GpuMismatch, GpuSource, resolve
 from agents.node.ledger import Ledger
 from agents.node.logship import LogShipper
 from agents.node.progress import BadCheckpointDir
 from agents.node.runtimes.base import LaunchError, worker_marker
 from agents.node.state import AgentConfigError, StateStore
+from protocol import limits
 from protocol.agent import (
     GpuReport,
     Heartbeat,
@@ -57,6 +70,7 @@ __all__ = ["Agent", "AgentConfig", "AgentConfigError"]
 log = logging.getLogger(__name__)
 
 EXIT_LOG_WAIT = 2.0  # at most this long for an exited worker's last lines before reporting
+BARE_HEARTBEATS = 10  # heartbeats sent without worker details once the console kept failing
 
 
 class Agent:
@@ -89,6 +103,9 @@ class Agent:
         self._last_gpus: list = []  # the last NVML sample (per-worker GPU metrics)
         self._waiting: set[int] = set()  # pods whose launch waits for busy GPUs (logged once)
         self._ship_stop = threading.Event()
+        self.lease = Lease(fence_folder(self.store.dir))
+        self._heartbeat_failures = 0  # in a row, on the console's side (5xx, 400)
+        self._bare_left = 0  # heartbeats still to send without worker details
 
     @property
     def launched(self):
@@ -176,28 +193,84 @@ class Agent:
 
     # --- heartbeat ---
 
-    def _reports(self):
+    def _reports(self, bare: bool = False):
         held = {s.pod_id: s for s in self.runtime.workers()}
-        return self.ledger.reports(held, self._last_gpus)
+        return self.ledger.reports(held, self._last_gpus, bare=bare)
 
     def heartbeat(self, *, attempts: int = 2) -> HeartbeatReply | None:
-        _, exited = self._reports()
+        bare = self._bare_left > 0
+        _, exited = self._reports(bare)
         if exited:  # let the console have their last lines before it sees them finish
             self.shipper.wake()
             self.shipper.wait_drained(exited, timeout=min(EXIT_LOG_WAIT, self.interval * 2))
         facts = self.facts()
-        reports, exited = self._reports()
+        reports, exited = self._reports(bare)
+        sent_at = boottime()  # the lease counts from here: the console's clock starts later
         try:
             reply = self.client.heartbeat(
                 Heartbeat(facts=facts, workers=reports), attempts=attempts
             )
         except TransportError as exc:
             log.warning("heartbeat failed: %s", exc)
+            if isinstance(exc, ServerFailed):
+                self._console_failed(reports, bare)
             return None
+        except ConsoleRefused as exc:
+            if exc.status == 400:
+                self._console_failed(reports, bare)
+            raise
+        self._renew_lease(reply, sent_at)
+        self._heartbeat_failures = 0
+        self._bare_left = max(0, self._bare_left - 1)
         self.shipper.retry_now()  # the console is back: resend buffered lines at once
+        self._note_refusals(reply, reports)
         for pod_id in self.ledger.delivered(reports, exited):
             self.runtime.forget(pod_id)  # the console has taken this exit
         return reply
+
+    def _renew_lease(self, reply: HeartbeatReply, sent_at: float) -> None:
+        try:
+            if reply.lease_seconds is None:
+                self.lease.unlimited()  # an older console: it grants no lease
+            else:
+                self.lease.renew(sent_at + reply.lease_seconds, reply.fence_grace)
+        except OSError as exc:
+            log.error("cannot renew the workers' lease (%s); they stop when it runs out", exc)
+
+    def _note_refusals(self, reply: HeartbeatReply, reports) -> None:
+        for pod_id, reason in reply.refused.items():
+            log.warning("the console refused the report of pod %s: %s", pod_id, reason)
+        sent = [r.pod_id for r in reports]
+        for pod_id, reason in self.ledger.note_refusals(reply.refused, sent):
+            self.shipper.append(
+                pod_id,
+                f"[agent] the console refused this worker's report "
+                f"{limits.REFUSALS_BEFORE_SET_ASIDE} times ({reason}); from now on only its "
+                "state and exit code are reported",
+                False,
+            )
+
+    def _console_failed(self, reports, bare: bool) -> None:
+        """A heartbeat the console failed on. After a few in a row, send the next ones
+        without worker details, so exits and liveness still get through."""
+        self._heartbeat_failures += 1
+        if bare or self._heartbeat_failures < limits.REFUSALS_BEFORE_SET_ASIDE:
+            return
+        self._bare_left = BARE_HEARTBEATS
+        self._heartbeat_failures = 0
+        log.error(
+            "the console failed on %d heartbeats in a row; sending the next %d without "
+            "worker details",
+            limits.REFUSALS_BEFORE_SET_ASIDE,
+            BARE_HEARTBEATS,
+        )
+        for report in reports:
+            self.shipper.append(
+                report.pod_id,
+                "[agent] the console kept failing on heartbeats; this worker's details "
+                "(progress, checkpoints, error text) are left out for a while",
+                False,
+            )
 
     # --- converging on the desired state ---
 
@@ -205,6 +278,15 @@ class Agent:
         held = {s.pod_id: s for s in self.runtime.workers()}
         listed = {spec.pod_id for spec in reply.run} | {o.pod_id for o in reply.stop}
         changed = self.ledger.relist(listed)
+        for unusable in reply.unusable:  # a spec this agent cannot run: it ends, with why
+            if unusable.pod_id not in self.launched:
+                log.warning("cannot run pod %s: %s", unusable.pod_id, unusable.reason)
+                self.ledger.record_unlaunched(
+                    unusable.pod_id,
+                    unusable.attempt,
+                    f"the agent cannot run this worker: {unusable.reason}",
+                )
+                changed = True
         for order in reply.stop:
             state = held.get(order.pod_id)
             if state is not None:

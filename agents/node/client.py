@@ -44,6 +44,11 @@ class TransportError(Exception):
     """The console could not be reached or kept failing; worth trying again later."""
 
 
+class ServerFailed(TransportError):
+    """The console answered 5xx: it is up, but failed on this request (maybe on something in
+    it: callers that can split a batch try its items one at a time)."""
+
+
 def backoff_delays(base: float = 0.5, cap: float = 30.0) -> Iterator[float]:
     """0.5, 1, 2, 4 … capped, each with ±20% jitter so a fleet does not retry in step."""
     delay = base
@@ -106,6 +111,7 @@ class AgentClient:
         tries = 0
         while True:
             tries += 1
+            failure = TransportError
             try:
                 response = self._session.post(url, data=data, headers=headers, timeout=self.timeout)
             except requests.RequestException as exc:
@@ -118,10 +124,12 @@ class AgentClient:
                         problem = f"unexpected reply from {url}: {exc.errors()[0]['msg']}"
                 elif response.status_code == 429 or response.status_code >= 500:
                     problem = f"{url} answered {response.status_code}"
+                    if response.status_code >= 500:
+                        failure = ServerFailed
                 else:
                     raise _refusal(response)
             if attempts is not None and tries >= attempts:
-                raise TransportError(problem)
+                raise failure(problem)
             delay = next(delays)
             log.warning("%s; retrying in %.1fs", problem, delay)
             if self._stop.wait(delay):

@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.node import fence
 from agents.node.progress import checkpoint_root
 from agents.node.runtimes.base import ExitSink, LaunchError, LineSink, Runtime
 from agents.node.runtimes.processes import ProcessRuntime
@@ -43,17 +44,25 @@ def host_memory_gb() -> int:
 def make_runtime(
     config: AgentConfig, state_dir: Path, on_line: LineSink, on_exit: ExitSink
 ) -> Runtime:
+    fence_dir = fence_folder(state_dir)
     if config.runtime == "process":
-        return ProcessRuntime(state_dir / "work", on_line, on_exit)
+        try:
+            return ProcessRuntime(state_dir / "work", on_line, on_exit, fence_dir=fence_dir)
+        except LaunchError as exc:
+            raise AgentConfigError(str(exc)) from exc
     if config.runtime != "docker":
         raise AgentConfigError(f"unknown runtime {config.runtime!r}")
     from agents.node.runtimes.containers import DockerOptions, DockerRuntime
 
-    root = checkpoint_root(state_dir)  # the only host folder bind-mounted into containers
+    try:
+        fence.install(fence_dir)  # bind-mounted read-only into every container
+    except (fence.FenceUnavailable, OSError) as exc:
+        raise AgentConfigError(f"no worker fence wrapper: {exc}") from exc
+    root = checkpoint_root(state_dir)  # job folders under it are bind-mounted, one each
     root.mkdir(parents=True, exist_ok=True)
     try:
         runtime = DockerRuntime(
-            DockerOptions(node=config.name, checkpoint_root=root),
+            DockerOptions(node=config.name, checkpoint_root=root, fence_dir=fence_dir),
             on_line,
             on_exit,
             base_url=config.docker_url,
@@ -68,6 +77,15 @@ def make_runtime(
     else:
         log.info("GPUs are attached by %s device request (%s)", attach.style, attach.why)
     runtime.opts = DockerOptions(
-        node=config.name, checkpoint_root=root, gpus=attach.style, cdi_names=attach.cdi_names
+        node=config.name,
+        checkpoint_root=root,
+        gpus=attach.style,
+        cdi_names=attach.cdi_names,
+        fence_dir=fence_dir,
     )
     return runtime
+
+
+def fence_folder(state_dir: Path) -> Path:
+    """The fence wrapper and the node's lease (agents.node.fence)."""
+    return Path(state_dir) / "fence"

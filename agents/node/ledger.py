@@ -18,9 +18,11 @@ from agents.node.progress import (
     read_progress,
     resolve_resume,
     scan_checkpoints,
+    workspace_area,
 )
 from agents.node.runtimes.base import LaunchSpec, WorkerState
 from agents.node.state import LaunchRecord, StateStore
+from protocol import limits
 from protocol.agent import MAX_ERROR_TAIL, GpuUsage, WorkerReport, WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,7 @@ class Ledger:
         # pod id → (progress file, checkpoint folder) of workers this run knows about.
         self._ft_paths: dict[int, tuple[Path, Path]] = {}
         self._gpu_metrics_at: dict[int, float] = {}
+        self._refusals: dict[int, int] = {}  # pod id → refusals in a row
 
     def save(self) -> None:
         self.store.save_launched(self.launched)
@@ -66,7 +69,9 @@ class Ledger:
         and a note for the worker's log when the resume point had to change. Raises
         BadCheckpointDir for a folder outside the checkpoint root."""
         progress = progress_file(state_dir, spec.pod_id, spec.attempt)
-        folder = checkpoint_dir(state_dir, spec.job_id, spec.checkpoint_subdir)
+        folder = checkpoint_dir(
+            state_dir, spec.job_id, spec.checkpoint_subdir, workspace_id=spec.workspace_id
+        )
         if runtime == "docker":  # only the checkpoint folder is mounted
             progress = folder / ".progress" / progress.name
         progress.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +82,8 @@ class Ledger:
             record.progress_file, record.checkpoint_dir = str(progress), str(folder)
         launch = LaunchSpec.from_worker_spec(spec, node=node)
         env = {**launch.env, "PROGRESS_FILE": str(progress), "CHECKPOINT_DIR": str(folder)}
-        resume, note = resolve_resume(folder, spec.resume_from, spec.attempt)
+        area = workspace_area(state_dir, spec.workspace_id)
+        resume, note = resolve_resume(folder, spec.resume_from, spec.attempt, area)
         if resume:
             env["RESUME_FROM"] = resume
         return dataclasses.replace(launch, env=env), note
@@ -116,11 +122,34 @@ class Ledger:
                 changed = True
         return changed
 
+    # --- refusals ---------------------------------------------------------------------
+    def note_refusals(self, refused: dict[int, str], sent: list[int]) -> list[tuple[int, str]]:
+        """The console refused (or repaired) these pods' reports. A pod refused
+        REFUSALS_BEFORE_SET_ASIDE times in a row is set aside: from then on its reports carry
+        only its state and exit code, which are always valid. Returns the pods set aside
+        now, with the reason."""
+        for pod_id in sent:
+            if pod_id not in refused:
+                self._refusals.pop(pod_id, None)
+        newly: list[tuple[int, str]] = []
+        for pod_id, reason in refused.items():
+            record = self.launched.get(pod_id)
+            if record is None or record.set_aside:
+                continue
+            count = self._refusals[pod_id] = self._refusals.get(pod_id, 0) + 1
+            if count >= limits.REFUSALS_BEFORE_SET_ASIDE:
+                record.set_aside = reason[: limits.REASON] or "refused"
+                newly.append((pod_id, record.set_aside))
+        if newly:
+            self.save()
+        return newly
+
     # --- reports ----------------------------------------------------------------------
     def reports(
-        self, held: dict[int, WorkerState], gpus: list[GpuInfo]
+        self, held: dict[int, WorkerState], gpus: list[GpuInfo], *, bare: bool = False
     ) -> tuple[list[WorkerReport], list[int]]:
-        """Every unfinished pod's report (running or exited), and which of them exited."""
+        """Every unfinished pod's report (running or exited), and which of them exited.
+        `bare`: every report without details (the console keeps failing on heartbeats)."""
         reports: list[WorkerReport] = []
         exited: list[int] = []
         for pod_id, record in self.launched.items():
@@ -129,6 +158,12 @@ class Ledger:
             state = held.get(pod_id)
             if state is not None and state.starting:
                 continue  # pulling its image: not running yet, nothing to report
+            if bare or record.set_aside:
+                report = _bare_report(pod_id, record, state)
+                reports.append(report)
+                if report.state == "exited":
+                    exited.append(pod_id)
+                continue
             progress, checkpoints = self.progress_of(pod_id)
             if state is not None and state.running:
                 reports.append(
@@ -197,6 +232,23 @@ class Ledger:
             return None, []
         # Read once more after the exit too: the last steps before a worker ends count.
         return read_progress(paths[0]), scan_checkpoints(paths[1])
+
+
+def _bare_report(pod_id: int, record: LaunchRecord, state: WorkerState | None) -> WorkerReport:
+    """A report the console cannot refuse: the worker's state and exit code only."""
+    if state is not None and state.running:
+        return WorkerReport(pod_id=pod_id, attempt=record.attempt, state="running")
+    code, _error, _container = _exit_of(record, state)
+    if code is not None:
+        code = max(-1024, min(1024, code))
+    why = record.set_aside or "the console kept failing on its details"
+    return WorkerReport(
+        pod_id=pod_id,
+        attempt=record.attempt,
+        state="exited",
+        exit_code=code,
+        error=f"[agent] exit reported without details (set aside: {why})",
+    )
 
 
 def _exit_of(record: LaunchRecord, state: WorkerState | None) -> tuple[int | None, str, str]:

@@ -18,21 +18,27 @@ after a header `{"base", "src"}`. While the console is unreachable the lines wai
 (bounded by the same limit), and an agent restarted after `kill -9` reloads them, re-sends
 them in order and resumes reading the worker's output after the last journaled source line
 (agents.node.runtimes.base): no line is lost or repeated. Acknowledged lines are compacted away.
+
+Nothing is re-sent forever (DESIGN §7). Lines the console refuses (`LogAck.refused`: a
+malformed item) REFUSALS_BEFORE_SET_ASIDE times in a row are set aside: one marker line
+takes their place, with their sequence numbers' start, and the stream moves on. A request
+the console fails on as a whole (5xx, 400) is split: its workers' lines are then sent one
+worker at a time, so only the one that fails is retried and, after as many failures, set
+aside. A stream whose marker lines are refused too is dropped.
 """
 
-import contextlib
-import json
 import logging
-import os
 import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.node.client import ConsoleRefused, ServerFailed
 from agents.node.lines import ContinuedLine
+from agents.node.logstream import RATE_BURST, RATE_LINES, LogStream, load_journal
+from protocol import limits
 from protocol.agent import MAX_LINES_PER_BATCH, LogAck, LogBatch, LogLines
 
 log = logging.getLogger(__name__)
@@ -41,176 +47,7 @@ MAX_LINES = MAX_LINES_PER_BATCH
 FLUSH_AFTER = 1.0
 MAX_REQUEST_BYTES = 1024 * 1024  # well under the console's 2.5 MB request limit
 MAX_BUFFERED_BYTES = 64 * 1024 * 1024  # per worker, in memory and in its journal
-RATE_LINES = 5000.0  # per worker and second, sustained…
-RATE_BURST = 50_000.0  # …after a burst of this many lines
-COMPACT_AFTER = 4 * 1024 * 1024  # rewrite a journal once this much of it is acknowledged
 _JOURNAL = re.compile(r"^(\d+)-(\d+)\.jsonl$")
-
-
-def _json_size(line: str) -> int:
-    return len(json.dumps(line, ensure_ascii=False).encode()) + 1
-
-
-def _entry(seq: int, src: int, text: str) -> list:
-    """A journal line: [seq, source lines read, text] plus 1 for a cut line's piece."""
-    entry = [seq, src, str(text)]
-    return [*entry, 1] if isinstance(text, ContinuedLine) else entry
-
-
-@dataclass
-class _Stream:
-    pod_id: int
-    attempt: int
-    base: int  # sequence number of lines[0]
-    limit: int  # buffered bytes
-    rate: float = RATE_LINES
-    burst: float = RATE_BURST
-    lines: deque = field(default_factory=deque)  # (text, json size, source count)
-    size: int = 0
-    src: int = 0  # the worker's own output lines read so far (dropped ones included)
-    base_src: int = 0  # source lines read when line `base` was the next one
-    dropped: int = 0
-    dropped_why: str = ""
-    tokens: float | None = None
-    refilled: float = 0.0
-    pending_since: float | None = None  # when the oldest unacknowledged line arrived
-    closed: bool = False
-    journal: Path | None = None
-    _file: object = None
-    _acked_bytes: int = 0
-
-    @property
-    def next_seq(self) -> int:
-        return self.base + len(self.lines)
-
-    def _refill(self, now: float) -> None:
-        if self.tokens is None:
-            self.tokens, self.refilled = self.burst, now
-        self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
-        self.refilled = now
-
-    def add(self, line: str, now: float, source: bool = True) -> None:
-        if source:
-            self.src += 1
-        self._refill(now)
-        self._settle(now)
-        if self.dropped or self.size >= self.limit or self.tokens < 1:
-            if not self.dropped:
-                self.dropped_why = (
-                    "buffer full" if self.size >= self.limit else f"over {self.rate:g} lines/s"
-                )
-            self.dropped += 1
-            return
-        self.tokens -= 1
-        self._push(line, now)
-
-    def _settle(self, now: float) -> None:
-        """Once there is room again, one line stands for everything dropped meanwhile."""
-        if self.dropped and self.size < self.limit // 2 and self.tokens >= 1:
-            self._push(f"[agent] {self.dropped} log lines dropped: {self.dropped_why}", now)
-            self.dropped = 0
-
-    def _push(self, line: str, now: float) -> None:
-        item = (line, _json_size(line), self.src)
-        if self._file is not None:
-            self._write(_entry(self.next_seq, self.src, line))
-        self.lines.append(item)
-        self.size += item[1]
-        if self.pending_since is None:
-            self.pending_since = now
-
-    # --- the journal ---
-
-    def _write(self, entry) -> None:
-        try:
-            self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
-        except (OSError, ValueError) as exc:  # disk full: keep the lines in memory only
-            log.warning("pod %s: log journal write failed (%s); memory only", self.pod_id, exc)
-            self._close_journal()
-
-    def open_journal(self, path: Path) -> None:
-        self.journal = path
-        self._rewrite()
-
-    def _rewrite(self) -> None:
-        """Write the journal afresh: the header, then the unacknowledged lines."""
-        if self.journal is None:
-            return
-        self._close_journal()
-        tmp = self.journal.with_name(self.journal.name + ".tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(json.dumps({"base": self.base, "src": self.base_src}) + "\n")
-                seq = self.base
-                for text, _size, src in self.lines:
-                    f.write(json.dumps(_entry(seq, src, text), ensure_ascii=False) + "\n")
-                    seq += 1
-            os.replace(tmp, self.journal)
-            self._file = open(self.journal, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        except OSError as exc:
-            log.warning("pod %s: cannot write log journal (%s); memory only", self.pod_id, exc)
-        self._acked_bytes = 0
-
-    def _close_journal(self) -> None:
-        if self._file is not None:
-            with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
-
-    def delete_journal(self) -> None:
-        self._close_journal()
-        if self.journal is not None:
-            self.journal.unlink(missing_ok=True)
-            self.journal = None
-
-    # --- acknowledgements ---
-
-    def ack(self, next_seq: int, now: float) -> None:
-        if next_seq < self.base:
-            # The console lacks lines we no longer hold (it lost data): renumber what we
-            # have so it continues without a gap, and say so in the log itself.
-            self.base = next_seq
-            item = ("[agent] earlier log lines were lost", 40, self.base_src)
-            self.lines.appendleft(item)
-            self.size += item[1]
-            self._rewrite()
-            return
-        while self.lines and self.base < next_seq:
-            _text, size, src = self.lines.popleft()
-            self.size -= size
-            self._acked_bytes += size + 16
-            self.base += 1
-            self.base_src = src
-        if self.base < next_seq:  # the console already has more than we sent
-            self.base = next_seq
-        self.pending_since = now if self.lines else None
-        if self._acked_bytes > COMPACT_AFTER:
-            self._rewrite()
-        self._settle(now)
-
-    @property
-    def drained(self) -> bool:
-        return not self.lines and not self.dropped
-
-
-def load_journal(path: Path) -> tuple[int, int, list[tuple[str, int, int]]]:
-    """(base, base_src, [(text, json size, src)…]) from a journal; a torn last line (the
-    agent was killed while writing it) ends the read."""
-    lines: list[tuple[str, int, int]] = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        header = json.loads(f.readline())
-        base, base_src = int(header["base"]), int(header["src"])
-        for raw in f:
-            try:
-                seq, src, text, *flags = json.loads(raw)
-            except ValueError:
-                break
-            if seq != base + len(lines):
-                break
-            if flags and flags[0]:
-                text = ContinuedLine(text)
-            lines.append((text, _json_size(text), int(src)))
-    return base, base_src, lines
 
 
 class LogShipper:
@@ -240,14 +77,17 @@ class LogShipper:
         self.max_request_bytes = max_request_bytes
         self.max_buffered_bytes = max_buffered_bytes
         self._clock = clock
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, LogStream] = {}
         self._cond = threading.Condition()
         self._retry = threading.Event()
+        # Workers whose lines are sent alone, one request each, after a request carrying
+        # them failed as a whole: so only the bad one is retried (and set aside).
+        self._suspects: deque[int] = deque()
 
     # --- producers ---
 
-    def _new_stream(self, pod_id: int, attempt: int, base: int) -> _Stream:
-        return _Stream(
+    def _new_stream(self, pod_id: int, attempt: int, base: int) -> LogStream:
+        return LogStream(
             pod_id,
             attempt,
             base=base,
@@ -313,7 +153,7 @@ class LogShipper:
 
     # --- shipping ---
 
-    def _drop_if_done(self, stream: _Stream) -> None:
+    def _drop_if_done(self, stream: LogStream) -> None:
         if stream.closed and stream.drained:
             self._streams.pop(stream.pod_id, None)
             stream.delete_journal()
@@ -328,12 +168,22 @@ class LogShipper:
                 return True
         return False
 
+    def _solo(self) -> list[LogStream] | None:
+        """The next suspect stream alone, while there are suspects; else None (all)."""
+        while self._suspects:
+            stream = self._streams.get(self._suspects[0])
+            if stream is not None and stream.lines:
+                return [stream]
+            self._suspects.popleft()
+        return None
+
     def take_batch(self) -> LogBatch | None:
         """Every stream's unacknowledged lines, oldest first, within the request limits."""
         with self._cond:
             budget = self.max_request_bytes
             batches = []
-            for s in self._streams.values():
+            solo = self._solo()
+            for s in solo if solo is not None else self._streams.values():
                 lines = []
                 for text, size, _src in s.lines:
                     if len(lines) >= self.max_lines or (size > budget and (lines or batches)):
@@ -355,8 +205,9 @@ class LogShipper:
                     break
             return LogBatch(batches=batches) if batches else None
 
-    def apply_ack(self, ack: LogAck) -> None:
+    def apply_ack(self, ack: LogAck, batch: LogBatch | None = None) -> None:
         now = self._clock()
+        sent = {b.pod_id: len(b.lines) for b in batch.batches} if batch is not None else {}
         with self._cond:
             for pod_id, next_seq in ack.acks.items():
                 stream = self._streams.get(pod_id)
@@ -368,14 +219,71 @@ class LogShipper:
                 if stream is not None:
                     stream.delete_journal()
                     log.warning("console refuses logs of pod %s: %s; dropping them", pod_id, reason)
+            for pod_id, reason in ack.refused.items():
+                stream = self._streams.get(pod_id)
+                if stream is not None:
+                    self._refused(stream, sent.get(pod_id, self.max_lines), reason)
+            if len(sent) == 1 and self._suspects and self._suspects[0] in sent:
+                self._suspects.popleft()  # its turn alone went through
             self._cond.notify_all()
+
+    def _refused(self, stream: LogStream, count: int, reason: str) -> None:
+        """Its oldest `count` lines were refused (or failed) once more; caller holds the lock."""
+        stream.refusals += 1
+        log.warning(
+            "pod %s: the console refused %d log lines (%d/%d): %s",
+            stream.pod_id,
+            count,
+            stream.refusals,
+            limits.REFUSALS_BEFORE_SET_ASIDE,
+            reason,
+        )
+        if stream.refusals < limits.REFUSALS_BEFORE_SET_ASIDE:
+            return
+        if stream.set_asides >= 2:  # even the marker lines are refused: nothing gets through
+            log.error("pod %s: the console refuses every log line; dropping them", stream.pod_id)
+            self._streams.pop(stream.pod_id, None)
+            stream.delete_journal()
+            return
+        times = limits.REFUSALS_BEFORE_SET_ASIDE
+        stream.set_aside(count, f"the console refused them {times} times ({reason[:200]})")
+
+    def _failed(self, batch: LogBatch, exc: Exception) -> None:
+        """The console failed on this request as a whole (not unreachable: it answered)."""
+        with self._cond:
+            pods = [b.pod_id for b in batch.batches]
+            if len(pods) > 1:
+                for pod_id in pods:
+                    if pod_id not in self._suspects:
+                        self._suspects.append(pod_id)
+                log.warning(
+                    "the console failed on the lines of %d workers (%s); sending them one "
+                    "worker at a time",
+                    len(pods),
+                    exc,
+                )
+                return
+            stream = self._streams.get(pods[0])
+            if stream is not None:
+                self._refused(stream, len(batch.batches[0].lines), str(exc))
+                if pods[0] not in self._suspects:
+                    self._suspects.appendleft(pods[0])
 
     def ship_once(self) -> bool:
         """Send one batch if there is anything unacknowledged. Raises what `send` raises."""
         batch = self.take_batch()
         if batch is None:
             return False
-        self.apply_ack(self._send(batch))
+        try:
+            ack = self._send(batch)
+        except ServerFailed as exc:
+            self._failed(batch, exc)
+            raise
+        except ConsoleRefused as exc:
+            if exc.status not in (401, 403):  # a credential problem is no poisoned batch
+                self._failed(batch, exc)
+            raise
+        self.apply_ack(ack, batch)
         return True
 
     def run(self, stop: threading.Event, *, retry_cap: float = 30.0) -> None:

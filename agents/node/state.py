@@ -32,6 +32,9 @@ class LaunchRecord:
     # that adopts the worker keeps reporting them.
     progress_file: str = ""
     checkpoint_dir: str = ""
+    # Why its reports are sent without details (progress, checkpoints, GPU use, error
+    # text): the console refused them limits.REFUSALS_BEFORE_SET_ASIDE times in a row.
+    set_aside: str = ""
 
 
 def _write_private(path: Path, payload: dict) -> None:

@@ -16,6 +16,8 @@ from django.utils import timezone
 from jobs.actions.transitions import TransitionConflict, record_decision, transition
 from jobs.models import Job, Pod, PodDesired
 from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, Actor, JobStatus, PodStatus
+from protocol import limits
+from protocol.text import fit
 
 
 class JobNotActive(Exception):
@@ -35,7 +37,7 @@ def stop_pods(
     job_id = job if isinstance(job, int) else job.pk
     return Pod.objects.filter(job_id=job_id, status__in=list(ACTIVE_POD_STATUSES)).update(
         desired=PodDesired.STOP,
-        stop_reason=reason[: Pod._meta.get_field("stop_reason").max_length],
+        stop_reason=fit(reason, limits.REASON),
         stop_as=stop_as,
         stop_grace_seconds=settings.DEFAULT_STOP_GRACE if grace is None else grace,
         stop_requested_at=now or timezone.now(),

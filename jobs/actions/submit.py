@@ -73,6 +73,11 @@ def create_job(*, user, workspace, quota, spec: JobSpec) -> Job:
     return job
 
 
+def effective_checkpoint_dir(job: Job) -> str:
+    """The job's checkpoint folder within its workspace's area (what the agent uses)."""
+    return job.checkpoint_dir or f"job-{job.pk}"
+
+
 def resubmit_job(job: Job, *, user) -> Job:
     """ "Restart" of a finished job: a new job with the same parameters (DESIGN §4). (A new
     attempt of the same job, by fault tolerance, is `actions.restarts.start_new_attempt`.)"""
@@ -97,7 +102,9 @@ def resubmit_job(job: Job, *, user) -> Job:
             cloned_from=job,
             fault_tolerance=job.fault_tolerance,
             ft_config=job.ft_config,
-            checkpoint_dir=job.checkpoint_dir,
+            # The same folder of the same workspace's area: the restart can resume from the
+            # original's checkpoints (its default folder is job-<original id>).
+            checkpoint_dir=effective_checkpoint_dir(job),
         )
         new_job.refresh_from_db()
         record_decision(job, f"restarted as job #{new_job.pk}", actor=Actor.USER, user=user)

@@ -26,6 +26,8 @@ from jobs.faulttolerance.hang import deadline_after
 from jobs.faulttolerance.policy import config_of
 from jobs.models import Job, Pod, PodDesired, RestartRecord, WorkerGpuSample
 from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
+from protocol import limits
+from protocol.text import fit, fit_tail, last_line
 
 
 def apply_worker_state(
@@ -63,8 +65,8 @@ def apply_worker_state(
             changed = Pod.objects.filter(pk=pod.pk, status__in=list(ACTIVE_POD_STATUSES)).update(
                 status=final,
                 exit_code=exit_code,
-                error_message=error[-4000:],
-                status_reason=reason or (error.strip().splitlines() or [""])[-1][:300],
+                error_message=fit_tail(error, limits.ERROR_STORED),
+                status_reason=reason or last_line(error),
                 container_id=container_id or pod.container_id,
                 finished_at=now,
                 last_report_at=now,
@@ -109,7 +111,7 @@ def reconcile_job(job_id: int, *, now: datetime | None = None) -> list[JobChange
             p.rank,
             PodStatus(p.status),
             p.exit_code,
-            p.status_reason or (p.error_message.strip().splitlines() or [""])[-1][:300],
+            p.status_reason or last_line(p.error_message),
         )
         for p in pods
     ]
@@ -175,6 +177,15 @@ def note_reports(pod_ids: Iterable[int], now: datetime) -> None:
     pod_ids = list(pod_ids)
     if pod_ids:
         Pod.objects.filter(pk__in=pod_ids).update(last_report_at=now)
+
+
+def note_refusal(pod: Pod, reason: str, now: datetime) -> None:
+    """The console refused (or repaired) something an agent sent about this worker: keep
+    the newest reason on the pod, written only when it changes."""
+    reason = fit(reason, limits.REASON)
+    if pod.report_refused != reason:
+        Pod.objects.filter(pk=pod.pk).update(report_refused=reason, report_refused_at=now)
+        pod.report_refused, pod.report_refused_at = reason, now
 
 
 def record_gpu_samples(samples: Iterable[tuple[int, dict]], at: datetime) -> None:

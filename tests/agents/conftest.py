@@ -16,10 +16,12 @@ from tests.agents.agentproc import agents  # noqa: F401 - the fixture, for every
 API = "/api/v1/agent/"
 
 
-def post(client, endpoint: str, body, token: str | None = None):
+def post(client, endpoint: str, body, token: str | None = None, **extra):
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     data = body if isinstance(body, str | bytes) else json.dumps(body)
-    return client.post(API + endpoint, data=data, content_type="application/json", headers=headers)
+    return client.post(
+        API + endpoint, data=data, content_type="application/json", headers=headers, **extra
+    )
 
 
 def gpu(index: int, **extra) -> dict:

@@ -88,7 +88,8 @@ def test_ten_sigkills_in_a_row_keep_one_container_and_every_line_once(
             agent.wait()
             agent = agents(name, bootstrap=None, runtime="docker", extra=extra)
         wait_for(lambda: "adopted 1 workers" in agent.output(), "the last adoption")
-        (tmp_path / name / "checkpoints" / f"job-{job.pk}" / "stop").touch()
+        area = tmp_path / name / "checkpoints" / f"ws-{workspace.pk}"
+        (area / f"job-{job.pk}" / "stop").touch()
         wait_for(lambda: pod_status(pod) == PodStatus.SUCCEEDED, "the worker to finish", 60)
         lines = settled_lines(pod)
         assert lines == expected_lines(lines, []), agent.output()
@@ -207,7 +208,8 @@ def test_a_console_outage_longer_than_a_heartbeat_window_loses_no_line(
     preamble = [lines[0]]  # the process runtime's note about the ignored image
     assert lines == expected_lines(lines, preamble)
     assert int(lines[-1].rsplit(" ", 1)[1]) > stored_before + 20  # lines written in the outage
-    assert Node.objects.get(pk=node.pk).state == NodeState.READY
+    # Ready again once a heartbeat has been applied (the last step of applying one).
+    wait_for(lambda: Node.objects.get(pk=node.pk).state == NodeState.READY, "the node Ready")
     wait_for(lambda: not journal.exists(), "the journal to be dropped once acknowledged")
     assert agent.terminate() == 0, agent.output()
     proxy.down()

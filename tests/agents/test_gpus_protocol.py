@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from agents.node.gpus import GpuSpecError, fake_gpus, gpu_type_from_name, parse_fake_spec
 from protocol.agent import (
+    MAX_ERROR_TAIL,
     GpuReport,
     Heartbeat,
     HeartbeatReply,
@@ -71,8 +72,9 @@ def test_agent_input_is_strict():
                 ],
             }
         )
-    with pytest.raises(ValidationError):
-        WorkerReport(pod_id=1, attempt=1, state="exited", error="x" * 9000)
+    # Text is repaired, never refused: cut to its limit (the end of an error tail is kept).
+    report = WorkerReport(pod_id=1, attempt=1, state="exited", error="x" * 9000 + "why\x00")
+    assert len(report.error) == MAX_ERROR_TAIL and report.error.endswith("why\u2400")
     with pytest.raises(ValidationError):
         NodeFacts(gpus=[GpuReport(index=i) for i in range(65)])
     many = [

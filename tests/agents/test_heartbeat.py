@@ -64,15 +64,23 @@ def test_auth_is_checked_before_the_body(client):
     assert response.status_code == 401
 
 
-def test_invalid_heartbeat_is_400_with_the_field(client):
+def test_an_invalid_worker_report_is_refused_alone_with_the_field(client):
     _, token = register(client)
     bad = {"pod_id": 1, "attempt": 1, "state": "zombie"}
     response = heartbeat(client, token, workers=[bad])
-    assert response.status_code == 400
-    assert response.json()["error"]["field"] == "workers.0.state"
+    assert response.status_code == 200
+    assert response.json()["refused"] == {"1": "state: Input should be 'running' or 'exited'"}
     response = heartbeat(client, token, workers=[{**bad, "state": "running", "exit_code": 1}])
+    assert response.status_code == 200
+    assert "running worker has no exit code" in response.json()["refused"]["1"]
+
+
+def test_invalid_facts_refuse_the_heartbeat_with_the_field(client):
+    _, token = register(client)
+    response = heartbeat(client, token, cpus=-1)
     assert response.status_code == 400
-    assert "running worker has no exit code" in response.json()["error"]["message"]
+    assert response.json()["error"]["field"] == "facts"
+    assert "cpus" in response.json()["error"]["message"]
 
 
 def test_get_is_405(client):
@@ -113,11 +121,20 @@ def test_gpus_are_upserted_and_a_vanished_gpu_is_marked_unhealthy(client):
     assert GpuDevice.objects.filter(node=node).count() == 8  # kept for the record
 
 
-def test_duplicate_gpu_indices_are_rejected(client):
-    _, token = register(client)
-    response = heartbeat(client, token, gpus=[gpu(0), gpu(0)])
-    assert response.status_code == 400
-    assert "unique" in response.json()["error"]["message"]
+def test_a_duplicate_or_invalid_gpu_is_refused_alone_and_marked_unhealthy(client):
+    node, token = register(client)
+    response = heartbeat(client, token, gpus=[gpu(0), gpu(0), gpu(1, utilization=101), gpu(2)])
+    assert response.status_code == 200
+    devices = {d.index: d for d in GpuDevice.objects.filter(node=node)}
+    assert devices[2].healthy  # the good report counts
+    # Two reports of one device contradict each other, and one cannot be read: the
+    # scheduler must not place work on either until a clean report comes.
+    assert (devices[0].healthy, devices[0].health_reason) == (
+        False,
+        "report refused: GPU 0 is reported twice",
+    )
+    assert not devices[1].healthy
+    assert devices[1].health_reason.startswith("report refused: gpus.2: utilization")
 
 
 # --- worker reports ---
@@ -272,12 +289,15 @@ def test_reply_lists_pods_to_run_and_to_stop(client, job_factory):
         "log_next_seq": 7,
         "resume_from": "",
         "checkpoint_subdir": "",
+        "workspace_id": job.workspace_id,
     }
     assert reply["stop"] == [
         {"pod_id": stopping.pk, "attempt": 1, "grace_seconds": 45.0, "reason": "stopped by alice"}
     ]
     assert finished.pk not in run and elsewhere.pk not in run
     assert reply["heartbeat_interval"] == 5.0
+    assert reply["refused"] == {}
+    assert 0 < reply["lease_seconds"] < 300 and reply["fence_grace"] > 0
 
 
 def test_a_failed_worker_gets_its_gang_stopped_in_the_same_reply(client, job_factory):
@@ -357,4 +377,5 @@ def test_gpu_samples_are_stored_for_the_nodes_current_workers_only(
     assert response.status_code == 200
     assert [(s.pod_id, s.utilization) for s in WorkerGpuSample.objects.all()] == [(mine.pk, 93)]
     bad = heartbeat(client, token, [{**running(mine), "gpu": {**usage, "utilization": 101}}])
-    assert bad.status_code == 400
+    assert bad.status_code == 200  # the sample alone is dropped, with the reason
+    assert bad.json()["refused"][str(mine.pk)].startswith("gpu dropped: utilization")

@@ -1,5 +1,7 @@
 """POST /api/v1/agent/logs/: each sequence stored once, gaps refused, foreign pods rejected."""
 
+import json
+
 import pytest
 
 from jobs.models import LogChunk, Pod
@@ -39,7 +41,7 @@ def test_lines_are_stored_and_acknowledged(client, setup):
     _, token, pod = setup
     response = send(client, token, pod, 0, lines(0, 5))
     assert response.status_code == 200
-    assert response.json() == {"acks": {str(pod.pk): 5}, "rejected": {}}
+    assert response.json() == {"acks": {str(pod.pk): 5}, "rejected": {}, "refused": {}}
     (chunk,) = LogChunk.objects.filter(pod=pod)
     assert (chunk.seq_start, chunk.seq_end, chunk.attempt) == (0, 4, 1)
     assert chunk.text == "line 0\nline 1\nline 2\nline 3\nline 4\n"
@@ -126,6 +128,7 @@ def test_foreign_unknown_and_stale_pods_are_rejected(client, setup, job_factory)
             "99999": "unknown pod",
             str(pod.pk): "stale attempt 2; the pod is attempt 1",
         },
+        "refused": {},
     }
     assert not LogChunk.objects.exists()
 
@@ -141,25 +144,49 @@ def test_auth_is_required(client, setup):
 
 
 @pytest.mark.parametrize(
-    ("batch", "field"),
+    ("batch", "reason"),
     [
-        ({"first_seq": -1, "lines": ["x"]}, "batches.0.first_seq"),
-        ({"first_seq": 0, "lines": []}, "batches.0.lines"),
-        ({"first_seq": 0, "lines": ["a\nb"]}, "batches.0"),
-        ({"first_seq": 0, "lines": ["x" * 40000]}, "batches.0.lines.0"),
-        ({"first_seq": 0, "lines": ["x"] * 1001}, "batches.0.lines"),
-        ({"first_seq": 0, "lines": ["x", "y"], "continued": [2]}, "batches.0"),
-        ({"first_seq": 0, "lines": ["x", "y"], "continued": [1, 0]}, "batches.0"),
+        ({"first_seq": -1, "lines": ["x"]}, "first_seq: Input should be greater than"),
+        ({"first_seq": 0, "lines": []}, "lines: List should have at least 1 item"),
+        ({"first_seq": 0, "lines": ["x"] * 1001}, "lines: List should have at most 1000"),
+        ({"first_seq": 0, "lines": [7]}, "lines.0: Input should be a valid string"),
+        ({"first_seq": 0, "lines": ["x", "y"], "continued": [2]}, "continued must be increasing"),
+        ({"first_seq": 0, "lines": ["x", "y"], "continued": [1, 0]}, "must be increasing"),
     ],
 )
-def test_invalid_batches_are_400(client, setup, batch, field):
+def test_an_invalid_stream_is_refused_alone_and_noted_on_its_pod(client, setup, batch, reason):
     _, token, pod = setup
-    response = post(
-        client, "logs/", {"batches": [{"pod_id": pod.pk, "attempt": 1, **batch}]}, token
+    good = {"pod_id": pod.pk, "attempt": 1, "first_seq": 0, "lines": ["kept"]}
+    other = Pod.objects.create(
+        job=pod.job, attempt=1, rank=1, node=pod.node, charged_quota=pod.charged_quota
     )
-    assert response.status_code == 400
-    assert response.json()["error"]["field"] == field
-    assert not LogChunk.objects.exists()
+    response = post(
+        client, "logs/", {"batches": [{**good, "pod_id": other.pk, **batch}, good]}, token
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert body["acks"] == {str(pod.pk): 1}
+    assert body["refused"][str(other.pk)].startswith(reason)
+    assert [c.pod_id for c in LogChunk.objects.all()] == [pod.pk]
+    other.refresh_from_db()
+    assert other.report_refused.startswith(f"log lines refused: {reason}")
+
+
+def test_text_is_repaired_not_refused(client, setup):
+    _, token, pod = setup
+    lines = ["a\x00b", "x" * 40000, "one\ntwo", "\ud800"]
+    # json.dumps writes the lone surrogate as the escape "\\ud800", as a hostile agent would.
+    body = json.dumps(
+        {"batches": [{"pod_id": pod.pk, "attempt": 1, "first_seq": 0, "lines": lines}]}
+    )
+    assert "\\ud800" in body
+    response = post(client, "logs/", body, token)
+    assert response.status_code == 200, response.content
+    (chunk,) = LogChunk.objects.all()
+    stored = chunk.text.split("\n")[:-1]
+    assert stored[0] == "a\u2400b"
+    assert len(stored[1]) == 32 * 1024 and stored[1].endswith("…")
+    assert stored[2:] == ["one\u2424two", "\ufffd"]
 
 
 def test_a_body_over_the_upload_limit_is_413(client, setup, settings):

@@ -209,10 +209,10 @@ def test_a_restarted_shipper_resends_journaled_lines_in_order_once(env, tmp_path
 
 
 def test_the_journal_is_compacted_once_acknowledged(env, tmp_path, monkeypatch):
-    from agents.node import logship
+    from agents.node import logstream
 
     _shipper, console, clock, pod = env
-    monkeypatch.setattr(logship, "COMPACT_AFTER", 200)
+    monkeypatch.setattr(logstream, "COMPACT_AFTER", 200)
     shipper = LogShipper(console.send, journal_dir=tmp_path / "logs", clock=clock)
     shipper.open(pod.pk, 1, 0)
     for i in range(50):

@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from accounts.tokens import digest_of
 from agents.actions import issue_bootstrap_token
-from agents.models import BootstrapToken
+from agents.models import BootstrapToken, RegistrationOutcome, RegistrationRecord
+from cluster.actions import revoke_node_tokens
 from cluster.models import GpuDevice, Node, NodeState
 from tests.agents.conftest import facts, heartbeat, post, run_together
 
@@ -173,17 +174,49 @@ def test_register_needs_no_csrf_token():
     assert post(strict, "register/", body(), plain).status_code == 200
 
 
-def test_re_registering_a_name_replaces_its_token(client):
-    _, first = issue_bootstrap_token(None, "a")
+def test_a_registered_name_is_not_taken_over_until_an_admin_allows_it(client, admin_user):
+    _, first = issue_bootstrap_token(None, "a", single_use=False)
     old = post(client, "register/", body("n1"), first).json()
     Node.objects.filter(name="n1").update(state=NodeState.LOST)
+
+    # Whoever holds a bootstrap token (here the same reusable one) cannot take the name.
+    refused = post(client, "register/", body("n1", gpus=4), first, REMOTE_ADDR="10.9.9.9")
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "name_taken"
+    node = Node.objects.get(name="n1")
+    assert (node.state, node.gpus) == (NodeState.LOST, 8)
+    assert heartbeat(client, old["node_token"]).status_code == 200  # the real agent still is
+    attempt = RegistrationRecord.objects.get(outcome=RegistrationOutcome.REFUSED)
+    assert (attempt.name, attempt.node, attempt.remote_addr) == ("n1", node, "10.9.9.9")
+
+    # An operator allows it (admin action, recorded); the next registration takes the name.
+    admin = Client()
+    admin.force_login(admin_user)
+    response = admin.post(
+        "/admin/cluster/node/",
+        {"action": "allow_reregistration", "_selected_action": [node.pk]},
+    )
+    assert response.status_code == 302
+    allowed = RegistrationRecord.objects.get(outcome=RegistrationOutcome.ALLOWED)
+    assert (allowed.node, allowed.user) == (node, admin_user)
     _, second = issue_bootstrap_token(None, "b")
     new = post(client, "register/", body("n1", gpus=4), second).json()
     assert new["node_id"] == old["node_id"]
-    node = Node.objects.get(name="n1")
-    assert (node.state, node.gpus) == (NodeState.READY, 4)
+    node.refresh_from_db()
+    assert (node.state, node.gpus, node.reregistration_allowed_at) == (NodeState.READY, 4, None)
     assert heartbeat(client, old["node_token"], gpus=4).status_code == 401
     assert heartbeat(client, new["node_token"], gpus=4).status_code == 200
+    # The consent was for one registration only.
+    assert post(client, "register/", body("n1"), first).status_code == 409
+    outcomes = list(RegistrationRecord.objects.order_by("id").values_list("outcome", flat=True))
+    assert outcomes == ["registered", "refused", "allowed", "re-registered", "refused"]
+
+
+def test_a_revoked_node_token_lets_its_name_register_again(client):
+    _, token = issue_bootstrap_token(None, "a", single_use=False)
+    post(client, "register/", body("n1"), token)
+    revoke_node_tokens(Node.objects.filter(name="n1"), timezone.now())
+    assert post(client, "register/", body("n1"), token).status_code == 200
 
 
 @pytest.mark.django_db(transaction=True)

@@ -67,6 +67,7 @@ def test_the_config_requests_exactly_the_assigned_gpus_with_limits_and_labels(tm
         "rank": "1",
         "gpus": "3,5",
         "gpu-uuids": "GPU-3,GPU-5",
+        "workspace": "0",
     }
     assert [(m["Source"], m["Target"], m["Type"]) for m in config["mounts"]] == [
         (str(folder), "/checkpoints", "bind")

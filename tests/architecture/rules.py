@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": set(),
     "agents.sdk": set(),
     "agents.node": {"protocol"},
-    "accounts": set(),
+    "accounts": {"protocol"},
     "quotas": {"protocol"},
     "cluster": {"quotas", "protocol"},
     "jobs": {"cluster", "quotas", "accounts", "protocol"},

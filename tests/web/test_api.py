@@ -189,6 +189,8 @@ def test_job_json_with_pods(api, job, node):
             "status_reason": "",
             "exit_code": None,
             "progress": None,
+            "report_refused": "",
+            "report_refused_at": None,
         }
     ]
 

@@ -62,6 +62,7 @@ class LaunchSpec:
     cpus: int = 0
     memory_gb: int = 0
     node: str = ""  # the node's name (container labels)
+    workspace_id: int = 0  # whose checkpoint area the worker's folder is in (0: the root)
 
     @classmethod
     def from_worker_spec(cls, spec: WorkerSpec, node: str = "") -> "LaunchSpec":
@@ -79,6 +80,7 @@ class LaunchSpec:
             gpu_uuids=tuple(spec.gpu_uuids),
             cpus=spec.cpus,
             memory_gb=spec.memory_gb,
+            workspace_id=spec.workspace_id,
         )
 
     @property

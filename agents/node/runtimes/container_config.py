@@ -1,9 +1,10 @@
 """The container configuration the docker runtime creates, built from an allowlist (pure).
 
 Never privileged, no host namespaces, no extra devices or capabilities, no Docker socket;
-the only bind mount is the job's checkpoint folder under the operator-configured root
-(symlinks resolved first). `check_config` checks a configuration again right before it is
-used.
+the bind mounts are the job's checkpoint folder (inside its workspace's area of the
+operator-configured root, symlinks resolved first) and, read-only, the agent's fence folder
+(the fence wrapper and the node's lease, agents.node.fence), whose wrapper runs the command.
+`check_config` checks a configuration again right before it is used.
 
 GPUs are attached by UUID, in one of two styles (agents.node.gpurequest picks by what the
 host has):
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from docker.types import DeviceRequest, Mount
 
+from agents.node.fence import LEASE_NAME, MOUNT, WRAPPER_NAME
 from agents.node.runtimes.base import (
     CHECKPOINT_ENV,
     PROGRESS_ENV,
@@ -79,6 +81,7 @@ class DockerOptions:
     checkpoint_root: Path | None = None  # operator-configured; None: no checkpoint volume
     gpus: str = "nvidia"  # how GPUs are attached: GPU_REQUEST_STYLES
     cdi_names: str = "uuid"  # how the host's CDI spec names GPUs: "uuid" or "index"
+    fence_dir: Path | None = None  # the fence wrapper and lease (None: no fence)
 
     def __post_init__(self) -> None:
         if self.gpus not in GPU_REQUEST_STYLES or self.cdi_names not in ("uuid", "index"):
@@ -143,10 +146,15 @@ def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | 
         f"{LABEL}.rank": str(spec.rank),
         f"{LABEL}.gpus": ",".join(str(i) for i in spec.gpu_indices),
         f"{LABEL}.gpu-uuids": ",".join(spec.gpu_uuids),
+        f"{LABEL}.workspace": str(spec.workspace_id),
     }
+    command = ["/bin/sh", "-c", spec.command]
+    if opts.fence_dir is not None:  # the wrapper stops the worker when the lease runs out
+        fence = [f"{MOUNT}/{WRAPPER_NAME}", "--container", f"{MOUNT}/{LEASE_NAME}", "-", "--"]
+        command = [*fence, *command]
     config: dict = {
         "image": spec.image,
-        "command": ["/bin/sh", "-c", spec.command],
+        "command": command,
         "name": container_name(opts.node, spec.pod_id, spec.attempt),
         "labels": labels,
         "environment": env,
@@ -161,16 +169,25 @@ def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | 
     if spec.memory_gb:
         config["mem_limit"] = f"{spec.memory_gb}g"
         config["shm_size"] = f"{max(1, spec.memory_gb // 2)}g"  # data loaders share via /dev/shm
+    mounts = []
+    if opts.fence_dir is not None:
+        mounts.append(
+            Mount(MOUNT, str(Path(opts.fence_dir).resolve()), type="bind", read_only=True)
+        )
     if checkpoints is not None:
-        config["mounts"] = [Mount(CHECKPOINT_MOUNT, str(checkpoints), type="bind")]
+        mounts.append(Mount(CHECKPOINT_MOUNT, str(checkpoints), type="bind"))
         for name, host in host_paths.items():
             inside = _container_path(host, checkpoints)
             if inside is not None:
                 env[name] = inside
+    if mounts:
+        config["mounts"] = mounts
     return config
 
 
-def check_config(config: Mapping, checkpoint_root: Path | None) -> None:
+def check_config(
+    config: Mapping, checkpoint_root: Path | None, fence_dir: Path | None = None
+) -> None:
     """Refuse anything outside the allowlist; raises UnsafeConfig."""
     extra = set(config) - ALLOWED_KEYS
     if extra:
@@ -180,7 +197,18 @@ def check_config(config: Mapping, checkpoint_root: Path | None) -> None:
     if set(config.get("security_opt", [])) - {"no-new-privileges"}:
         raise UnsafeConfig("only the no-new-privileges security option is allowed")
     check_devices(config.get("device_requests") or [], config.get("environment") or {})
-    mounts = config.get("mounts", [])
+    mounts = list(config.get("mounts", []))
+    fence = [m for m in mounts if m.get("Target") == MOUNT]
+    for mount in fence:
+        source = Path(mount.get("Source", "")).resolve()
+        if (
+            fence_dir is None
+            or source != Path(fence_dir).resolve()
+            or mount.get("Type") != "bind"
+            or not mount.get("ReadOnly")
+        ):
+            raise UnsafeConfig(f"only the agent's fence folder, read-only, may be at {MOUNT}")
+    mounts = [m for m in mounts if m.get("Target") != MOUNT]
     if mounts and checkpoint_root is None:
         raise UnsafeConfig("no checkpoint root is configured: nothing may be mounted")
     for mount in mounts:

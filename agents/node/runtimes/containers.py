@@ -140,9 +140,13 @@ class DockerRuntime(WorkerTable):
             checkpoints = None
             host_folder = spec.env.get(CHECKPOINT_ENV)
             if self.opts.checkpoint_root is not None and host_folder:
-                checkpoints = checkpoint_folder(self.opts.checkpoint_root, Path(host_folder))
+                # Only the job's own folder, inside its workspace's area, is mounted.
+                area = Path(self.opts.checkpoint_root)
+                if spec.workspace_id:
+                    area = area / f"ws-{spec.workspace_id}"
+                checkpoints = checkpoint_folder(area, Path(host_folder))
             config = container_config(spec, self.opts, checkpoints)
-            check_config(config, self.opts.checkpoint_root)
+            check_config(config, self.opts.checkpoint_root, self.opts.fence_dir)
             self._ensure_image(worker, spec.image)
             with worker.lock:  # a stop that came during the pull: never start it
                 if worker.stopping:

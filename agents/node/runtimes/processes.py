@@ -1,11 +1,12 @@
 """The process runtime: workers are local processes (embedded default and tests).
 
-Each worker is `/bin/sh -c <command>` under a small wrapper (procwrap.py) in its own session,
-so its process group can be signalled as a whole. Its output goes to a file in its
-work dir, and the wrapper writes the exit code next to it: like a container, a worker keeps
-running when the agent dies, and a restarted agent adopts it (found by the marker in its
-environment), reads its output again from the start skipping what was shipped, and learns
-its exit code from the file.
+Each worker is `/bin/sh -c <command>` under the fence wrapper (agents.node.fence: a small
+static C program) in its own session, so its process group can be signalled as a whole, and
+the wrapper stops it when the node's lease with the console runs out. Its output goes to a
+file in its work dir, and the wrapper writes the exit code next to it: like a container, a
+worker keeps running when the agent dies, and a restarted agent adopts it (found by the
+marker in its environment), reads its output again from the start skipping what was
+shipped, and learns its exit code from the file.
 
 Like a container, a worker is over when its main process exits: the wrapper then kills what
 is left of the process group. For its own children the agent also does so before reaping
@@ -23,12 +24,12 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.node import fence
 from agents.node.lines import MAX_LINE_BYTES, LineSplitter, split_chunks
 from agents.node.runtimes.base import (
     WORKER_MARKER,
@@ -50,7 +51,7 @@ POLL = 0.05  # how often a worker's output file is checked for new bytes
 HOME_MARKER = "GPU_WORKER_HOME"  # which agent's work root a worker belongs to
 OUTPUT = "output.log"
 EXIT_FILE = "exit_code"
-WRAPPER = str(Path(__file__).with_name("procwrap.py"))
+FENCED = "stopped by its fence: the node's lease with the console ran out"
 _WORKDIR = re.compile(r"^pod-(\d+)-(\d+)$")
 # Agent variables (its bootstrap token among them) never leak into workers.
 _PRIVATE_ENV_PREFIXES = ("GPU_AGENT_",)
@@ -87,11 +88,13 @@ class _Process(Worker):
             os.killpg(self.pid, sig)
 
 
-def _read_exit_code(workdir: Path) -> int | None:
+def _read_exit_code(workdir: Path) -> tuple[int | None, bool]:
+    """The exit code the wrapper wrote, and whether its fence stopped the worker."""
     try:
-        return int((workdir / EXIT_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
+        words = (workdir / EXIT_FILE).read_text().split()
+        return int(words[0]), words[1:] == ["fenced"]
+    except (OSError, ValueError, IndexError):
+        return None, False
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -113,10 +116,18 @@ class ProcessRuntime(WorkerTable):
         on_exit: ExitSink,
         *,
         base_env: Mapping[str, str] | None = None,
+        fence_dir: Path | None = None,
     ) -> None:
         super().__init__(on_line, on_exit)
         self.work_root = Path(work_root)
         self.home = str(self.work_root.resolve())
+        # The wrapper and the lease it reads (agents.node.fence); no lease file: no fence.
+        folder = Path(fence_dir) if fence_dir is not None else self.work_root.parent / "fence"
+        try:
+            self.wrapper = str(fence.install(folder))
+        except (fence.FenceUnavailable, OSError) as exc:
+            raise LaunchError(f"no worker fence wrapper: {exc}") from exc
+        self.lease = str(fence.Lease(folder).path)
         source = os.environ if base_env is None else base_env
         self._base_env = {
             k: v for k, v in source.items() if not k.startswith(_PRIVATE_ENV_PREFIXES)
@@ -134,7 +145,7 @@ class ProcessRuntime(WorkerTable):
             (workdir / EXIT_FILE).unlink(missing_ok=True)
             out = os.open(workdir / OUTPUT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                wrapper = [sys.executable, "-I", WRAPPER, str(workdir / EXIT_FILE), "--"]
+                wrapper = [self.wrapper, self.lease, str(workdir / EXIT_FILE), "--"]
                 proc = subprocess.Popen(
                     [*wrapper, "/bin/sh", "-c", spec.command],
                     stdin=subprocess.DEVNULL,
@@ -212,7 +223,7 @@ class ProcessRuntime(WorkerTable):
         returncode = worker.proc.wait() if worker.proc is not None else None
         worker.output_end.set()
         reader.join(READER_JOIN_TIMEOUT)
-        code = _read_exit_code(worker.workdir)
+        code, fenced = _read_exit_code(worker.workdir)
         if code is None and returncode is not None:
             code = normalize_exit_code(returncode)
         elif code is None and worker.killed:
@@ -220,6 +231,8 @@ class ProcessRuntime(WorkerTable):
         error = ""
         if code is None:
             error = "the worker ended without an exit status (killed?)"
+        elif fenced:
+            error = f"{worker.lines.error_tail()}\n{FENCED}".lstrip()
         elif code != 0:
             error = worker.lines.error_tail()
         self._finish(worker, code, error)
@@ -255,7 +268,7 @@ class ProcessRuntime(WorkerTable):
             except OSError:
                 continue
             stat = _proc_stat(pid)
-            if home not in environ or WRAPPER.encode() not in cmdline or stat is None:
+            if home not in environ or self.wrapper.encode() not in cmdline or stat is None:
                 continue
             if stat[0] == "Z" or int(stat[3]) != pid:  # dead, or not the session leader
                 continue

@@ -1,0 +1,62 @@
+"""One set of limits for every boundary (DESIGN §7): the job form, the researcher API, the
+agent protocol's schemas and the database columns all read these constants, so a value that
+passes one boundary fits every other one. Django-free: the agent imports it on GPU nodes.
+
+Lengths are in characters (Python `len`), as PostgreSQL's varchar(n) counts them.
+"""
+
+import re
+
+# --- a job, as submitted (jobs.forms.JobForm, the API, Job columns, protocol.WorkerSpec) ---
+JOB_NAME = 200
+IMAGE = 500
+COMMAND = 20_000
+ENV_VARS = 200  # variables per job
+ENV_NAME = 255  # characters of a variable name
+ENV_VALUE = 32 * 1024  # characters of a variable value
+# A POSIX-portable variable name; the agent refuses any other (protocol.agent.EnvName).
+ENV_NAME_PATTERN = rf"^[A-Za-z_][A-Za-z0-9_]{{0,{ENV_NAME - 1}}}$"
+ENV_NAME_RE = re.compile(ENV_NAME_PATTERN)
+
+# A checkpoint folder: plain path segments relative to the job's workspace area.
+CHECKPOINT_DIR = 500
+CHECKPOINT_SEGMENT = 100
+CHECKPOINT_DEPTH = 8
+CHECKPOINT_DIR_PATTERN = (
+    rf"^$|^[A-Za-z0-9_.-]{{1,{CHECKPOINT_SEGMENT}}}"
+    rf"(/[A-Za-z0-9_.-]{{1,{CHECKPOINT_SEGMENT}}}){{0,{CHECKPOINT_DEPTH - 1}}}$"
+)
+PATH = 1000  # a checkpoint path on a node (Checkpoint.path, Job.resume_from)
+
+# --- what the console and agents write about workers -------------------------------------
+REASON = 300  # Pod.status_reason, Pod.stop_reason, Job.stop_reason, refusal reasons
+ERROR_TAIL = 8000  # the log tail an agent sends with an exit (WorkerReport.error)
+ERROR_STORED = 4000  # the part of it the console keeps (Pod.error_message)
+CONTAINER_ID = 100
+PHASE = 100  # a progress phase (ProgressReport.phase, Pod.progress_phase)
+NODE_NAME = 200
+GPU_TEXT = 100  # a GPU's uuid and name
+GPU_REASON = 200  # GpuDevice.health_reason
+RULE = 100  # RestartRecord.rule
+
+# --- log lines ---------------------------------------------------------------------------
+# The longest log line the console stores; the agent splits longer output at 16 KiB of bytes,
+# which decodes to at most 16 KiB of characters plus a few carried-over bytes.
+LOG_LINE = 32 * 1024
+LINES_PER_BATCH = 1000
+LINES_PER_REQUEST = 10_000
+STREAMS_PER_REQUEST = 256
+
+# --- batches an agent sends ----------------------------------------------------------------
+GPUS = 64
+WORKERS = 1024
+CHECKPOINTS_REPORTED = 8
+METRICS = 32
+
+# --- JSON bodies ---------------------------------------------------------------------------
+# Deeper nesting than any real request needs; deeper bodies are refused before they can
+# exhaust the parser's recursion (protocol.text.load_json).
+JSON_DEPTH = 32
+
+# How often the agent retries one item the console refuses before setting it aside.
+REFUSALS_BEFORE_SET_ASIDE = 3
