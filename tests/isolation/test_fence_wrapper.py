@@ -189,7 +189,7 @@ def test_a_container_is_fenced_by_its_own_wrapper(docker_url, fence_dir, tmp_pat
     rec = Recorder()
     (tmp_path / "ckpt").mkdir()
     opts = DockerOptions(
-        node=node, checkpoint_root=tmp_path / "ckpt", gpus=False, fence_dir=fence_dir
+        node=node, checkpoint_root=tmp_path / "ckpt", gpus="off", fence_dir=fence_dir
     )
     runtime = DockerRuntime(opts, rec.on_line, rec.on_exit, base_url=docker_url)
     client = docker.DockerClient(base_url=docker_url)

@@ -27,6 +27,7 @@ from django.core.servers.basehttp import (
     WSGIRequestHandler,
     get_internal_wsgi_application,
 )
+from django.utils import timezone
 
 from console.demo import protect_data_files
 
@@ -125,12 +126,19 @@ class Command(BaseCommand):
             self.stdout.write("Stopped.")
 
     def _start_agent(self, url: str, options) -> subprocess.Popen:
-        from agents.actions import issue_bootstrap_token
+        from agents.actions import allow_reregistration, issue_bootstrap_token
+        from cluster.models import Node
 
         state_dir = Path(settings.VAR_DIR) / "agent" / options["node_name"]
         state_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         if needs_registration(state_dir, url, options["node_name"]):
+            # The embedded console's operator is also its node's operator: starting it on
+            # another address is the deliberate re-registration a taken name requires
+            # (recorded under Registrations like any other consent).
+            allow_reregistration(
+                Node.objects.filter(name=options["node_name"]), None, timezone.now()
+            )
             _, plain = issue_bootstrap_token(None, f"embedded agent {options['node_name']}")
             env["GPU_AGENT_BOOTSTRAP_TOKEN"] = plain
         command = [
