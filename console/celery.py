@@ -21,5 +21,6 @@ def _periodic_triggers(sender: Celery, **kwargs) -> None:
         ("jobs.schedule_tick", settings.SCHEDULER_INTERVAL),
         ("jobs.job_monitor_tick", settings.MONITOR_INTERVAL),
         ("agents.node_monitor_tick", settings.MONITOR_INTERVAL),
+        ("notifications.deliver_due", settings.NOTIFY_INTERVAL),
     ):
         sender.add_periodic_task(every, sender.signature(task), name=task, expires=every)

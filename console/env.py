@@ -42,3 +42,12 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate limit written COUNT/SECONDS ("600/60"), checked here so a typo fails at start."""
+    raw = os.environ.get(name, default).strip()
+    count, _, period = raw.partition("/")
+    if not (count.isdigit() and period.isdigit() and int(count) >= 1 and int(period) >= 1):
+        raise ImproperlyConfigured(f"{name} must be COUNT/SECONDS such as 600/60, got {raw!r}")
+    return raw

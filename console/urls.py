@@ -4,7 +4,7 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("agents.urls")),
-    path("api/v1/", include("jobs.api_urls")),
+    path("api/v1/", include("api.urls")),
     path("jobs/", include("jobs.urls")),
     path("", include("console.site_urls")),
 ]

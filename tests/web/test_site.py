@@ -50,7 +50,7 @@ def test_token_page_creates_a_token_shown_once(member_client, researcher):
     assert token.digest == digest_of(plain)
     # It works for the API, and the page never shows it again.
     api = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
-    assert api.get(reverse("api-jobs")).status_code == 200
+    assert api.get(reverse("api:jobs")).status_code == 200
     assert plain not in member_client.get(reverse("api-token")).text
 
 
@@ -58,7 +58,7 @@ def test_rotating_revokes_the_previous_token(member_client, researcher, api_toke
     member_client.post(reverse("api-token"), {"action": "create"})
     assert ApiToken.objects.filter(user=researcher, revoked_at__isnull=True).count() == 1
     old = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
-    assert old.get(reverse("api-jobs")).status_code == 401
+    assert old.get(reverse("api:jobs")).status_code == 401
 
 
 def test_revoke_only_own_tokens(member_client, researcher, outsider):
