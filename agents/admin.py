@@ -12,7 +12,10 @@ from agents.actions import issue_bootstrap_token, revoke_bootstrap_tokens
 from agents.models import BootstrapToken
 from cluster.actions import revoke_node_tokens, set_cordoned
 from cluster.models import GpuDevice, Node
-from jobs.statuses import ACTIVE_POD_STATUSES
+from jobs.actions.stop import JobNotActive, request_stop
+from jobs.actions.transitions import TransitionConflict
+from jobs.models import Job, Pod
+from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
 
@@ -72,7 +75,7 @@ class NodeAdmin(admin.ModelAdmin):
         "created_at",
     ]
     inlines = [GpuDeviceInline]
-    actions = ["cordon", "uncordon", "revoke_tokens"]
+    actions = ["cordon", "uncordon", "drain", "revoke_tokens"]
 
     def has_add_permission(self, request) -> bool:
         return False  # nodes register themselves with a bootstrap token
@@ -94,19 +97,62 @@ class NodeAdmin(admin.ModelAdmin):
     def used_gpus(self, obj: Node) -> int:
         return obj._used
 
+    # Each action writes the admin's history ("<verb>: …"), which the audit log mirrors.
+    def _history(self, request, nodes, message: str) -> None:
+        for node in nodes:
+            self.log_change(request, node, message)
+
     @admin.action(description="Cordon: place no new work on the selected nodes")
     def cordon(self, request, queryset) -> None:
+        nodes = list(queryset)
         changed = set_cordoned(queryset, True)
+        self._history(request, nodes, "cordon: no new work is placed here")
         self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
 
     @admin.action(description="Uncordon the selected nodes")
     def uncordon(self, request, queryset) -> None:
+        nodes = list(queryset)
         changed = set_cordoned(queryset, False)
+        self._history(request, nodes, "uncordon: open for new work again")
         self.message_user(request, f"Uncordoned {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Drain: cordon, then preempt the jobs running there (gracefully)")
+    def drain(self, request, queryset) -> None:
+        """Jobs with Automatic Fault Tolerance restart elsewhere from their last checkpoint;
+        the others end Preempted (a restart submits them again)."""
+        nodes = list(queryset)
+        set_cordoned(queryset, True)
+        who = request.user.get_username()
+        preempted = 0
+        for node in nodes:
+            job_ids = (
+                Pod.objects.filter(node=node, status__in=_ACTIVE)
+                .values_list("job_id", flat=True)
+                .distinct()
+            )
+            for job in Job.objects.filter(pk__in=list(job_ids)):
+                try:
+                    request_stop(
+                        job,
+                        user=request.user,
+                        reason=f"node {node.name} drained by {who}",
+                        final_status=JobStatus.PREEMPTED,
+                    )
+                    preempted += 1
+                except (JobNotActive, TransitionConflict):
+                    continue
+            self.log_change(request, node, "drain: cordoned; its jobs preempted")
+        self.message_user(
+            request,
+            f"Drained {len(nodes)} node(s): {preempted} job(s) asked to stop.",
+            messages.SUCCESS,
+        )
 
     @admin.action(description="Revoke the node tokens (the agents must register again)")
     def revoke_tokens(self, request, queryset) -> None:
+        nodes = list(queryset)
         changed = revoke_node_tokens(queryset, timezone.now())
+        self._history(request, nodes, "revoke_token: the agent must register again")
         self.message_user(
             request,
             f"Revoked the token of {changed} node(s); their agents are refused from now on "
@@ -183,5 +229,7 @@ class BootstrapTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset) -> None:
+        for token in queryset.filter(revoked_at__isnull=True):
+            self.log_change(request, token, "revoke: bootstrap token revoked")
         changed = revoke_bootstrap_tokens(queryset, timezone.now())
         self.message_user(request, f"Revoked {changed} token(s).", messages.SUCCESS)

@@ -1,6 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from accounts.login_limits import admin_login_form
+
+# The admin's sign-in is limited like the console's (accounts.login_limits).
+admin.site.login_form = admin_login_form()
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("agents.urls")),

@@ -97,9 +97,7 @@ def expected_start(job: Job, now: datetime) -> Estimate:
 
 def _ahead_gpus(job: Job) -> int:
     """GPUs wanted by the quota's waiting jobs that the scheduler admits first."""
-    earlier = Q(priority__gt=job.priority) | Q(
-        priority=job.priority, created_at__lt=job.created_at
-    )
+    earlier = Q(priority__gt=job.priority) | Q(priority=job.priority, created_at__lt=job.created_at)
     if job.queue_position is not None:
         earlier = Q(queue_position__lt=job.queue_position)
     total = (
@@ -109,4 +107,3 @@ def _ahead_gpus(job: Job) -> int:
         .aggregate(gpus=Sum(F("workers") * F("gpus_per_worker")))["gpus"]
     )
     return total or 0
-
