@@ -30,8 +30,9 @@ def test_a_retried_create_with_the_same_key_returns_the_first_job(api, quota, no
     assert Job.objects.count() == 1
     # Key order and whitespace do not make it another request.
     reordered = '{"command": "echo hi",  "image": "busybox", "quota": "team-a"}'
-    assert post(api, "/api/v1/jobs", reordered, **{"Idempotency-Key": "abc-1"}).json()["id"] == (
-        first.json()["id"]
+    assert (
+        post(api, "/api/v1/jobs", reordered, **{"Idempotency-Key": "abc-1"}).json()["id"]
+        == (first.json()["id"])
     )
     assert Job.objects.count() == 1
 

@@ -11,7 +11,8 @@ pytestmark = pytest.mark.django_db
 
 
 def nested(depth: int) -> str:
-    return '{"quota": "team-a", "image": "b", "command": "c", "env": ' + "[" * depth + "]" * depth + "}"
+    head = '{"quota": "team-a", "image": "b", "command": "c", "env": '
+    return head + "[" * depth + "]" * depth + "}"
 
 
 @pytest.mark.parametrize("depth", [40, 5_000, 200_000])

@@ -81,9 +81,7 @@ def test_sign_ins_are_limited_per_user(store, settings, client, researcher):
         for _ in range(3):
             response = client.post("/login/", {"username": "alice", "password": "wrong"})
             assert response.status_code == 200
-        refused = client.post(
-            "/login/", {"username": "alice", "password": "correct-horse-battery"}
-        )
+        refused = client.post("/login/", {"username": "alice", "password": "correct-horse-battery"})
         assert refused.status_code == 429
         assert "Too many failed sign-ins" in refused.text
         assert not client.session.get("_auth_user_id")
@@ -112,6 +110,9 @@ def test_a_good_sign_in_clears_the_users_failures(store, settings, client, resea
         client.logout()
         for _ in range(2):
             client.post("/login/", {"username": "alice", "password": "wrong"})
-        assert client.post(
-            "/login/", {"username": "alice", "password": "correct-horse-battery"}
-        ).status_code == 302
+        assert (
+            client.post(
+                "/login/", {"username": "alice", "password": "correct-horse-battery"}
+            ).status_code
+            == 302
+        )
