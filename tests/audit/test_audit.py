@@ -181,9 +181,12 @@ def test_only_admins_see_the_log(api, quota, node, member_client, admin_browser)
     entry = AuditEntry.objects.first()
     change = reverse("admin:audit_auditentry_change", args=[entry.pk])
     assert "Save" not in admin_browser.get(change).text  # read-only
-    assert admin_browser.post(
-        reverse("admin:audit_auditentry_delete", args=[entry.pk]), {"post": "yes"}
-    ).status_code == 403
+    assert (
+        admin_browser.post(
+            reverse("admin:audit_auditentry_delete", args=[entry.pk]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
 
 
 def test_csv_export_follows_the_filters_and_defuses_formulas(
