@@ -4,6 +4,7 @@ Validation of every new job is `jobs.forms.JobForm`, the create page's; the API 
 JSON strictness (api.schemas). Writes go through jobs.actions.
 """
 
+import re
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,7 @@ EVENTS_SHOWN = 200
 E = schemas.ErrorBody
 READ_ERRORS = {400: E, 401: E, 404: E, 429: E}
 WRITE_ERRORS = {400: E, 401: E, 404: E, 409: E, 413: E, 422: E, 429: E}
+DATE_TIME = {"format": "date-time"}
 IdempotencyKey = Header(
     None,
     alias="Idempotency-Key",
@@ -237,10 +239,29 @@ class ListParams(schemas.Schema):
     workspace: str | None = Field(None, description="Workspace name or id.", max_length=200)
     owner: str | None = Field(None, description='A username, or "me".', max_length=150)
     name: str | None = Field(None, description="Part of the job name.", max_length=200)
-    created_after: datetime | None = None
-    created_before: datetime | None = None
+    created_after: str | None = Field(
+        None, description="RFC 3339, e.g. 2026-03-01T12:00:00Z.", json_schema_extra=DATE_TIME
+    )
+    created_before: str | None = Field(None, json_schema_extra=DATE_TIME)
     cursor: str | None = Field(None, max_length=200, description="next_cursor of a page.")
     limit: int = Field(50, ge=1, le=MAX_PAGE)
+
+
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _moment(value: str | None, name: str) -> datetime | None:
+    """An RFC 3339 date-time (with its offset), strictly: numbers and bare dates are not."""
+    if value is None:
+        return None
+    try:
+        if not RFC3339.fullmatch(value):
+            raise ValueError(value)
+        return datetime.fromisoformat(value.replace("z", "Z"))
+    except ValueError:
+        raise BadPageRequest(
+            name, f"{name} must be an RFC 3339 date-time with an offset."
+        ) from None
 
 
 def filtered_jobs(request: HttpRequest, params: ListParams) -> QuerySet[Job]:
@@ -251,8 +272,8 @@ def filtered_jobs(request: HttpRequest, params: ListParams) -> QuerySet[Job]:
         workspace=params.workspace or "",
         owner=params.owner or "",
         name=params.name or "",
-        created_after=params.created_after,
-        created_before=params.created_before,
+        created_after=_moment(params.created_after, "created_after"),
+        created_before=_moment(params.created_before, "created_before"),
     )
     return apply_filters(visible_jobs(request.user), filters, request.user)
 
