@@ -172,3 +172,14 @@ def test_array_with_the_same_key_returns_the_same_jobs(api, quota, node):
     again = post(api, "/api/v1/jobs/array", body, **{"Idempotency-Key": "sweep-1"}).json()
     assert [j["id"] for j in again["jobs"]] == [j["id"] for j in first["jobs"]]
     assert Job.objects.count() == 3
+
+
+def test_a_retried_restart_with_the_same_key_makes_one_clone(api, job, node):
+    from tests.web.conftest import finish
+
+    finish(job, node)
+    first = post(api, f"/api/v1/jobs/{job.pk}/restart", **{"Idempotency-Key": "again-1"})
+    again = post(api, f"/api/v1/jobs/{job.pk}/restart", **{"Idempotency-Key": "again-1"})
+    assert first.status_code == again.status_code == 201
+    assert first.json()["id"] == again.json()["id"] and again["Idempotent-Replayed"] == "true"
+    assert Job.objects.filter(cloned_from=job).count() == 1
