@@ -39,8 +39,13 @@ class LogParams(schemas.Schema):
     wait: int = Field(20, ge=0, le=300, description="Longest wait in follow mode, seconds.")
 
 
-def _newer_attempt(job: Job, pod: Pod | None, rank: int) -> int | None:
-    if pod is None:
+def _newer_attempt(job: Job, pod: Pod | None, rank: int, now: datetime) -> int | None:
+    """The next attempt that has this rank, once this worker has ended and its last lines
+    had time to arrive (agents ship them in batches, like `logs_complete`'s settle)."""
+    if pod is None or pod.status not in FINAL_POD_STATUSES:
+        return None
+    settle = timedelta(seconds=logview.settle_seconds())
+    if pod.finished_at is not None and now - pod.finished_at < settle:
         return None
     return (
         Pod.objects.filter(job=job, rank=rank, attempt__gt=pod.attempt)
@@ -59,7 +64,8 @@ def _newer_attempt(job: Job, pod: Pod | None, rank: int) -> int | None:
 def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
     """Page with `after=<next_after>`. With `follow=true` an empty answer waits up to `wait`
     seconds for lines. Follow a job across restarts by moving to `newer_attempt` (after=-1)
-    once this attempt's worker is final and you have its lines; stop at `complete`."""
+    once an answer has no more lines: it is set only when this attempt's worker has ended
+    and its last lines had time to arrive. Stop at `complete`."""
     job = get_job_for_user(request.user, job_id)
     wait = min(params.wait, settings.API_LOG_WAIT_MAX) if params.follow else 0
     deadline = time.monotonic() + wait
@@ -73,7 +79,7 @@ def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
             caught_up=len(lines) < params.limit,
             settle=logview.settle_seconds(),
         )
-        newer = _newer_attempt(job, pod, params.rank)
+        newer = _newer_attempt(job, pod, params.rank, timezone.now())
         worker_final = pod is not None and pod.status in FINAL_POD_STATUSES
         if lines or complete or newer or time.monotonic() >= deadline:
             break

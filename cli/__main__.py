@@ -52,11 +52,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("job", type=_job_id)
     s.add_argument("--json", action="store_true")
 
-    s = sub.add_parser("logs", help="a worker's log (-f: follow, across restarts)")
+    s = sub.add_parser("logs", help="a worker's log, every attempt (-f: follow to the end)")
     s.add_argument("job", type=_job_id)
     s.add_argument("-f", "--follow", action="store_true")
     s.add_argument("--rank", type=int, default=0)
-    s.add_argument("--attempt", type=int)
+    s.add_argument(
+        "--attempt", type=int, help="only this attempt (with -f: from it on); default: all"
+    )
 
     s = sub.add_parser("stop", help="stop jobs gracefully")
     s.add_argument("jobs", type=_job_id, nargs="+")

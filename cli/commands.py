@@ -145,8 +145,9 @@ def _progress(progress: dict | None) -> str:
 
 
 def cmd_logs(client: Client, args: argparse.Namespace) -> int:
-    """Print a worker's log; with -f follow it live, across restarts, to the end."""
-    attempt, after = args.attempt, -1
+    """Print a worker's log from its first attempt (or --attempt) through every restart;
+    with -f follow it live to the end."""
+    attempt, after = args.attempt or 1, -1
     out = sys.stdout
     while True:
         data = client.request(
@@ -170,10 +171,12 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
         if data["complete"]:
             return 0
         if data["newer_attempt"] and not data["lines"]:
+            if args.attempt and not args.follow:
+                return 0  # only the attempt asked for
             attempt, after = data["newer_attempt"], -1
             print(f"--- attempt {attempt} ---", file=sys.stderr, flush=True)
             continue
-        if not args.follow and len(data["lines"]) < 5000:
+        if not args.follow and not data["lines"] and not data["newer_attempt"]:
             return 0
 
 

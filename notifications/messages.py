@@ -76,7 +76,7 @@ def generic_body(event: Event, notice: JobNotice) -> dict[str, Any]:
             "workspace": job.workspace.name,
             "quota": job.quota.name,
             "owner": job.owner.get_username(),
-            "exit_code": job.exit_code,
+            "exit_code": notice.detail.get("exit_code", job.exit_code),
         },
         "detail": dict(notice.detail),
     }

@@ -95,6 +95,7 @@ def transition(
             from_status=from_status,
             to_status=to_status,
             attempt=updates.get("attempt", job.attempt),
+            detail={"exit_code": updates["exit_code"]} if "exit_code" in updates else {},
         )
         if to_status in _WAKES_SCHEDULER:
             request_scheduling()

@@ -92,6 +92,8 @@ def test_follow_a_running_job_then_stop_and_restart_it(running_console):
         "for i in $(seq 1 600); do echo tick $i; sleep 0.1; done",
     )
     job_id = str(submitted["id"])
+    # Read on with stdout.read(), not communicate(timeout=…): that reads the pipe itself and
+    # would miss what readline() already buffered.
     follower = subprocess.Popen(
         [str(CLI), "logs", job_id, "-f"],
         env={
@@ -100,7 +102,7 @@ def test_follow_a_running_job_then_stop_and_restart_it(running_console):
             "GPU_CONSOLE_TOKEN": running_console.creds["api_token"],
         },
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
     )
     first = follower.stdout.readline()  # blocks until the job runs and prints
@@ -112,8 +114,9 @@ def test_follow_a_running_job_then_stop_and_restart_it(running_console):
     waited = run(running_console, "wait", job_id, "--interval", "0.5", "--json")
     assert waited.returncode == 3, waited.stderr  # Stopped
     assert json.loads(waited.stdout)["jobs"][0]["status"] == "Stopped"
-    rest, _ = follower.communicate(timeout=120)  # the follower ends with the job
-    assert follower.returncode == 0
+    assert follower.wait(timeout=120) == 0  # the follower ends with the job
+    rest = follower.stdout.read()
+    follower.stdout.close()
     ticks = [first.strip(), *own_lines(rest)]
     assert ticks == [f"tick {i}" for i in range(1, len(ticks) + 1)]  # in order, once each
     assert 1 < len(ticks) < 600

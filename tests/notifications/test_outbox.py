@@ -44,6 +44,7 @@ def test_a_matching_rule_gets_a_delivery_per_event(quiet, researcher, workspace,
     body = Delivery.objects.get(event="completed").payload
     assert body["event"] == "completed" and body["job"]["id"] == job.pk
     assert body["job"]["status"] == "Completed" and body["job"]["workspace"] == "vision"
+    assert body["job"]["exit_code"] == 0  # as of the change, though set in the same UPDATE
     assert body["summary"].startswith(f"Job train (#{job.pk}) completed")
 
 
