@@ -68,3 +68,18 @@ def test_docs_page_loads_only_local_assets(client, db):
         served = client.get(f"/static/{asset}")
         assert served.status_code == 200
         served.close()  # a file response: release the file
+
+
+def test_the_document_states_the_forms_own_rules(client, db):
+    """Bounds and choices in the OpenAPI document are read from jobs.forms.JobForm, so the
+    document and the validation cannot drift apart."""
+    from jobs.forms import LIMITS, JobForm
+
+    fields = client.get("/api/v1/openapi.json").json()["components"]["schemas"]["JobCreate"]
+    properties = fields["properties"]
+    for name, (low, high) in LIMITS.items():
+        assert (properties[name]["minimum"], properties[name]["maximum"]) == (low, high), name
+    for name in ("idle_resources", "run_type", "restart_policy", "hang_action"):
+        choices = [value for value, _ in JobForm.base_fields[name].choices]
+        assert properties[name]["enum"] == choices, name
+    assert set(properties) == set(JobForm.base_fields), "the API and the form take one set"
