@@ -70,9 +70,7 @@ def _field_of(loc: list) -> str | None:
         return None
     source, rest = loc[0], list(loc[1:])
     if source == "body":
-        rest = rest[1:]  # the body parameter's own name
-    elif source in ("query", "path", "header", "cookie"):
-        pass
+        rest = rest[1:]  # the body parameter's own name (query, path: the parameter itself)
     parts: list[str] = []
     for element in rest:
         parts.append(str(element))
