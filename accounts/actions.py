@@ -3,10 +3,10 @@
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from accounts.models import ApiToken
+from accounts.models import ApiToken, RateCounter
 from accounts.tokens import make_token
 
 
@@ -40,3 +40,33 @@ def touch_last_used(token: ApiToken, now: datetime, resolution) -> None:
     ApiToken.objects.filter(pk=token.pk).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lte=now - resolution)
     ).update(last_used_at=now)
+
+
+# -- rate counters (accounts.ratelimit's database store) -----------------------------------
+
+
+def increment_rate_counter(key: str, expires_at: datetime) -> int:
+    """Add one to the counter `key` (creating it) and return its new value: one atomic
+    upsert, so concurrent requests of several web processes never lose a count."""
+    qn = connection.ops.quote_name
+    table = qn(RateCounter._meta.db_table)
+    key_col, count_col, expires_col = (
+        qn(RateCounter._meta.get_field(name).column) for name in ("key", "count", "expires_at")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({key_col}, {count_col}, {expires_col}) "  # noqa: S608
+            f"VALUES (%s, 1, %s) ON CONFLICT ({key_col}) "
+            f"DO UPDATE SET {count_col} = {table}.{count_col} + 1 RETURNING {count_col}",
+            [key, connection.ops.adapt_datetimefield_value(expires_at)],
+        )
+        return cursor.fetchone()[0]
+
+
+def delete_rate_counters(keys: list[str]) -> None:
+    RateCounter.objects.filter(key__in=keys).delete()
+
+
+def purge_expired_rate_counters(now: datetime) -> int:
+    deleted, _ = RateCounter.objects.filter(expires_at__lt=now).delete()
+    return deleted

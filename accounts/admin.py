@@ -21,5 +21,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset) -> None:
+        # The admin's history ("revoke: …") is mirrored into the audit log.
+        for token in queryset.filter(revoked_at__isnull=True):
+            self.log_change(request, token, "revoke: API token revoked by an admin")
         changed = revoke_api_tokens(queryset)
         self.message_user(request, f"Revoked {changed} token(s).", messages.SUCCESS)

@@ -1,17 +1,15 @@
 """Bearer-token authentication and the error shape of the researcher API (/api/v1/).
 
-Every error, from any endpoint, is `{"error": {"code", "message", "field"}}` with a stable
-machine code. Tokens are looked up by their prefix and compared by digest in constant time
-(accounts.tokens); the plain token is never stored.
+Every error, from any endpoint, is `{"error": {"code", "message", "field", "fields"?}}`
+with a stable machine code (the API itself is `api/`, on django-ninja). Tokens are looked
+up by their prefix and compared by digest in constant time (accounts.tokens); the plain
+token is never stored.
 """
 
-from collections.abc import Callable
 from datetime import timedelta
-from functools import wraps
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -35,6 +33,7 @@ class ApiError(Exception):
         message: str,
         field: str | None = None,
         fields: dict[str, list[str]] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -42,6 +41,13 @@ class ApiError(Exception):
         self.message = message
         self.field = field
         self.fields = fields
+        self.headers = headers or {}
+
+    def response(self) -> JsonResponse:
+        response = error_response(self.status, self.code, self.message, self.field, self.fields)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
 
 
 def json_body(raw: bytes) -> Any:
@@ -88,46 +94,6 @@ def authenticate_token(header: str) -> ApiToken | None:
         touch_last_used(token, now, LAST_USED_RESOLUTION)
         token.last_used_at = now
     return token
-
-
-def api_view(methods: list[str]) -> Callable:
-    """Decorate a function view of the researcher API.
-
-    Authenticates the bearer token (401), enforces the method (405), turns ApiError and
-    Http404 into the standard error body. CSRF does not apply: no cookies are accepted.
-    """
-    allowed = [m.upper() for m in methods]
-
-    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        @csrf_exempt
-        @wraps(view)
-        def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            token = authenticate_token(request.headers.get("Authorization", ""))
-            if token is None:
-                response = error_response(
-                    401, "not_authenticated", "Send a valid API token as 'Authorization: Bearer …'."
-                )
-                response["WWW-Authenticate"] = 'Bearer realm="api"'
-                return response
-            if request.method not in allowed:
-                response = error_response(
-                    405, "method_not_allowed", f"Use {' or '.join(allowed)} here."
-                )
-                response["Allow"] = ", ".join(allowed)
-                return response
-            request.user = token.user
-            try:
-                return view(request, *args, **kwargs)
-            except ApiError as exc:
-                return error_response(exc.status, exc.code, exc.message, exc.field, exc.fields)
-            except Http404:
-                return error_response(404, "not_found", "No such object.")
-            except RequestDataTooBig:
-                return error_response(413, "too_large", "The request body is too large.")
-
-        return wrapper
-
-    return decorator
 
 
 @csrf_exempt

@@ -24,3 +24,15 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} / {self.name} ({self.prefix})"
+
+
+class RateCounter(models.Model):
+    """One fixed-window request counter (accounts.ratelimit's database store): the key
+    names the scope, who is counted and the window; rows expire with their window."""
+
+    key = models.CharField(max_length=200, unique=True)
+    count = models.PositiveIntegerField(default=0)
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.count}"

@@ -32,6 +32,8 @@ def split_prefix(plain: str, kind: str) -> str | None:
     parts = plain.split("_", 2)
     if len(parts) != 3 or parts[0] != kind or len(parts[1]) != 8:
         return None
+    if not all(c in "0123456789abcdef" for c in parts[1]):
+        return None  # prefixes are hex (make_token): anything else cannot match, unqueried
     return parts[1]
 
 

@@ -244,14 +244,23 @@ class NodeAdmin(TenantScopedAdmin):
     def used_gpus(self, obj: Node) -> int:
         return obj._used
 
+    # Each action writes the admin's history ("<verb>: …"), which the audit log mirrors.
+    def _history(self, request, nodes, message: str) -> None:
+        for node in nodes:
+            self.log_change(request, node, message)
+
     @admin.action(description="Cordon: place no new work on the selected nodes")
     def cordon(self, request, queryset) -> None:
+        nodes = list(queryset)
         changed = set_cordoned(queryset, True)
+        self._history(request, nodes, "cordon: no new work is placed here")
         self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
 
     @admin.action(description="Drain: place no new work; let the running work finish")
     def drain(self, request, queryset) -> None:
+        nodes = list(queryset)
         changed = drain_nodes(queryset, timezone.now())
+        self._history(request, nodes, "drain: no new work is placed here; running work finishes")
         self.message_user(
             request,
             f"Draining {changed} node(s): nothing new is placed there and running jobs "
@@ -261,21 +270,27 @@ class NodeAdmin(TenantScopedAdmin):
 
     @admin.action(description="Uncordon the selected nodes (ends a drain)")
     def uncordon(self, request, queryset) -> None:
+        nodes = list(queryset)
         changed = set_cordoned(queryset, False)
+        self._history(request, nodes, "uncordon: open for new work again")
         self.message_user(request, f"Uncordoned {changed} node(s).", messages.SUCCESS)
 
     @admin.action(
         description="Clear the GPU health marks of the selected nodes", permissions=["change"]
     )
     def clear_gpu_health_marks(self, request, queryset) -> None:
+        nodes = list(queryset)
         _clear_marks(self, request, GpuDevice.objects.filter(node__in=queryset))
+        self._history(request, nodes, "clear_health_marks: GPU health marks cleared")
 
     @admin.action(
         description="Revoke the node tokens (the agents must register again)",
         permissions=["change"],
     )
     def revoke_tokens(self, request, queryset) -> None:
+        nodes = list(queryset)
         changed = revoke_node_tokens(queryset, timezone.now())
+        self._history(request, nodes, "revoke_token: the agent must register again")
         self.message_user(
             request,
             f"Revoked the token of {changed} node(s); their agents are refused from now on "
@@ -285,7 +300,9 @@ class NodeAdmin(TenantScopedAdmin):
 
     @admin.action(description="Allow re-registration: the next agent registering the name takes it")
     def allow_reregistration(self, request, queryset) -> None:
+        nodes = list(queryset)
         changed = allow_reregistration(queryset, request.user, timezone.now())
+        self._history(request, nodes, "allow_reregistration: the next registration takes it")
         self.message_user(
             request,
             f"The next registration of {changed} node name(s) will replace the node's token "
@@ -382,5 +399,7 @@ class BootstrapTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset) -> None:
+        for token in queryset.filter(revoked_at__isnull=True):
+            self.log_change(request, token, "revoke: bootstrap token revoked")
         changed = revoke_bootstrap_tokens(queryset, timezone.now())
         self.message_user(request, f"Revoked {changed} token(s).", messages.SUCCESS)

@@ -28,6 +28,7 @@ def periodic_triggers(settings) -> list[tuple[str, int]]:
         ("jobs.schedule_tick", settings.SCHEDULER_INTERVAL),
         ("jobs.job_monitor_tick", settings.MONITOR_INTERVAL),
         ("agents.node_monitor_tick", settings.MONITOR_INTERVAL),
+        ("notifications.deliver_due", settings.NOTIFY_INTERVAL),
     ]
 
 

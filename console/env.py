@@ -48,3 +48,12 @@ def postgres_session_options(**seconds: int) -> str:
     """libpq `options` that set server parameters for every session, e.g.
     `-c statement_timeout=60000`; a value of 0 leaves the server's default (none)."""
     return " ".join(f"-c {name}={value * 1000}" for name, value in seconds.items() if value)
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate limit written COUNT/SECONDS ("600/60"), checked here so a typo fails at start."""
+    raw = os.environ.get(name, default).strip()
+    count, _, period = raw.partition("/")
+    if not (count.isdigit() and period.isdigit() and int(count) >= 1 and int(period) >= 1):
+        raise ImproperlyConfigured(f"{name} must be COUNT/SECONDS such as 600/60, got {raw!r}")
+    return raw

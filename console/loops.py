@@ -61,12 +61,13 @@ def wake(name: str) -> None:
 
 
 def start_loops() -> dict[str, Loop]:
-    """Start the scheduler and monitor loops once per process."""
+    """Start the scheduler, monitor and notification loops once per process."""
     from django.conf import settings
 
     from agents.node_monitor import run_node_monitor
     from jobs.job_monitor import run_job_monitor
     from jobs.scheduler.cycle import run_cycle
+    from notifications.delivery import deliver_due
 
     with _lock:
         if not _loops:
@@ -74,6 +75,7 @@ def start_loops() -> dict[str, Loop]:
                 Loop("scheduler", run_cycle, settings.SCHEDULER_INTERVAL),
                 Loop("monitor", run_node_monitor, settings.MONITOR_INTERVAL),
                 Loop("job-monitor", run_job_monitor, settings.MONITOR_INTERVAL),
+                Loop("notifications", deliver_due, settings.NOTIFY_INTERVAL),
             ):
                 _loops[loop.loop_name] = loop
                 loop.start()

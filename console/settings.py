@@ -11,7 +11,14 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
-from console.env import env_bool, env_int, env_list, env_str, postgres_session_options
+from console.env import (
+    env_bool,
+    env_int,
+    env_list,
+    env_rate,
+    env_str,
+    postgres_session_options,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CONSOLE_VAR_DIR", str(BASE_DIR / "var")))
@@ -44,12 +51,16 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "ninja",  # serves the API docs' Swagger UI from its own static files (no CDN)
     "console",
     "accounts",
     "quotas",
     "cluster",
     "jobs",
+    "audit",
+    "notifications",
     "agents",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -62,6 +73,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "audit.middleware.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -134,6 +146,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Sign-in attempts are limited per username and per client address (accounts.login_limits).
+AUTHENTICATION_BACKENDS = ["accounts.login_limits.RateLimitedModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -158,6 +172,54 @@ STORAGES = {
         )
     },
 }
+
+# Rate limits (COUNT/SECONDS), counted in Redis when REDIS_URL is set, else in the database,
+# so they hold across web processes (accounts.ratelimit).
+RATE_LIMIT_STORE = env_str("RATE_LIMIT_STORE", "redis" if env_str("REDIS_URL") else "database")
+if RATE_LIMIT_STORE not in {"redis", "database"}:
+    raise ImproperlyConfigured(
+        f"RATE_LIMIT_STORE must be redis or database, not {RATE_LIMIT_STORE!r}"
+    )
+API_RATE_LIMIT = env_rate("API_RATE_LIMIT", "600/60")  # per API token
+API_AUTH_FAILURES_PER_ADDRESS = env_rate("API_AUTH_FAILURES_PER_ADDRESS", "60/60")
+LOGIN_FAILURES_PER_USER = env_rate("LOGIN_FAILURES_PER_USER", "10/300")
+LOGIN_FAILURES_PER_ADDRESS = env_rate("LOGIN_FAILURES_PER_ADDRESS", "50/300")
+# Reverse proxies in front of the console that append to X-Forwarded-For (0: none; the
+# client address is then the socket's peer).
+TRUSTED_PROXY_HOPS = env_int("TRUSTED_PROXY_HOPS", 0, minimum=0)
+# How long an Idempotency-Key of a create request is remembered (seconds).
+IDEMPOTENCY_KEY_TTL = env_int("IDEMPOTENCY_KEY_TTL", 24 * 3600, minimum=60)
+# The longest a follow request for logs waits for new lines (seconds).
+API_LOG_WAIT_MAX = env_int("API_LOG_WAIT_MAX", 30, minimum=0)
+
+# Notifications (webhooks and e-mail, see notifications/): links in messages point here.
+CONSOLE_URL = env_str("CONSOLE_URL", "").rstrip("/")
+NOTIFY_INTERVAL = env_int("NOTIFY_INTERVAL", 5, minimum=1)
+NOTIFY_TIMEOUT = env_int("NOTIFY_TIMEOUT", 10, minimum=1)
+NOTIFY_MAX_ATTEMPTS = env_int("NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
+NOTIFY_BACKOFF_BASE = env_int("NOTIFY_BACKOFF_BASE", 10, minimum=1)  # 10 s, 20 s, 40 s …
+NOTIFY_BACKOFF_MAX = env_int("NOTIFY_BACKOFF_MAX", 3600, minimum=1)
+# E-mail (Django's MAILERS): SMTP in production, printed to the console in development.
+_MAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if PRODUCTION
+    else "django.core.mail.backends.console.EmailBackend",
+)
+_MAIL_OPTIONS = (
+    {
+        "host": env_str("EMAIL_HOST", "localhost"),
+        "port": env_int("EMAIL_PORT", 25, minimum=1),
+        "username": env_str("EMAIL_HOST_USER"),
+        "password": env_str("EMAIL_HOST_PASSWORD"),
+        "use_tls": env_bool("EMAIL_USE_TLS", False),
+        "timeout": 10,
+    }
+    if _MAIL_BACKEND.endswith("smtp.EmailBackend")
+    else {}
+)
+MAILERS = {"default": {"BACKEND": _MAIL_BACKEND, "OPTIONS": _MAIL_OPTIONS}}
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-console@localhost")
 
 # Security: strict in production, relaxed for the local embedded console.
 SESSION_COOKIE_SECURE = PRODUCTION

@@ -1,4 +1,6 @@
-"""How the core's triggers travel in this deployment (registered into `jobs.triggers`).
+"""How the core's triggers travel in this deployment (registered into `jobs.triggers` and
+`notifications.triggers`), and who hears the core's notices (`jobs.hooks`: notifications'
+outbox and the audit log).
 
 `settings.CONSOLE_LOOPS` picks the transport, read at send time: a Celery task
 (production), a wake-up of an in-process loop (the embedded default), or a synchronous call
@@ -8,7 +10,7 @@ transaction commits, so a worker never runs before the data it needs is visible.
 
 from django.conf import settings
 
-from jobs import triggers
+from jobs import hooks, triggers
 
 
 def send_scheduling() -> None:
@@ -33,6 +35,31 @@ def send_scheduling() -> None:
         run_cycle()
 
 
+def send_delivery() -> None:
+    """Send due notifications (the outbox rows a commit just wrote)."""
+    mode = settings.CONSOLE_LOOPS
+    if mode == "celery":
+        from notifications.tasks import deliver_due_tick
+
+        deliver_due_tick.delay()
+    elif mode == "inprocess":
+        from console.loops import wake
+
+        wake("notifications")
+    else:  # eager
+        from notifications.delivery import deliver_due
+
+        deliver_due()
+
+
 def install() -> None:
-    """Register the transports (called once at start-up, from ConsoleConfig.ready)."""
+    """Register the transports and the subscribers of the core's notices (called once at
+    start-up, from ConsoleConfig.ready)."""
+    from audit.subscribers import on_job_notices as audit_job_notices
+    from notifications import triggers as notification_triggers
+    from notifications.outbox import on_job_notices as queue_notifications
+
     triggers.register(triggers.SCHEDULER, send_scheduling)
+    notification_triggers.register(send_delivery)
+    hooks.subscribe("notifications", queue_notifications)
+    hooks.subscribe("audit", audit_job_notices)

@@ -4,6 +4,7 @@ import logging
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
@@ -13,7 +14,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
 from accounts.actions import revoke_api_tokens, rotate_api_token
+from accounts.login_limits import RateLimitedAuthenticationForm
 from accounts.models import ApiToken
+from audit.actions import record
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,11 @@ def _token_post(request: HttpRequest) -> HttpResponse:
             # Rotation revokes the token scripts use now: ask first.
             return redirect(reverse("api-token") + "?confirm=rotate")
         # Rotation: the new token replaces every live one of this user.
-        _, plain = rotate_api_token(request.user)
+        replaced = list(ApiToken.objects.filter(user=request.user, revoked_at__isnull=True))
+        token, plain = rotate_api_token(request.user)
+        for old in replaced:
+            _audit_token(request, "api_token.revoke", old, "replaced by a new token")
+        _audit_token(request, "api_token.create", token, "")
         response = redirect("api-token")
         response.set_signed_cookie(
             NEW_TOKEN_COOKIE,
@@ -94,10 +101,39 @@ def _token_post(request: HttpRequest) -> HttpResponse:
         return response
     if action == "revoke":
         token_id = request.POST.get("token", "")
-        if not token_id.isdigit():
+        if not token_id.isdigit() or len(token_id) > 18:
             return HttpResponseBadRequest("token must be a token id")
         mine = ApiToken.objects.filter(user=request.user, pk=int(token_id))
+        live = list(mine.filter(revoked_at__isnull=True))
         if revoke_api_tokens(mine):
+            for token in live:
+                _audit_token(request, "api_token.revoke", token, "revoked by its owner")
             messages.success(request, "Token revoked.")
         return redirect("api-token")
     return HttpResponseBadRequest("unknown action")
+
+
+def _audit_token(request: HttpRequest, action: str, token: ApiToken, why: str) -> None:
+    record(
+        action,
+        actor=request.user,
+        object_type="api_token",
+        object_id=token.pk,
+        object_repr=f"gqc_{token.prefix}_… ({token.user.get_username()})",
+        detail={"reason": why} if why else {},
+    )
+
+
+class LoginView(auth_views.LoginView):
+    """Django's sign-in with attempts limited (accounts.login_limits): while refused it says
+    so and answers 429."""
+
+    authentication_form = RateLimitedAuthenticationForm
+    redirect_authenticated_user = True
+
+    def form_invalid(self, form):
+        response = super().form_invalid(form)
+        if form.rate_limited:
+            response.status_code = 429
+            response["Retry-After"] = str(getattr(self.request, "login_retry_after", 60))
+        return response

@@ -83,6 +83,7 @@ def checkpoint_json(checkpoint) -> dict[str, Any]:
 
 def event_json(event) -> dict[str, Any]:
     return {
+        "id": event.pk,
         "at": _time(event.created_at),
         "attempt": event.attempt,
         "from_status": event.from_status or None,

@@ -272,7 +272,7 @@ def job_restart(request: HttpRequest, pk: int) -> HttpResponse:
     if job.status not in FINAL_JOB_STATUSES:
         messages.error(request, f"Job #{job.pk} is still {job.status}; stop it first.")
         return redirect("jobs:detail", pk=job.pk)
-    # A restart is a new job: creation rules still apply (see jobs.api.job_restart).
+    # A restart is a new job: creation rules still apply (see api.jobs.restart_job).
     form = JobForm(initial_from_job(job), user=request.user)
     if not form.is_valid():
         problems = "; ".join(str(m) for msgs in form.errors.values() for m in msgs)

@@ -1,5 +1,7 @@
 """Shared fixtures: a tenant with workspaces, quotas, users of each role, and GPU nodes."""
 
+import uuid
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
@@ -7,6 +9,13 @@ from django.utils import timezone
 from accounts.actions import issue_api_token
 from cluster.models import GpuDevice, Node, NodeState
 from quotas.models import Membership, Quota, ResourceType, Role, Tenant, Workspace
+
+
+@pytest.fixture(autouse=True)
+def _own_rate_limit_counters(settings):
+    """Each test counts rate limits under its own key prefix (the Redis store outlives a
+    test's database)."""
+    settings.RATE_LIMIT_PREFIX = f"test-{uuid.uuid4().hex}"
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from jobs.faulttolerance.policy import (
     config_of,
 )
 from jobs.faulttolerance.policy import decide as decide_policy
+from jobs.hooks import Notice, announce_one
 from jobs.models import Checkpoint, Job, Pod, RestartKind, RestartRecord
 from jobs.statuses import Actor, JobStatus, PodStatus
 
@@ -176,6 +177,7 @@ def start_new_attempt(
         whole_job=True,
         now=now,
     )
+    _announce_restart(job, failure, reason, actor, from_attempt, whole_job=True, now=now)
 
 
 def restart_worker(
@@ -223,7 +225,37 @@ def restart_worker(
         whole_job=False,
         now=now,
     )
+    _announce_restart(
+        job, failure, decision.reason, Actor.AGENT, from_attempt, whole_job=False, now=now
+    )
     return True
+
+
+def _announce_restart(
+    job: Job,
+    failure: Failure,
+    reason: str,
+    actor: Actor,
+    from_attempt: int,
+    *,
+    whole_job: bool,
+    now: datetime,
+) -> None:
+    announce_one(
+        Notice.RESTARTED,
+        job,
+        now,
+        reason=reason,
+        actor=actor,
+        attempt=job.attempt,
+        detail={
+            "kind": str(_KIND[failure.kind]),
+            "from_attempt": from_attempt,
+            "to_attempt": job.attempt,
+            "whole_job": whole_job,
+            "worker_rank": failure.worker_rank,
+        },
+    )
 
 
 def handle_failure(job: Job, pod: Pod, *, now: datetime | None = None) -> Outcome | None:
@@ -291,6 +323,7 @@ def handle_hang(job: Job, evidence: str, *, now: datetime | None = None) -> Outc
     failure = Failure(FailureKind.HANG, message=evidence)
     decision = decide_policy(config, counters_of(job), failure)
     reason = f"{decision.reason}: {evidence}"
+    announce_one(Notice.HANG_DETECTED, job, now, reason=evidence, actor=Actor.MONITOR)
     if decision.action == Action.STOP:
         request_stop(job, actor=Actor.MONITOR, reason=reason)
         return Outcome(Action.STOP, reason, JobStatus.STOPPED)

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.actions.transitions import TransitionConflict, record_decision, transition
+from jobs.hooks import Notice, announce_one
 from jobs.models import Job, Pod, PodDesired
 from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, Actor, JobStatus, PodStatus
 from protocol import limits
@@ -82,6 +83,7 @@ def request_stop(
             with transaction.atomic():
                 if status in (JobStatus.PENDING, JobStatus.INQUEUE):
                     transition(job, final_status, reason=reason, actor=actor, user=user)
+                    _announce(job, final_status, reason, actor, user)
                     return job
                 now = timezone.now()
                 claimed = Job.objects.filter(
@@ -99,10 +101,12 @@ def request_stop(
                             # Escalate a graceful stop in progress to an immediate kill.
                             Job.objects.filter(pk=job.pk).update(stop_final_status=final_status)
                             stop_pods(job, reason=reason, stop_as=pod_status, grace=0)
+                            _announce(job, final_status, reason, actor, user)
                         return job  # a stop is already under way
                     raise TransitionConflict(job.pk, status)
                 stop_pods(job, reason=reason, stop_as=pod_status, grace=grace)
                 record_decision(job, f"stop requested: {reason}", actor=actor, user=user)
+                _announce(job, final_status, reason, actor, user)
                 job.refresh_from_db()
                 return job
         except TransitionConflict:
@@ -149,3 +153,15 @@ def stop_for_shutdown(node_id: int, *, reason: str = SHUTDOWN_REASON) -> list[in
 def live_workers_on(node_id: int) -> int:
     """Workers on the node that have not reported their end yet."""
     return Pod.objects.filter(node_id=node_id, status__in=list(ACTIVE_POD_STATUSES)).count()
+
+
+def _announce(job: Job, final_status: JobStatus, reason: str, actor: Actor, user) -> None:
+    announce_one(
+        Notice.STOP_REQUESTED,
+        job,
+        timezone.now(),
+        reason=reason,
+        actor=actor,
+        user=user,
+        detail={"final_status": str(final_status)},
+    )

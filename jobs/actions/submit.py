@@ -3,12 +3,15 @@
 Validation happens before (jobs.forms.JobForm, shared by the page and the API); these only
 write, in one transaction, and ask for a scheduling cycle once it commits."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import transaction
 
 from jobs.actions.transitions import record_decision
-from jobs.models import Job
+from jobs.hooks import JobNotice, Notice, announce, announce_one
+from jobs.models import Job, JobEvent
 from jobs.statuses import (
     FINAL_JOB_STATUSES,
     Actor,
@@ -43,31 +46,48 @@ class JobSpec:
     checkpoint_dir: str = ""
 
 
+SUBMITTED_REASON = "submitted; waiting for the scheduler"
+
+
+def _new_job(user, workspace, quota, spec: JobSpec) -> Job:
+    return Job(
+        workspace=workspace,
+        quota=quota,
+        owner=user,
+        name=spec.name,
+        image=spec.image,
+        command=spec.command,
+        env=spec.env,
+        workers=spec.workers,
+        gpus_per_worker=spec.gpus_per_worker,
+        cpus_per_worker=spec.cpus_per_worker,
+        memory_gb_per_worker=spec.memory_gb_per_worker,
+        priority=spec.priority,
+        idle_resources=spec.idle_resources,
+        max_runtime_seconds=spec.max_runtime_seconds,
+        fault_tolerance=spec.fault_tolerance,
+        ft_config=spec.ft_config,
+        checkpoint_dir=spec.checkpoint_dir,
+        status=JobStatus.PENDING,
+        status_reason=SUBMITTED_REASON,
+    )
+
+
 def create_job(*, user, workspace, quota, spec: JobSpec) -> Job:
     with transaction.atomic():
-        job = Job.objects.create(
-            workspace=workspace,
-            quota=quota,
-            owner=user,
-            name=spec.name,
-            image=spec.image,
-            command=spec.command,
-            env=spec.env,
-            workers=spec.workers,
-            gpus_per_worker=spec.gpus_per_worker,
-            cpus_per_worker=spec.cpus_per_worker,
-            memory_gb_per_worker=spec.memory_gb_per_worker,
-            priority=spec.priority,
-            idle_resources=spec.idle_resources,
-            max_runtime_seconds=spec.max_runtime_seconds,
-            fault_tolerance=spec.fault_tolerance,
-            ft_config=spec.ft_config,
-            checkpoint_dir=spec.checkpoint_dir,
-            status=JobStatus.PENDING,
-            status_reason="submitted; waiting for the scheduler",
-        )
+        job = _new_job(user, workspace, quota, spec)
+        job.save(force_insert=True)
         job.events.create(
             to_status=JobStatus.PENDING, reason="submitted", actor=Actor.USER, user=user
+        )
+        announce_one(
+            Notice.SUBMITTED,
+            job,
+            job.created_at,
+            actor=Actor.USER,
+            user=user,
+            to_status=JobStatus.PENDING,
+            reason="submitted",
         )
         request_scheduling()
     return job
@@ -76,6 +96,47 @@ def create_job(*, user, workspace, quota, spec: JobSpec) -> Job:
 def effective_checkpoint_dir(job: Job) -> str:
     """The job's checkpoint folder within its workspace's area (what the agent uses)."""
     return job.checkpoint_dir or f"job-{job.pk}"
+
+
+def create_jobs(*, user, items: Sequence[tuple[Any, Any, JobSpec]]) -> list[Job]:
+    """Many new jobs at once, each (workspace, quota, spec) already validated: one
+    transaction, one INSERT of jobs and one of events (per 1,000 rows), one scheduling
+    trigger. All or nothing: a failure rolls back every job of the batch."""
+    if not items:
+        return []
+    with transaction.atomic():
+        jobs = Job.objects.bulk_create(
+            [_new_job(user, ws, quota, spec) for ws, quota, spec in items], batch_size=1000
+        )
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job_id=job.pk,
+                    to_status=JobStatus.PENDING,
+                    reason="submitted",
+                    actor=Actor.USER,
+                    user=user,
+                )
+                for job in jobs
+            ],
+            batch_size=1000,
+        )
+        announce(
+            [
+                JobNotice(
+                    kind=Notice.SUBMITTED,
+                    job=job,
+                    at=job.created_at,
+                    actor=Actor.USER,
+                    user=user,
+                    to_status=JobStatus.PENDING,
+                    reason="submitted",
+                )
+                for job in jobs
+            ]
+        )
+        request_scheduling()
+    return jobs
 
 
 def resubmit_job(job: Job, *, user) -> Job:
@@ -107,5 +168,14 @@ def resubmit_job(job: Job, *, user) -> Job:
             checkpoint_dir=effective_checkpoint_dir(job),
         )
         new_job.refresh_from_db()
-        record_decision(job, f"restarted as job #{new_job.pk}", actor=Actor.USER, user=user)
+        event = record_decision(job, f"restarted as job #{new_job.pk}", actor=Actor.USER, user=user)
+        announce_one(
+            Notice.RESUBMITTED,
+            job,
+            event.created_at,
+            reason=event.reason,
+            actor=Actor.USER,
+            user=user,
+            detail={"new_job": new_job.pk},
+        )
     return new_job

@@ -12,6 +12,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from jobs.hooks import Notice, announce_one
 from jobs.models import Job, JobEvent
 from jobs.statuses import FINAL_JOB_STATUSES, Actor, JobStatus, is_allowed
 from jobs.triggers import request_scheduling
@@ -83,6 +84,18 @@ def transition(
             reason=reason,
             actor=actor,
             user=user,
+        )
+        announce_one(
+            Notice.STATUS,
+            job,
+            now,
+            reason=reason,
+            actor=actor,
+            user=user,
+            from_status=from_status,
+            to_status=to_status,
+            attempt=updates.get("attempt", job.attempt),
+            detail={"exit_code": updates["exit_code"]} if "exit_code" in updates else {},
         )
         if to_status in _WAKES_SCHEDULER:
             request_scheduling()

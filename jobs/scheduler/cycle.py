@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from cluster.models import GpuDevice, Node, NodeState
 from jobs.actions.transitions import IllegalTransition, TransitionConflict
+from jobs.hooks import Notice, announce_one
 from jobs.models import Checkpoint, Job, Pod
 from jobs.scheduler.bulk import insert_events, update_waiting
 from jobs.scheduler.model import JobSnap, NodeSnap, Plan, QuotaSnap, RunningSnap, Snapshot
@@ -447,6 +448,10 @@ def _preempt(decided: Plan) -> tuple[int, ...]:
             )
         except (JobNotActive, TransitionConflict):
             continue  # it ended meanwhile: its GPUs are being freed anyway
+        if p.reclaim:
+            announce_one(
+                Notice.RECLAIMED, job, timezone.now(), reason=p.reason, actor=Actor.SCHEDULER
+            )
         done.append(p.job_id)
     return tuple(done)
 

@@ -155,6 +155,7 @@ class Preemption:
     job_id: int  # the victim
     for_job_id: int  # the waiting job it makes room for
     reason: str  # "reclaimed by team-b for job b2"
+    reclaim: bool = False  # a lender takes back lent GPUs (else: priority in its quota)
 
 
 @dataclass(frozen=True, slots=True)

@@ -417,7 +417,7 @@ def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> 
         else:
             why = f"reclaimed by {quota.name} for {job.label}"
         if not v.stopping:
-            state.preemptions.append(Preemption(v.id, job.id, why))
+            state.preemptions.append(Preemption(v.id, job.id, why, reclaim=not v.in_quota))
     # Freed GPUs are for this job: nothing else is placed on those nodes in this plan.
     pool.reserve({node_id for v in choice.victims for node_id, _ in v.gpus_by_node})
     state.reclaiming.add(quota.id)

@@ -5,11 +5,15 @@ Rooms, lowest first; a room may import the rooms listed for it, never one above 
     protocol        the agent protocol's schemas: shared by console and node, owned by neither
     agents.sdk      the training SDK (imports nothing of ours)
     agents.node     the node agent program (protocol only; no Django)
-    accounts        API tokens and who is calling
+    cli             the researchers' command line (talks to the API over HTTP; no Django)
+    accounts        API tokens, who is calling, rate limits
     quotas          tenants, workspaces, quotas
     cluster         nodes and GPUs
-    jobs            jobs, pods, lifecycle, scheduler, fault tolerance, pages, API
+    jobs            jobs, pods, lifecycle, scheduler, fault tolerance, pages
+    audit           the audit log (hears jobs' notices; mirrors the admin's history)
+    notifications   webhook and e-mail notifications (an outbox fed by jobs' notices)
     agents          the agent API app: registration, heartbeats, logs, node monitor
+    api             the researcher API (django-ninja, /api/v1/)
     console         the site shell: settings, URLs, Celery, loops, start-up commands
 """
 
@@ -24,17 +28,31 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": set(),
     "agents.sdk": set(),
     "agents.node": {"protocol"},
+    "cli": set(),
     "accounts": {"protocol"},
     "quotas": {"protocol"},
     "cluster": {"quotas", "protocol"},
     "jobs": {"cluster", "quotas", "accounts", "protocol"},
+    "audit": {"jobs", "cluster", "quotas", "accounts", "protocol"},
+    "notifications": {"jobs", "cluster", "quotas", "accounts", "protocol"},
     "agents": {"jobs", "cluster", "quotas", "accounts", "protocol"},
-    "console": {"agents", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "api": {"audit", "notifications", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "console": {
+        "api",
+        "agents",
+        "audit",
+        "notifications",
+        "jobs",
+        "cluster",
+        "quotas",
+        "accounts",
+        "protocol",
+    },
 }
 ROOMS = sorted(ALLOWED, key=len, reverse=True)  # longest first: agents.node before agents
 
 # Django may not be imported by these rooms (they run without it: on GPU nodes, in jobs).
-DJANGO_FREE = {"protocol", "agents.sdk", "agents.node"}
+DJANGO_FREE = {"protocol", "agents.sdk", "agents.node", "cli"}
 
 
 def room_of(module: str) -> str | None:

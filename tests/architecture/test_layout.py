@@ -88,3 +88,32 @@ def test_the_node_program_and_sdk_import_without_django():
     )
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) >= 15  # every module of the node program was imported
+
+
+def test_the_cli_imports_without_django():
+    """The CLI runs on researchers' laptops: requests and PyYAML only."""
+    probe = textwrap.dedent(
+        """
+        import importlib, pkgutil, sys
+
+        class Absent:
+            blocked = ("django", "celery", "ninja", "pydantic", "console", "jobs", "quotas",
+                       "cluster", "accounts", "api", "audit", "notifications", "agents")
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in self.blocked:
+                    raise ImportError(f"{name} is not installed with the CLI")
+                return None
+
+        sys.meta_path.insert(0, Absent())
+        import cli
+        names = [info.name for info in pkgutil.walk_packages(cli.__path__, "cli.")]
+        for name in names:
+            importlib.import_module(name)
+        print(len(names))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=rules.ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 5

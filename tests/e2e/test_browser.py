@@ -41,3 +41,27 @@ def test_submit_from_form_and_watch_it_complete(browser, running_console: Runnin
         logs.index("browser-line-1") < logs.index("browser-line-2") < logs.index("browser-line-3")
     )
     page.screenshot(path=str(running_console.var_dir / "job-detail.png"), full_page=True)
+
+
+def test_api_docs_render_from_local_files_only(browser, running_console: RunningConsole):
+    """Swagger UI draws the API's operations with every asset from the console itself
+    (no CDN, no validator badge): requests elsewhere are refused and must not happen."""
+    page = browser.new_page()
+    page.set_default_timeout(60_000)
+    elsewhere: list[str] = []
+
+    def route(request_route):
+        url = request_route.request.url
+        if url.startswith(running_console.url) or url.startswith("data:"):
+            request_route.continue_()
+        else:
+            elsewhere.append(url)
+            request_route.abort()
+
+    page.route("**/*", route)
+    page.goto(f"{running_console.url}/api/v1/docs")
+    page.locator("text=GPU console API").first.wait_for()
+    page.locator("text=Submit a job").first.wait_for()
+    page.get_by_text("A worker's log lines after a cursor").first.wait_for()
+    assert elsewhere == []
+    page.screenshot(path=str(running_console.var_dir / "api-docs.png"), full_page=True)

@@ -1,7 +1,8 @@
 """The production process layout on one machine: gunicorn, a Celery worker and Celery beat
 on Redis, PostgreSQL, and a real agent. A job submitted through the API is scheduled by the
 Celery worker through the on-commit trigger (beat's scheduling tick is an hour away) and
-runs to Completed, while beat keeps both monitors' ticks coming."""
+runs to Completed, while beat keeps both monitors' ticks coming; the workspace's webhook
+hears of it through the notifications task."""
 
 import os
 import re
@@ -15,6 +16,7 @@ import requests
 
 from tests.e2e.conftest import ROOT, _postgres_database, console_env, free_port, wait_for
 from tests.e2e.conftest import manage as _manage
+from tests.notifications.conftest import Receiver
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +56,7 @@ def test_job_runs_through_gunicorn_celery_and_beat(tmp_path):
     )
     bin_dir = Path(sys.executable).parent
     processes: list[subprocess.Popen] = []
+    receivers: list[Receiver] = []
     try:
         _manage(env, "migrate", "--noinput")
         _manage(env, "seed_demo")
@@ -155,6 +158,18 @@ def test_job_runs_through_gunicorn_celery_and_beat(tmp_path):
             return any(n["name"] == "celery-node" and n["state"] == "Ready" for n in nodes)
 
         wait_for(node_ready, 60, message="agent did not register")
+        # A webhook for the job's workspace: delivered by the Celery task after the commit.
+        hook = Receiver()
+        receivers.append(hook)
+        _manage(
+            env,
+            "shell",
+            "-c",
+            "from notifications.models import NotificationRule; "
+            "from quotas.models import Workspace; "
+            "NotificationRule.objects.create(workspace=Workspace.objects.get(name='vision'), "
+            f"url='{hook.url}', events=['completed'])",
+        )
         response = api.post(
             f"{url}/api/v1/jobs",
             json={
@@ -182,6 +197,13 @@ def test_job_runs_through_gunicorn_celery_and_beat(tmp_path):
         assert [line["text"] for line in lines if "via-celery" in line["text"]] == ["via-celery"]
         worker_log = (tmp_path / "worker.log").read_text()
         assert re.search(r"Task jobs\.schedule_tick\[[^]]+\] succeeded", worker_log), worker_log
+        delivered = wait_for(hook.accepted, 30, message="the webhook was not delivered")
+        assert [d["body"]["event"] for d in delivered] == ["completed"]
+        assert delivered[0]["body"]["job"]["id"] == job_id
+        assert re.search(
+            r"Task notifications\.deliver_due\[[^]]+\] succeeded",
+            (tmp_path / "worker.log").read_text(),
+        )
         # Beat is alive and each monitor runs as its own task, through the real monitors.
         for task in ("agents.node_monitor_tick", "jobs.job_monitor_tick"):
             wait_for(
@@ -200,4 +222,6 @@ def test_job_runs_through_gunicorn_celery_and_beat(tmp_path):
     finally:
         for process in reversed(processes):
             _stop(process)
+        for receiver in receivers:
+            receiver.close()
         drop()

@@ -58,7 +58,7 @@ def all_log_lines(console: RunningConsole, job_id: int) -> list[str]:
 
 def test_api_job_runs_to_completed_with_ordered_logs(running_console):
     command = "for i in $(seq 1 200); do echo api-line-$i; done"
-    job = submit(running_console, name="api-job", command=command)
+    job = submit(running_console, name="api:job", command=command)
     done = wait_status(running_console, job["id"], FINAL)
     assert done["status"] == "Completed", done
     assert done["exit_code"] == 0

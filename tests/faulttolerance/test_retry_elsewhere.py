@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 
+from api.jobs import job_detail
 from jobs.actions.workers import apply_worker_state
-from jobs.api import _job_with_pods
 from jobs.faulttolerance.policy import FtConfig, RunType
 from jobs.models import Job, Pod, RestartRecord
 from jobs.scheduler.cycle import load_snapshot, run_cycle
@@ -98,5 +98,6 @@ def test_excluded_nodes_show_on_the_page_and_in_the_api(client, researcher, ft_j
     client.force_login(researcher)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "Excluded nodes" in page and "n-a (ECC error)" in page
-    body = job_json(_job_with_pods(researcher, job.pk))
+    detail = job_detail(researcher, job.pk)
+    body = job_json(detail, detail.pod_list)
     assert body["excluded_nodes"] == ["n-a"]

@@ -105,7 +105,7 @@ BASE = {"quota": "team-a", "image": "busybox", "command": "echo hi", "gpus_per_w
 def test_the_job_api_never_fails_on_any_field(api_client, quota, node, field, value):
     before = counts()
     body = dumps_with(BASE, field, value)
-    response = api_client.post(reverse("api-jobs"), body, content_type="application/json")
+    response = api_client.post(reverse("api:jobs"), body, content_type="application/json")
     no_server_error(response)
     if response.status_code == 201:
         check_stored_job(Job.objects.get(pk=response.json()["id"]))
@@ -120,7 +120,7 @@ def test_the_job_api_never_fails_on_any_field(api_client, quota, node, field, va
 @given(body=anything)
 def test_the_job_api_never_fails_on_any_body(api_client, quota, node, body):
     before = counts()
-    response = api_client.post(reverse("api-jobs"), dumps(body), content_type="application/json")
+    response = api_client.post(reverse("api:jobs"), dumps(body), content_type="application/json")
     no_server_error(response)
     assert response.status_code == 400
     json_error(response, API_ERRORS)

@@ -14,7 +14,7 @@ VALID = '{"quota": "team-a", "image": "busybox", "command": "echo hi"'
 
 
 def post(api, raw: bytes | str):
-    return api.post(reverse("api-jobs"), raw, content_type="application/json")
+    return api.post(reverse("api:jobs"), raw, content_type="application/json")
 
 
 def error(response) -> dict:

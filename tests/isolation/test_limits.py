@@ -27,7 +27,7 @@ BASE = {"image": "busybox", "command": "echo hi", "gpus_per_worker": 1}
 
 def submit(api, quota, **fields):
     body = {"quota": quota.name, **BASE, **fields}
-    return api.post(reverse("api-jobs"), body, content_type="application/json")
+    return api.post(reverse("api:jobs"), body, content_type="application/json")
 
 
 def field_error(response, field: str) -> str:

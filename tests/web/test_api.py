@@ -18,10 +18,10 @@ from tests.conftest import make_node
 from tests.web.conftest import add_log, finish, place, submit
 
 JOB_ENDPOINTS = [
-    ("get", "api-job"),
-    ("get", "api-job-logs"),
-    ("post", "api-job-stop"),
-    ("post", "api-job-restart"),
+    ("get", "api:job"),
+    ("get", "api:job-logs"),
+    ("post", "api:job-stop"),
+    ("post", "api:job-restart"),
 ]
 
 
@@ -56,7 +56,7 @@ def _error(response, status: int, code: str) -> dict:
 )
 def test_missing_or_bad_token_is_401(db, job, header):
     client = Client(HTTP_AUTHORIZATION=header) if header else Client()
-    response = client.get(reverse("api-jobs"))
+    response = client.get(reverse("api:jobs"))
     _error(response, 401, "not_authenticated")
     assert response["WWW-Authenticate"].startswith("Bearer")
 
@@ -64,7 +64,7 @@ def test_missing_or_bad_token_is_401(db, job, header):
 def test_right_prefix_wrong_secret_is_401(db, researcher):
     _token, plain = issue_api_token(researcher)
     forged = plain[:-4] + ("aaaa" if not plain.endswith("aaaa") else "bbbb")
-    response = Client(HTTP_AUTHORIZATION=f"Bearer {forged}").get(reverse("api-jobs"))
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {forged}").get(reverse("api:jobs"))
     _error(response, 401, "not_authenticated")
 
 
@@ -72,12 +72,12 @@ def test_revoked_token_is_401(db, researcher):
     token, plain = issue_api_token(researcher)
     token.revoked_at = timezone.now()
     token.save()
-    response = Client(HTTP_AUTHORIZATION=f"Bearer {plain}").get(reverse("api-jobs"))
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {plain}").get(reverse("api:jobs"))
     _error(response, 401, "not_authenticated")
 
 
 def test_session_cookies_do_not_authenticate_the_api(member_client, job):
-    _error(member_client.get(reverse("api-jobs")), 401, "not_authenticated")
+    _error(member_client.get(reverse("api:jobs")), 401, "not_authenticated")
 
 
 @pytest.mark.parametrize(("method", "name"), JOB_ENDPOINTS)
@@ -90,17 +90,17 @@ def test_last_used_is_written_at_most_once_a_minute(db, researcher):
     client = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
     start = timezone.now()
     with time_machine.travel(start, tick=False) as clock:
-        client.get(reverse("api-jobs"))
+        client.get(reverse("api:jobs"))
         token.refresh_from_db()
         assert token.last_used_at == start
         clock.shift(timedelta(seconds=30))
         with CaptureQueriesContext(connection) as ctx:
-            client.get(reverse("api-jobs"))
+            client.get(reverse("api:jobs"))
         assert not [q for q in ctx.captured_queries if q["sql"].startswith("UPDATE")]
         token.refresh_from_db()
         assert token.last_used_at == start
         clock.shift(timedelta(seconds=31))
-        client.get(reverse("api-jobs"))
+        client.get(reverse("api:jobs"))
         token.refresh_from_db()
         assert token.last_used_at == start + timedelta(seconds=61)
 
@@ -118,29 +118,29 @@ def test_outsider_gets_404_in_the_error_shape(outsider, job, method, name):
 
 def test_colleague_sees_and_stops_a_job(colleague, job):
     client = _client(colleague)
-    assert client.get(reverse("api-job", args=[job.pk])).json()["id"] == job.pk
-    response = client.post(reverse("api-job-stop", args=[job.pk]))
+    assert client.get(reverse("api:job", args=[job.pk])).json()["id"] == job.pk
+    response = client.post(reverse("api:job-stop", args=[job.pk]))
     assert response.status_code == 200 and response.json()["status"] == "Stopped"
 
 
 def test_list_shows_only_the_users_workspaces(api, outsider, job, other_quota, other_workspace):
     theirs = submit(outsider, other_workspace, other_quota, name="theirs")
-    assert [j["id"] for j in api.get(reverse("api-jobs")).json()["jobs"]] == [job.pk]
-    mine = _client(outsider).get(reverse("api-jobs")).json()["jobs"]
+    assert [j["id"] for j in api.get(reverse("api:jobs")).json()["jobs"]] == [job.pk]
+    mine = _client(outsider).get(reverse("api:jobs")).json()["jobs"]
     assert [j["id"] for j in mine] == [theirs.pk]
 
 
 @pytest.mark.parametrize(
     ("method", "name", "args"),
     [
-        ("put", "api-jobs", False),
-        ("delete", "api-jobs", False),
-        ("post", "api-job", True),
-        ("delete", "api-job", True),
-        ("post", "api-job-logs", True),
-        ("get", "api-job-stop", True),
-        ("get", "api-job-restart", True),
-        ("post", "api-nodes", False),
+        ("put", "api:jobs", False),
+        ("delete", "api:jobs", False),
+        ("post", "api:job", True),
+        ("delete", "api:job", True),
+        ("post", "api:job-logs", True),
+        ("get", "api:job-stop", True),
+        ("get", "api:job-restart", True),
+        ("post", "api:nodes", False),
     ],
 )
 def test_wrong_method_is_405_in_the_error_shape(api, job, method, name, args):
@@ -166,7 +166,7 @@ def test_trailing_slash_is_optional(api, job):
 def test_job_json_with_pods(api, job, node):
     pods = place(job, node)
     Pod.objects.filter(pk=pods[0].pk).update(status=PodStatus.UNKNOWN, in_quota=False)
-    data = api.get(reverse("api-job", args=[job.pk])).json()
+    data = api.get(reverse("api:job", args=[job.pk])).json()
     expected_keys = {
         "id", "name", "workspace", "quota", "owner", "image", "command", "workers",
         "gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker", "priority",
@@ -202,7 +202,7 @@ def test_list_is_newest_first_with_cursor_pagination(api, researcher, workspace,
     ids = [submit(researcher, workspace, quota, name=f"j{i}").pk for i in range(7)]
     seen, cursor = [], None
     while True:
-        url = reverse("api-jobs") + "?limit=3" + (f"&cursor={cursor}" if cursor else "")
+        url = reverse("api:jobs") + "?limit=3" + (f"&cursor={cursor}" if cursor else "")
         page = api.get(url).json()
         seen += [j["id"] for j in page["jobs"]]
         assert "pods" not in (page["jobs"] or [{}])[0]
@@ -216,9 +216,9 @@ def test_list_filters_by_status(api, researcher, workspace, quota, node):
     running = submit(researcher, workspace, quota)
     place(running, node)
     submit(researcher, workspace, quota)
-    jobs = api.get(reverse("api-jobs") + "?status=Running").json()["jobs"]
+    jobs = api.get(reverse("api:jobs") + "?status=Running").json()["jobs"]
     assert [j["id"] for j in jobs] == [running.pk]
-    both = api.get(reverse("api-jobs") + "?status=Running,Pending").json()["jobs"]
+    both = api.get(reverse("api:jobs") + "?status=Running,Pending").json()["jobs"]
     assert len(both) == 2
 
 
@@ -228,7 +228,7 @@ def test_list_filters_by_status(api, researcher, workspace, quota, node):
      ("status=Sleeping", "status"), ("cursor=garbage", "cursor")],
 )  # fmt: skip
 def test_list_rejects_bad_parameters(api, job, query, field):
-    error = _error(api.get(reverse("api-jobs") + "?" + query), 400, "validation_error")
+    error = _error(api.get(reverse("api:jobs") + "?" + query), 400, "validation_error")
     assert error["field"] == field
 
 
@@ -237,9 +237,9 @@ def test_list_queries_do_not_grow_with_jobs(
 ):
     place(submit(researcher, workspace, quota), node)
     submit(researcher, workspace, quota, name="waiting")  # its expected start is forecast
-    api.get(reverse("api-jobs"))  # the token's last_used_at write happens once
+    api.get(reverse("api:jobs"))  # the token's last_used_at write happens once
     with CaptureQueriesContext(connection) as ctx:
-        assert api.get(reverse("api-jobs")).status_code == 200
+        assert api.get(reverse("api:jobs")).status_code == 200
     one = len(ctx.captured_queries)
     other = make_node("node-1")
     for i in range(19):
@@ -247,13 +247,13 @@ def test_list_queries_do_not_grow_with_jobs(
         if i % 3 == 0:
             place(job, other)
     with django_assert_num_queries(one):
-        assert len(api.get(reverse("api-jobs")).json()["jobs"]) == 21
+        assert len(api.get(reverse("api:jobs")).json()["jobs"]) == 21
 
 
 def test_nodes_list_shows_gpu_usage(api, job, node):
     place(job, node)
     make_node("idle-node", gpus=4)
-    data = api.get(reverse("api-nodes")).json()["nodes"]
+    data = api.get(reverse("api:nodes")).json()["nodes"]
     assert [(n["name"], n["state"], n["gpus"], n["used_gpus"]) for n in data] == [
         ("idle-node", "Ready", 4, 0),
         ("node-0", "Ready", 8, 1),
@@ -267,7 +267,7 @@ def test_logs_page_through_with_after(api, job, node):
     pod = place(job, node)[0]
     add_log(pod, 0, ["a", "b", "c"])
     add_log(pod, 3, ["\x1b[1md\x1b[0m", "<e>"])
-    url = reverse("api-job-logs", args=[job.pk])
+    url = reverse("api:job-logs", args=[job.pk])
     first = api.get(url + "?limit=2").json()
     assert [(x["seq"], x["text"]) for x in first["lines"]] == [(0, "a"), (1, "b")]
     assert first["lines"][0]["rank"] == 0 and first["lines"][0]["attempt"] == 1
@@ -283,18 +283,18 @@ def test_logs_page_through_with_after(api, job, node):
 def test_logs_complete_once_final_and_settled(api, job, node):
     with time_machine.travel(timezone.now() - timedelta(hours=1), tick=False):
         finish(job, node)
-    data = api.get(reverse("api-job-logs", args=[job.pk])).json()
+    data = api.get(reverse("api:job-logs", args=[job.pk])).json()
     assert data["complete"] is True
 
 
 def test_logs_of_a_job_without_workers(api, job):
-    data = api.get(reverse("api-job-logs", args=[job.pk])).json()
+    data = api.get(reverse("api:job-logs", args=[job.pk])).json()
     assert data["lines"] == [] and data["complete"] is False
 
 
 @pytest.mark.parametrize("query", ["after=x", "limit=0", "limit=5001", "rank=-1", "attempt=0"])
 def test_logs_reject_bad_parameters(api, job, query):
-    url = reverse("api-job-logs", args=[job.pk]) + "?" + query
+    url = reverse("api:job-logs", args=[job.pk]) + "?" + query
     _error(api.get(url), 400, "validation_error")
 
 
@@ -303,27 +303,27 @@ def test_logs_reject_bad_parameters(api, job, query):
 
 def test_stop_on_inqueue_ends_stopped(api, job):
     transition(job, JobStatus.INQUEUE, reason="quota full", actor=Actor.SCHEDULER)
-    data = api.post(reverse("api-job-stop", args=[job.pk])).json()
+    data = api.post(reverse("api:job-stop", args=[job.pk])).json()
     assert data["status"] == "Stopped" and data["status_reason"] == "stopped by alice"
 
 
 def test_stop_on_running_is_graceful(api, job, node):
     place(job, node)
-    data = api.post(reverse("api-job-stop", args=[job.pk])).json()
+    data = api.post(reverse("api:job-stop", args=[job.pk])).json()
     assert data["status"] == "Running" and data["display_status"] == "Stopping…"
     # Stopping twice is not an error: the stop is already under way.
-    assert api.post(reverse("api-job-stop", args=[job.pk])).status_code == 200
+    assert api.post(reverse("api:job-stop", args=[job.pk])).status_code == 200
 
 
 def test_stop_on_a_finished_job_is_409(api, job, node):
     finish(job, node)
-    error = _error(api.post(reverse("api-job-stop", args=[job.pk])), 409, "conflict")
+    error = _error(api.post(reverse("api:job-stop", args=[job.pk])), 409, "conflict")
     assert "Completed" in error["message"]
 
 
 def test_restart_creates_a_new_job(api, job, node):
     finish(job, node, JobStatus.FAILED)
-    response = api.post(reverse("api-job-restart", args=[job.pk]))
+    response = api.post(reverse("api:job-restart", args=[job.pk]))
     assert response.status_code == 201
     data = response.json()
     assert data["cloned_from"] == job.pk and data["id"] != job.pk
@@ -332,7 +332,7 @@ def test_restart_creates_a_new_job(api, job, node):
 
 
 def test_restart_of_an_active_job_is_409(api, job):
-    _error(api.post(reverse("api-job-restart", args=[job.pk])), 409, "conflict")
+    _error(api.post(reverse("api:job-restart", args=[job.pk])), 409, "conflict")
     assert Job.objects.count() == 1
 
 
@@ -340,6 +340,6 @@ def test_restart_when_no_node_can_run_it_any_more(api, job, node):
     finish(job, node)
     Pod.objects.all().delete()
     node.delete()
-    error = _error(api.post(reverse("api-job-restart", args=[job.pk])), 400, "validation_error")
+    error = _error(api.post(reverse("api:job-restart", args=[job.pk])), 400, "validation_error")
     assert error["field"] == "quota"
     assert Job.objects.count() == 1

@@ -81,7 +81,7 @@ def _quota_value(quota: str) -> str:
 
 
 def _post_api(api, body):
-    return api.post(reverse("api-jobs"), json.dumps(body), content_type="application/json")
+    return api.post(reverse("api:jobs"), json.dumps(body), content_type="application/json")
 
 
 def _assert_page_error(response, field):
@@ -226,7 +226,7 @@ def test_api_is_strict_about_json_types(api, cluster, changes, field):
 
 @pytest.mark.parametrize("body", ["{", "[]", '"job"', "\xff"])
 def test_api_rejects_a_body_that_is_not_a_json_object(api, cluster, body):
-    response = api.post(reverse("api-jobs"), body, content_type="application/json")
+    response = api.post(reverse("api:jobs"), body, content_type="application/json")
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "invalid_json" and error["field"] is None

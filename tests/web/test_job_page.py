@@ -134,10 +134,10 @@ def test_the_api_gives_the_expected_start_labelled_an_estimate(
     running = submit(researcher, workspace, quota, gpus_per_worker=8, max_runtime_seconds=600)
     place(running, node)
     waiting = submit(researcher, workspace, quota, gpus_per_worker=8)
-    detail = api.get(reverse("api-job", args=[waiting.pk])).json()
+    detail = api.get(reverse("api:job", args=[waiting.pk])).json()
     assert detail["expected_start"]["estimate"] is True
     assert detail["expected_start"]["at"] and "max runtime" in detail["expected_start"]["basis"]
-    assert api.get(reverse("api-job", args=[running.pk])).json()["expected_start"] is None
-    listed = {j["id"]: j for j in api.get(reverse("api-jobs")).json()["jobs"]}
+    assert api.get(reverse("api:job", args=[running.pk])).json()["expected_start"] is None
+    listed = {j["id"]: j for j in api.get(reverse("api:jobs")).json()["jobs"]}
     assert listed[waiting.pk]["expected_start"] == detail["expected_start"]
     assert listed[running.pk]["expected_start"] is None

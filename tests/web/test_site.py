@@ -52,10 +52,10 @@ def test_token_page_creates_a_token_shown_once(member_client, researcher):
     assert token.digest == digest_of(plain)
     # It works for the API; a reload neither shows it again nor rotates it.
     api = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
-    assert api.get(reverse("api-jobs")).status_code == 200
+    assert api.get(reverse("api:jobs")).status_code == 200
     assert plain not in member_client.get(reverse("api-token")).text
     assert ApiToken.objects.filter(user=researcher).count() == 1
-    assert api.get(reverse("api-jobs")).status_code == 200
+    assert api.get(reverse("api:jobs")).status_code == 200
 
 
 def test_the_new_token_is_never_stored_in_the_session(member_client, researcher):
@@ -73,7 +73,7 @@ def test_rotating_asks_for_confirmation_first(member_client, researcher, api_tok
     response = member_client.post(reverse("api-token"), {"action": "create"})
     assert response.status_code == 302 and response["Location"].endswith("?confirm=rotate")
     old = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
-    assert old.get(reverse("api-jobs")).status_code == 200  # nothing rotated yet
+    assert old.get(reverse("api:jobs")).status_code == 200  # nothing rotated yet
     confirm = member_client.get(response["Location"]).text
     assert "Rotate your API token?" in confirm and 'name="confirm" value="yes"' in confirm
 
@@ -82,7 +82,7 @@ def test_rotating_revokes_the_previous_token(member_client, researcher, api_toke
     member_client.post(reverse("api-token"), {"action": "create", "confirm": "yes"})
     assert ApiToken.objects.filter(user=researcher, revoked_at__isnull=True).count() == 1
     old = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
-    assert old.get(reverse("api-jobs")).status_code == 401
+    assert old.get(reverse("api:jobs")).status_code == 401
 
 
 def test_revoke_only_own_tokens(member_client, researcher, outsider):

@@ -1,0 +1,395 @@
+"""Jobs: create (one, a batch, an array), list with filters, get, stop, restart, terminate.
+
+Validation of every new job is `jobs.forms.JobForm`, the create page's; the API adds only
+JSON strictness (api.schemas). Writes go through jobs.actions.
+"""
+
+import re
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from ninja import Header, Query, Router, Status
+from pydantic import Field
+
+from accounts.api_auth import ApiError
+from api import idempotency, schemas
+from api.idempotency import Outcome
+from jobs.access import MAX_ID, get_job_for_user, visible_jobs
+from jobs.actions.stop import JobNotActive, request_stop
+from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
+from jobs.actions.transitions import TransitionConflict
+from jobs.filtering import JobFilters, apply_filters
+from jobs.forms import JobForm, initial_from_job
+from jobs.models import Job, Pod
+from jobs.paging import MAX_PAGE, BadPageRequest, page_of_jobs, parse_statuses
+from jobs.serializers import job_json
+from jobs.statuses import FINAL_JOB_STATUSES, JobStatus
+
+router = Router()
+
+CHECKPOINTS_SHOWN = 50
+EVENTS_SHOWN = 200
+E = schemas.ErrorBody
+READ_ERRORS = {400: E, 401: E, 404: E, 429: E}
+WRITE_ERRORS = {400: E, 401: E, 404: E, 409: E, 413: E, 422: E, 429: E}
+DATE_TIME = {"format": "date-time"}
+IdempotencyKey = Header(
+    None,
+    alias="Idempotency-Key",
+    description="Any unique string (a UUID): a retry with the same key and body returns "
+    "the first request's jobs instead of creating new ones.",
+)
+
+
+def with_details(job: Job) -> Job:
+    """The job with its workers, restarts, newest checkpoints and events loaded."""
+    job.pod_list = list(
+        Pod.objects.filter(job=job)
+        .select_related("node", "charged_quota")
+        .order_by("attempt", "rank")
+    )
+    job.restart_list = list(job.restarts.order_by("created_at", "id"))
+    job.checkpoint_list = list(job.checkpoints.order_by("-step", "-id")[:CHECKPOINTS_SHOWN])
+    newest = job.events.select_related("user").order_by("-created_at", "-id")[:EVENTS_SHOWN]
+    job.event_list = list(reversed(newest))
+    return job
+
+
+def job_detail(user, pk: int) -> Job:
+    return with_details(get_job_for_user(user, pk))
+
+
+def detail_json(user, pk: int) -> dict[str, Any]:
+    job = job_detail(user, pk)
+    return job_json(job, job.pod_list)
+
+
+def form_error(form: JobForm, prefix: str = "") -> ApiError:
+    fields = {
+        (f"{prefix}{name}" if name != "__all__" else prefix.rstrip(".") or name): [
+            str(m) for m in messages
+        ]
+        for name, messages in form.errors.items()
+    }
+    first = next(iter(fields))
+    return ApiError(
+        400,
+        "validation_error",
+        fields[first][0],
+        field=None if first == "__all__" else first,
+        fields=fields,
+    )
+
+
+def validated_form(request: HttpRequest, payload: schemas.JobCreate, extra_env=None) -> JobForm:
+    data = payload.model_dump(exclude_none=True)
+    if extra_env:
+        env = data.get("env") or {}
+        if isinstance(env, str):
+            env = "\n".join([env, *(f"{k}={v}" for k, v in extra_env.items())])
+        else:
+            env = {**env, **extra_env}
+        data["env"] = env
+    return JobForm(data, user=request.user)
+
+
+# -- create --------------------------------------------------------------------------------
+
+
+def _created(request: HttpRequest, response: HttpResponse, outcome: Outcome) -> list[Job]:
+    if outcome.replayed:
+        response["Idempotent-Replayed"] = "true"
+        jobs = visible_jobs(request.user).filter(pk__in=outcome.replayed_ids)
+        return sorted(jobs, key=lambda job: outcome.replayed_ids.index(job.pk))
+    return outcome.jobs
+
+
+@router.post(
+    "",
+    response={201: schemas.JobDetail, **WRITE_ERRORS},
+    url_name="jobs-create",
+    summary="Submit a job",
+)
+def create_job(
+    request: HttpRequest,
+    response: HttpResponse,
+    payload: schemas.JobCreate,
+    idempotency_key: str | None = IdempotencyKey,
+):
+    def create() -> Outcome:
+        form = validated_form(request, payload)
+        if not form.is_valid():
+            raise form_error(form)
+        return Outcome(jobs=[form.create_job()])
+
+    outcome = idempotency.once(request, create)
+    if outcome.replayed:
+        response["Idempotent-Replayed"] = "true"
+        if not outcome.replayed_ids:
+            raise ApiError(404, "not_found", "The job this key created no longer exists.")
+        return Status(201, detail_json(request.user, outcome.replayed_ids[0]))
+    return Status(201, detail_json(request.user, outcome.jobs[0].pk))
+
+
+@router.post(
+    "/batch",
+    response={201: schemas.BatchResult, **WRITE_ERRORS},
+    url_name="jobs-batch",
+    summary="Submit independent jobs at once",
+)
+def create_batch(
+    request: HttpRequest,
+    response: HttpResponse,
+    payload: schemas.JobBatchCreate,
+    idempotency_key: str | None = IdempotencyKey,
+):
+    """Each job is validated on its own: the valid ones are created (in one transaction)
+    and each invalid one is reported by its index. All invalid: 400."""
+
+    def create() -> Outcome:
+        items, errors = [], []
+        for index, spec in enumerate(payload.jobs):
+            form = validated_form(request, spec)
+            if form.is_valid():
+                items.append((form.workspace_obj, form.quota_obj, form.spec()))
+            else:
+                error = form_error(form)
+                errors.append(
+                    {
+                        "index": index,
+                        "error": {
+                            "code": error.code,
+                            "message": error.message,
+                            "field": error.field,
+                            "fields": error.fields,
+                        },
+                    }
+                )
+        if not items:
+            first = errors[0]["error"]
+            fields = {
+                f"jobs.{e['index']}.{name}": messages
+                for e in errors
+                for name, messages in (e["error"]["fields"] or {}).items()
+            }
+            where = f"jobs.{errors[0]['index']}"
+            raise ApiError(400, "validation_error", f"{where}: {first['message']}", where, fields)
+        return Outcome(jobs=create_jobs(user=request.user, items=items), errors=errors)
+
+    outcome = idempotency.once(request, create)
+    jobs = _created(request, response, outcome)
+    return Status(201, {"jobs": [job_json(job) for job in jobs], "errors": outcome.errors})
+
+
+@router.post(
+    "/array",
+    response={201: schemas.JobList, **WRITE_ERRORS},
+    url_name="jobs-array",
+    summary="Submit an array of jobs (a sweep)",
+)
+def create_array(
+    request: HttpRequest,
+    response: HttpResponse,
+    payload: schemas.JobArrayCreate,
+    idempotency_key: str | None = IdempotencyKey,
+):
+    """`count` copies of one job, validated once; copy i gets ARRAY_INDEX=i and
+    ARRAY_COUNT=count in its environment (use them to pick the sweep's parameters) and is
+    named "<name>-<i>". All are created in one transaction, or none."""
+    if not 1 <= payload.count <= schemas.MAX_BATCH:
+        raise ApiError(
+            400, "validation_error", f"count must be between 1 and {schemas.MAX_BATCH}.", "count"
+        )
+
+    def create() -> Outcome:
+        extra = {"ARRAY_INDEX": "0", "ARRAY_COUNT": str(payload.count)}
+        form = validated_form(request, payload.job, extra_env=extra)
+        if not form.is_valid():
+            raise form_error(form, prefix="job.")
+        template = form.spec()
+        items = []
+        for index in range(payload.count):
+            spec = replace(
+                template,
+                env={**template.env, "ARRAY_INDEX": str(index)},
+                name=f"{template.name[:190]}-{index}",
+            )
+            items.append((form.workspace_obj, form.quota_obj, spec))
+        return Outcome(jobs=create_jobs(user=request.user, items=items))
+
+    outcome = idempotency.once(request, create)
+    jobs = _created(request, response, outcome)
+    return Status(201, {"jobs": [job_json(job) for job in jobs]})
+
+
+# -- read ----------------------------------------------------------------------------------
+
+
+class ListParams(schemas.Schema):
+    status: str | None = Field(
+        None, description="Comma-separated statuses, e.g. Pending,Inqueue.", max_length=200
+    )
+    state: str | None = Field(
+        None, description="active or finished.", json_schema_extra={"enum": ["active", "finished"]}
+    )
+    quota: str | None = Field(None, description="Quota name or id.", max_length=200)
+    workspace: str | None = Field(None, description="Workspace name or id.", max_length=200)
+    owner: str | None = Field(None, description='A username, or "me".', max_length=150)
+    name: str | None = Field(None, description="Part of the job name.", max_length=200)
+    created_after: str | None = Field(
+        None, description="RFC 3339, e.g. 2026-03-01T12:00:00Z.", json_schema_extra=DATE_TIME
+    )
+    created_before: str | None = Field(None, json_schema_extra=DATE_TIME)
+    cursor: str | None = Field(None, max_length=200, description="next_cursor of a page.")
+    limit: int = Field(50, ge=1, le=MAX_PAGE)
+
+
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _moment(value: str | None, name: str) -> datetime | None:
+    """An RFC 3339 date-time (with its offset), strictly: numbers and bare dates are not."""
+    if value is None:
+        return None
+    try:
+        if not RFC3339.fullmatch(value):
+            raise ValueError(value)
+        return datetime.fromisoformat(value.replace("z", "Z"))
+    except ValueError:
+        raise BadPageRequest(
+            name, f"{name} must be an RFC 3339 date-time with an offset."
+        ) from None
+
+
+def filtered_jobs(request: HttpRequest, params: ListParams) -> QuerySet[Job]:
+    filters = JobFilters(
+        statuses=tuple(parse_statuses(params.status)),
+        state=params.state or "",
+        quota=params.quota or "",
+        workspace=params.workspace or "",
+        owner=params.owner or "",
+        name=params.name or "",
+        created_after=_moment(params.created_after, "created_after"),
+        created_before=_moment(params.created_before, "created_before"),
+    )
+    return apply_filters(visible_jobs(request.user), filters, request.user)
+
+
+@router.get(
+    "", response={200: schemas.JobPage, **READ_ERRORS}, url_name="jobs", summary="List jobs"
+)
+def list_jobs(request: HttpRequest, params: Query[ListParams]):
+    """Your workspaces' jobs, newest first, a page at a time (follow `next_cursor`)."""
+    try:
+        jobs = filtered_jobs(request, params)
+        page, next_cursor = page_of_jobs(jobs, cursor=params.cursor, limit=params.limit)
+    except BadPageRequest as exc:
+        raise ApiError(400, "validation_error", exc.message, exc.field) from None
+    return {"jobs": [job_json(job) for job in page], "next_cursor": next_cursor}
+
+
+@router.get(
+    "/{int:job_id}",
+    response={200: schemas.JobDetail, **READ_ERRORS},
+    url_name="job",
+    summary="A job with its workers, restarts, events and checkpoints",
+)
+def get_job(request: HttpRequest, job_id: int):
+    return detail_json(request.user, job_id)
+
+
+# -- change --------------------------------------------------------------------------------
+
+
+@router.post(
+    "/{int:job_id}/stop",
+    response={200: schemas.JobDetail, **WRITE_ERRORS},
+    url_name="job-stop",
+    summary="Stop a job gracefully",
+)
+def stop_job(request: HttpRequest, job_id: int):
+    """SIGTERM, the grace period, then SIGKILL; the job ends Stopped. Stopping a job that is
+    already stopping is not an error."""
+    job = get_job_for_user(request.user, job_id)
+    try:
+        request_stop(job, user=request.user)
+    except JobNotActive as exc:
+        raise ApiError(409, "conflict", f"Cannot stop: {exc}.") from None
+    except TransitionConflict:
+        raise ApiError(409, "conflict", "The job changed meanwhile; try again.") from None
+    return detail_json(request.user, job_id)
+
+
+@router.post(
+    "/{int:job_id}/restart",
+    response={201: schemas.JobDetail, **WRITE_ERRORS},
+    url_name="job-restart",
+    summary="Restart (clone) a finished job as a new job",
+)
+def restart_job(
+    request: HttpRequest,
+    response: HttpResponse,
+    job_id: int,
+    idempotency_key: str | None = IdempotencyKey,
+):
+    job = get_job_for_user(request.user, job_id)
+
+    def create() -> Outcome:
+        if job.status not in FINAL_JOB_STATUSES:
+            raise ApiError(409, "conflict", f"Cannot restart: the job is still {job.status}.")
+        # A restart is a new job: the rules of creation still apply (the quota may have
+        # been unbound from the workspace, or the nodes that could run a worker removed).
+        form = JobForm(initial_from_job(job), user=request.user)
+        if not form.is_valid():
+            raise form_error(form)
+        try:
+            return Outcome(jobs=[resubmit_job(job, user=request.user)])
+        except JobStillActive as exc:
+            raise ApiError(409, "conflict", f"Cannot restart: {exc}.") from None
+
+    outcome = idempotency.once(request, create)
+    jobs = _created(request, response, outcome)
+    if not jobs:
+        raise ApiError(404, "not_found", "The job this key created no longer exists.")
+    return Status(201, detail_json(request.user, jobs[0].pk))
+
+
+def is_admin(user) -> bool:
+    return user.is_active and (
+        user.is_superuser or (user.is_staff and user.has_perm("jobs.view_job"))
+    )
+
+
+@router.post(
+    "/{int:job_id}/terminate",
+    response={200: schemas.JobDetail, 403: E, **WRITE_ERRORS},
+    url_name="job-terminate",
+    summary="Terminate a job at once (admins)",
+)
+def terminate_job(request: HttpRequest, job_id: int):
+    """No grace period: workers are killed and the job ends Terminated. For admins; any
+    job of the cluster."""
+    if not is_admin(request.user):
+        get_job_for_user(request.user, job_id)  # 404 for jobs the caller cannot see
+        raise ApiError(403, "permission_denied", "Only admins can terminate jobs.")
+    if not 0 < job_id <= MAX_ID:
+        raise ApiError(404, "not_found", "No such object.")
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        raise ApiError(404, "not_found", "No such object.")
+    try:
+        request_stop(
+            job,
+            user=request.user,
+            reason=f"terminated by admin {request.user.get_username()}",
+            final_status=JobStatus.TERMINATED,
+        )
+    except JobNotActive as exc:
+        raise ApiError(409, "conflict", f"Cannot terminate: {exc}.") from None
+    except TransitionConflict:
+        raise ApiError(409, "conflict", "The job changed meanwhile; try again.") from None
+    job = with_details(Job.objects.select_related("workspace", "quota", "owner").get(pk=job_id))
+    return job_json(job, job.pod_list)

@@ -1,0 +1,211 @@
+"""The researcher API (/api/v1/) on django-ninja: the instance, its error handlers, routers.
+
+Every error, whatever raised it (our code, ninja's validation, Django), leaves as
+`{"error": {"code", "message", "field", "fields"?}}` with a stable machine code; an
+unexpected exception is logged and answered as a JSON 500 without internals.
+"""
+
+import logging
+from types import UnionType
+from typing import Annotated, Union, get_args, get_origin
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI, Swagger
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from accounts.api_auth import ApiError, error_response
+from api import schemas
+from api.parsing import SafeJsonParser
+from api.security import TokenAuth
+from audit.actions import record
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Submit and manage training jobs, read their logs, events, restarts, checkpoints and
+metrics, and see quotas, queues and nodes.
+
+Authenticate with `Authorization: Bearer <token>` (create a token on the console's
+*API token* page). Errors have the shape
+`{"error": {"code": "...", "message": "...", "field": "...", "fields": {...}}}`;
+`code` is stable (validation_error, invalid_json, invalid_text, not_authenticated,
+permission_denied, not_found, method_not_allowed, conflict, idempotency_key_reused,
+too_large, rate_limited, server_error). Requests are limited per token; a 429 carries
+`Retry-After`. Create requests accept an `Idempotency-Key` header: a retry with the same
+key returns the jobs of the first request instead of creating new ones.
+"""
+
+api = NinjaAPI(
+    title="GPU console API",
+    version="1",
+    description=DESCRIPTION,
+    urls_namespace="api",
+    auth=TokenAuth(),
+    parser=SafeJsonParser(),
+    # Served from ninja's own static files (ninja is an installed app): no CDN at run time.
+    # validatorUrl None: Swagger UI would otherwise fetch a badge from swagger.io.
+    docs=Swagger(settings={"validatorUrl": None, "persistAuthorization": True}),
+    docs_url="/docs",
+    openapi_url="/openapi.json",
+)
+
+_CODES = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    429: "rate_limited",
+}
+
+CONTAINERS = {"jobs", "job"}  # body fields that hold jobs: errors name the job's field
+
+
+def _field_of(loc: list) -> str | None:
+    """`("body", "payload", "jobs", 3, "workers", "int")` → "jobs.3.workers"."""
+    if not loc:
+        return None
+    source, rest = loc[0], list(loc[1:])
+    if source == "body":
+        rest = rest[1:]  # the body parameter's own name (query, path: the parameter itself)
+    parts: list[str] = []
+    for element in rest:
+        parts.append(str(element))
+        if isinstance(element, str) and element not in CONTAINERS:
+            break
+    return ".".join(parts) or None
+
+
+def _message(error: dict, field: str | None) -> str:
+    kind = error.get("type", "")
+    name = field or "The body"
+    if kind == "extra_forbidden":
+        return f"Unknown field {field.rsplit('.', 1)[-1]!r}." if field else "Unknown field."
+    if kind == "missing":
+        return f"{name} is required."
+    last = (field or "").rsplit(".", 1)[-1]
+    if kind.endswith(_TYPE_ERRORS) and JOB_FIELD_TYPES.get(last):
+        return f"{name} must be {JOB_FIELD_TYPES[last]}."
+    return f"{name}: {error.get('msg', 'invalid value')}."
+
+
+_TYPE_ERRORS = ("_type", "_parsing", "from_float")
+_JSON_NAMES = {int: "an integer", str: "a string", bool: "a boolean", dict: "an object of strings"}
+
+
+def _json_types(annotation) -> str:
+    """ "an integer or a string" for StrictInt | StrictStr | None (null is implied)."""
+    names: list[str] = []
+    pending = [annotation]
+    while pending:
+        member = pending.pop(0)
+        origin = get_origin(member)
+        if origin is Annotated:
+            pending.insert(0, get_args(member)[0])
+        elif origin in (Union, UnionType):
+            pending[:0] = get_args(member)
+        else:
+            name = _JSON_NAMES.get(origin or member)
+            if name and name not in names:
+                names.append(name)
+    return " or ".join(names)
+
+
+JOB_FIELD_TYPES = {
+    name: _json_types(info.annotation) for name, info in schemas.JobCreate.model_fields.items()
+}
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    fields: dict[str, list[str]] = {}
+    for error in exc.errors:
+        loc = list(error.get("loc", ()))
+        if loc[:1] == ["body"] and len(loc) <= 2:
+            return error_response(400, "invalid_json", "The body must be a JSON object.")
+        field = _field_of(loc)
+        messages = fields.setdefault(field or "__all__", [])
+        message = _message(error, field)
+        if message not in messages:  # a union reports once per member type
+            messages.append(message)
+    first = next(iter(fields))
+    return error_response(
+        400,
+        "validation_error",
+        fields[first][0],
+        field=None if first == "__all__" else first,
+        fields=fields,
+    )
+
+
+@api.exception_handler(ApiError)
+def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+    if exc.status == 403:
+        _denied(request, 403, exc.message)
+    return exc.response()
+
+
+@api.exception_handler(AuthenticationError)
+def _not_authenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    if request.headers.get("Authorization"):
+        _denied(request, 401, "invalid or revoked API token")
+    response = error_response(
+        401, "not_authenticated", "Send a valid API token as 'Authorization: Bearer …'."
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="api"'
+    return response
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if isinstance(exc.__cause__, ApiError):  # raised by our parser inside ninja's
+        return exc.__cause__.response()
+    code = _CODES.get(exc.status_code, "bad_request")
+    if code == "bad_request":
+        code = "invalid_json" if "body" in exc.message.lower() else "bad_request"
+    return error_response(exc.status_code, code, str(exc))
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error_response(404, "not_found", "No such object.")
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return error_response(413, "too_large", "The request body is too large.")
+
+
+@api.exception_handler(Exception)
+def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    log.exception("API %s %s failed", request.method, request.path, exc_info=exc)
+    return error_response(500, "server_error", "The server failed; the error was logged.")
+
+
+def _denied(request: HttpRequest, status: int, why: str) -> None:
+    """Denied access goes to the audit log (a refused credential, a forbidden action)."""
+    user = getattr(request, "user", None)
+    try:
+        record(
+            "access.denied",
+            actor=user,
+            object_type="api",
+            object_repr=f"{request.method} {request.path}"[:200],
+            detail={"status": status, "reason": why},
+        )
+    except Exception:
+        log.exception("audit: recording denied access failed")
+
+
+def _register() -> None:
+    from api import cluster, job_data, jobs
+
+    api.add_router("/jobs", jobs.router, tags=["jobs"])
+    api.add_router("/jobs", job_data.router, tags=["job details"])
+    api.add_router("/", cluster.router, tags=["quotas and nodes"])
+
+
+_register()

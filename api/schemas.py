@@ -1,0 +1,394 @@
+"""Request and response shapes of /api/v1/ (the OpenAPI document is generated from these).
+
+Requests are strict about JSON types (no "2" for 2, no true for 1, no unknown fields: a
+typo is an error, not a silent default). Everything beyond types — bounds, the user's
+quotas and workspaces, whether a worker fits a node — is `jobs.forms.JobForm`'s, the same
+validation as the create page's; the bounds shown in the schema are read from the form's
+own limits, so the document and the validation cannot disagree.
+"""
+
+from typing import Annotated, Any
+
+from ninja import Schema
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from jobs.faulttolerance.policy import HangAction, RestartPolicy, RunType
+from jobs.forms import LIMITS, MAX_ENV_VARS
+from jobs.statuses import IdleResources, JobStatus
+
+
+def _bounded(name: str, description: str = "") -> Any:
+    low, high = LIMITS[name]
+    return Field(
+        None,
+        description=f"{description} {low} to {high}.".strip(),
+        json_schema_extra={"minimum": low, "maximum": high},
+    )
+
+
+def _choice(values, description: str = "") -> Any:
+    return Field(None, description=description, json_schema_extra={"enum": list(values)})
+
+
+class Strict(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+class JobCreate(Strict):
+    """A new job: the create page's fields, with the same names and rules."""
+
+    quota: StrictInt | StrictStr = Field(description="Quota name or id.")
+    workspace: StrictInt | StrictStr | None = Field(
+        None, description="Needed only when the quota is bound to several of your workspaces."
+    )
+    name: StrictStr | None = Field(None, description="Defaults to the image's name.")
+    image: StrictStr
+    command: StrictStr
+    workers: StrictInt | None = _bounded("workers", "Workers,")
+    gpus_per_worker: StrictInt | None = _bounded("gpus_per_worker", "GPUs per worker,")
+    cpus_per_worker: StrictInt | None = _bounded("cpus_per_worker", "CPUs per worker,")
+    memory_gb_per_worker: StrictInt | None = _bounded("memory_gb_per_worker", "GB per worker,")
+    priority: StrictInt | None = _bounded("priority", "Priority,")
+    idle_resources: StrictStr | None = _choice([v.value for v in IdleResources])
+    env: dict[str, StrictStr] | StrictStr | None = Field(
+        None,
+        description=f"An object of strings, or KEY=VALUE lines; at most {MAX_ENV_VARS}.",
+    )
+    max_runtime_seconds: StrictInt | None = _bounded("max_runtime_seconds", "Seconds,")
+    fault_tolerance: StrictBool | None = None
+    run_type: StrictStr | None = _choice([v.value for v in RunType])
+    max_restarts: StrictInt | None = _bounded("max_restarts", "Failure restarts,")
+    restart_policy: StrictStr | None = _choice([v.value for v in RestartPolicy])
+    hang_detection: StrictBool | None = None
+    hang_timeout: StrictInt | None = _bounded("hang_timeout", "Seconds without progress,")
+    hang_action: StrictStr | None = _choice([v.value for v in HangAction])
+    checkpoint_dir: StrictStr | None = Field(
+        None, description="A folder under your workspace's checkpoint area."
+    )
+
+
+MAX_BATCH = 1000
+
+
+class JobBatchCreate(Strict):
+    """Independent jobs: each is validated on its own; the invalid ones are reported and
+    the valid ones created."""
+
+    jobs: list[JobCreate] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class JobArrayCreate(Strict):
+    """`count` copies of one job (a sweep): job i gets ARRAY_INDEX=i and ARRAY_COUNT in its
+    environment and the name "<name>-<i>". All are created, or none."""
+
+    count: StrictInt = Field(json_schema_extra={"minimum": 1, "maximum": MAX_BATCH})
+    job: JobCreate
+
+
+# -- responses -----------------------------------------------------------------------------
+
+
+class ErrorDetail(Schema):
+    code: str = Field(description="Stable machine code, e.g. validation_error, not_found.")
+    message: str
+    field: str | None
+    fields: dict[str, list[str]] | None = None
+
+
+class ErrorBody(Schema):
+    error: ErrorDetail
+
+
+class NamedRef(Schema):
+    id: int
+    name: str
+
+
+class Progress(Schema):
+    step: int
+    total: int | None
+    phase: str
+    metrics: dict[str, Any]
+    at: str | None
+
+
+class Worker(Schema):
+    rank: int
+    attempt: int
+    node: str | None
+    gpu_indices: list[int]
+    charged_quota: str
+    in_quota: bool
+    status: str
+    status_reason: str
+    exit_code: int | None
+    progress: Progress | None
+
+
+class FaultTolerance(Schema):
+    enabled: bool
+    run_type: str
+    max_restarts: int
+    policy: str
+    hang_detection: bool
+    hang_timeout: int
+    hang_action: str
+
+
+class Restart(Schema):
+    from_attempt: int
+    to_attempt: int
+    at: str | None
+    kind: str
+    whole_job: bool
+    worker_rank: int | None
+    node: str | None
+    exit_code: int | None
+    error_excerpt: str
+    rule: str
+    reason: str
+    restarts_used: int
+    restarts_max: int
+    backoff_seconds: float
+    running_at: str | None
+    restart_seconds: float | None
+
+
+class Checkpoint(Schema):
+    attempt: int
+    step: int
+    path: str
+    size_bytes: int
+    checksum: str
+    committed: bool
+    created_at: str | None
+    pruned_at: str | None
+
+
+class Event(Schema):
+    id: int | None = None
+    at: str | None
+    attempt: int
+    from_status: str | None
+    to_status: str | None
+    reason: str
+    actor: str
+    user: str | None
+
+
+JobStatusName = Annotated[str, Field(json_schema_extra={"enum": [s.value for s in JobStatus]})]
+
+
+class Job(Schema):
+    id: int
+    name: str
+    workspace: NamedRef
+    quota: NamedRef
+    owner: str
+    image: str
+    command: str
+    env: dict[str, str]
+    workers: int
+    gpus_per_worker: int
+    cpus_per_worker: int
+    memory_gb_per_worker: int
+    priority: int
+    idle_resources: str
+    max_runtime_seconds: int | None
+    status: JobStatusName
+    display_status: str
+    status_reason: str
+    stop_requested_at: str | None
+    queue_position: int | None
+    attempt: int
+    restart_count: int
+    exit_code: int | None
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    cloned_from: int | None
+    fault_tolerance: FaultTolerance
+    checkpoint_dir: str
+    preemption_count: int
+    node_loss_count: int
+    restart_not_before: str | None
+    hang_deadline: str | None
+    resume_from: str
+    excluded_nodes: list[str]
+
+
+class JobDetail(Job):
+    pods: list[Worker]
+    restarts: list[Restart]
+    events: list[Event]
+    checkpoints: list[Checkpoint]
+
+
+class JobPage(Schema):
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+class JobList(Schema):
+    jobs: list[Job]
+
+
+class BatchItemError(Schema):
+    index: int
+    error: ErrorDetail
+
+
+class BatchResult(Schema):
+    jobs: list[Job]
+    errors: list[BatchItemError]
+
+
+class LogLine(Schema):
+    seq: int
+    rank: int
+    attempt: int
+    text: str
+
+
+class Logs(Schema):
+    job: int
+    rank: int
+    attempt: int | None
+    lines: list[LogLine]
+    next_after: int
+    complete: bool = Field(description="The job is final and every line has been read.")
+    worker_final: bool = Field(description="This worker of this attempt has ended.")
+    newer_attempt: int | None = Field(
+        description="A later attempt that has this rank: follow it next."
+    )
+
+
+class EventPage(Schema):
+    events: list[Event]
+    next_after: int | None
+
+
+class RestartList(Schema):
+    restarts: list[Restart]
+
+
+class CheckpointList(Schema):
+    checkpoints: list[Checkpoint]
+
+
+class GpuSample(Schema):
+    at: str
+    gpus: int
+    utilization: int
+    memory_used_mb: int
+
+
+class WorkerMetrics(Schema):
+    rank: int
+    attempt: int
+    node: str | None
+    status: str
+    progress: Progress | None
+    progress_rate: float | None
+    gpu: list[GpuSample]
+
+
+class Metrics(Schema):
+    job: int
+    attempt: int
+    since: str
+    workers: list[WorkerMetrics]
+
+
+class QuotaUsage(Schema):
+    size: int = Field(description="Guaranteed GPUs.")
+    used: int = Field(description="GPUs its own jobs use within it.")
+    lent: int = Field(description="Its GPUs other quotas' idle jobs are using.")
+    borrowed: int = Field(description="GPUs its idle jobs use in other quotas.")
+    free: int
+
+
+class QueueSummary(Schema):
+    waiting: int
+    waiting_gpus: int
+    mine: list[int] = Field(description="Positions of your waiting jobs, by job id order.")
+
+
+class Quota(Schema):
+    id: int
+    name: str
+    tenant: str
+    resource_type: str
+    gpu_type: str
+    preemption: str
+    workspaces: list[str]
+    usage: QuotaUsage
+    queue: QueueSummary
+
+
+class QuotaList(Schema):
+    quotas: list[Quota]
+
+
+class QueueEntry(Schema):
+    position: int | None
+    job: int | None = Field(description="The job id when it is in one of your workspaces.")
+    name: str | None
+    owner: str | None
+    workspace: str
+    status: str
+    priority: int
+    gpus: int
+    submitted_at: str | None
+    reason: str
+    mine: bool
+
+
+class Queue(Schema):
+    quota: str
+    jobs: list[QueueEntry]
+
+
+class ExpectedStart(Schema):
+    at: str | None = Field(description="The earliest time the job could start, if known.")
+    basis: str = Field(description="How the estimate was made, or why there is none.")
+
+
+class WhyPending(Schema):
+    job: int
+    status: str
+    waiting: bool
+    reason: str
+    queue_position: int | None
+    quota: str
+    quota_usage: QuotaUsage
+    needs_gpus: int
+    expected_start: ExpectedStart
+
+
+class Node(Schema):
+    name: str
+    state: str
+    cordoned: bool
+    resource_type: str
+    gpu_type: str
+    gpus: int
+    used_gpus: int
+    cpus: int
+    memory_gb: int
+    last_heartbeat_at: str | None
+
+
+class NodeList(Schema):
+    nodes: list[Node]
+
+
+class Me(Schema):
+    username: str
+    is_admin: bool
+    workspaces: list[str]
+    quotas: list[str]
+    rate_limit: str

@@ -1,0 +1,53 @@
+"""Each request's source (address, web/API/admin, user agent) for the audit entries it
+causes; after an admin POST, the admin history entries it wrote are mirrored."""
+
+from collections.abc import Callable
+
+from django.contrib.admin.models import LogEntry
+from django.db.models import Max
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+
+from accounts.addresses import client_address
+from audit import context
+from audit.actions import mirror_admin_entries
+from audit.models import Via
+
+
+def _via(path: str, admin_prefix: str) -> str:
+    if path.startswith("/api/"):
+        return Via.API
+    if path.startswith(admin_prefix):
+        return Via.ADMIN
+    return Via.WEB
+
+
+class AuditMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self._admin_prefix: str | None = None
+
+    def admin_prefix(self) -> str:
+        if self._admin_prefix is None:
+            self._admin_prefix = reverse("admin:index")
+        return self._admin_prefix
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        via = _via(request.path, self.admin_prefix())
+        source = context.Source(
+            address=client_address(request) or None,
+            via=via,
+            user_agent=request.headers.get("User-Agent", "")[:200],
+        )
+        token = context.enter(source)
+        try:
+            mark = None
+            user = getattr(request, "user", None)
+            if via == Via.ADMIN and request.method == "POST" and user and user.is_staff:
+                mark = LogEntry.objects.aggregate(last=Max("pk"))["last"] or 0
+            response = self.get_response(request)
+            if mark is not None:
+                mirror_admin_entries(request.user, mark)
+            return response
+        finally:
+            context.leave(token)
