@@ -11,9 +11,11 @@ from api.jobs import READ_ERRORS, is_admin
 from api.parsing import bad_text
 from cluster.models import Node
 from jobs.access import member_workspace_ids
+from jobs.accounting import account
+from jobs.forecast import current_snapshot
 from jobs.serializers import node_json
 from jobs.statuses import ACTIVE_POD_STATUSES
-from jobs.usage import my_positions, usage_of, waiting_jobs
+from jobs.usage import my_positions, usage_json, waiting_gpus, waiting_jobs
 from quotas.models import Quota, Workspace
 
 router = Router()
@@ -46,7 +48,7 @@ def _quota_or_404(user, ref: str) -> Quota:
     return found
 
 
-def _quota_json(quota: Quota, usage, positions: list[int]) -> dict:
+def _quota_json(quota: Quota, usage: dict, queue: tuple[int, int], positions: list[int]) -> dict:
     return {
         "id": quota.pk,
         "name": quota.name,
@@ -55,12 +57,8 @@ def _quota_json(quota: Quota, usage, positions: list[int]) -> dict:
         "gpu_type": quota.gpu_type,
         "preemption": quota.preemption,
         "workspaces": sorted(w.name for w in quota.workspaces.all()),
-        "usage": usage.as_dict(),
-        "queue": {
-            "waiting": usage.waiting,
-            "waiting_gpus": usage.waiting_gpus,
-            "mine": positions,
-        },
+        "usage": usage,
+        "queue": {"waiting": queue[0], "waiting_gpus": queue[1], "mine": positions},
     }
 
 
@@ -72,9 +70,24 @@ def _quota_json(quota: Quota, usage, positions: list[int]) -> dict:
 )
 def list_quotas(request: HttpRequest):
     quotas = list(my_quotas(request.user))
-    usage = usage_of(quotas)
-    positions = my_positions([q.pk for q in quotas], request.user)
-    return {"quotas": [_quota_json(q, usage[q.pk], positions.get(q.pk, [])) for q in quotas]}
+    return {"quotas": _quotas_json(quotas, request.user)}
+
+
+def _quotas_json(quotas: list[Quota], user) -> list[dict]:
+    """The quotas with the scheduler's own usage numbers (one snapshot for all)."""
+    ids = [q.pk for q in quotas]
+    usage = account(current_snapshot()).quotas if quotas else {}
+    queues = waiting_gpus(ids)
+    positions = my_positions(ids, user)
+    return [
+        _quota_json(
+            q,
+            usage_json(usage.get(q.pk), q.gpus),
+            queues.get(q.pk, (0, 0)),
+            positions.get(q.pk, []),
+        )
+        for q in quotas
+    ]
 
 
 @router.get(
@@ -85,9 +98,7 @@ def list_quotas(request: HttpRequest):
 )
 def get_quota(request: HttpRequest, ref: str):
     quota = _quota_or_404(request.user, ref)
-    usage = usage_of([quota])[quota.pk]
-    positions = my_positions([quota.pk], request.user)
-    return _quota_json(quota, usage, positions.get(quota.pk, []))
+    return _quotas_json([quota], request.user)[0]
 
 
 @router.get(

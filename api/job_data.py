@@ -12,13 +12,15 @@ from pydantic import Field
 
 from api import schemas
 from api.jobs import READ_ERRORS
+from api.parsing import reject_unknown_query
 from jobs import logview
 from jobs.access import get_job_for_user
+from jobs.accounting import account
+from jobs.forecast import current_snapshot, expected_start_json
 from jobs.models import Job, Pod, WorkerGpuSample
 from jobs.serializers import checkpoint_json, event_json, log_line_json, progress_json, restart_json
-from jobs.start_estimate import expected_start
 from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES
-from jobs.usage import WAITING, usage_of
+from jobs.usage import WAITING, usage_json
 
 router = Router()
 
@@ -66,6 +68,7 @@ def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
     seconds for lines. Follow a job across restarts by moving to `newer_attempt` (after=-1)
     once an answer has no more lines: it is set only when this attempt's worker has ended
     and its last lines had time to arrive. Stop at `complete`."""
+    reject_unknown_query(request, LogParams)
     job = get_job_for_user(request.user, job_id)
     wait = min(params.wait, settings.API_LOG_WAIT_MAX) if params.follow else 0
     deadline = time.monotonic() + wait
@@ -109,6 +112,7 @@ class EventParams(schemas.Schema):
     summary="The job's timeline: every status change and decision, oldest first",
 )
 def job_events(request: HttpRequest, job_id: int, params: Query[EventParams]):
+    reject_unknown_query(request, EventParams)
     job = get_job_for_user(request.user, job_id)
     events = list(
         job.events.filter(pk__gt=params.after)
@@ -146,6 +150,7 @@ class CheckpointParams(schemas.Schema):
     summary="Checkpoints, newest step first",
 )
 def job_checkpoints(request: HttpRequest, job_id: int, params: Query[CheckpointParams]):
+    reject_unknown_query(request, CheckpointParams)
     job = get_job_for_user(request.user, job_id)
     checkpoints = job.checkpoints.order_by("-step", "-id")
     if params.committed is not None:
@@ -165,6 +170,7 @@ class MetricParams(schemas.Schema):
     summary="Per-worker GPU samples and the training SDK's progress metrics",
 )
 def job_metrics(request: HttpRequest, job_id: int, params: Query[MetricParams]):
+    reject_unknown_query(request, MetricParams)
     job = get_job_for_user(request.user, job_id)
     attempt = params.attempt or job.attempt
     since = timezone.now() - timedelta(minutes=params.minutes)
@@ -206,9 +212,10 @@ def job_metrics(request: HttpRequest, job_id: int, params: Query[MetricParams]):
     }
 
 
-def _expected(job: Job, now: datetime) -> dict:
-    estimate = expected_start(job, now)
-    return {"at": estimate.at.isoformat() if estimate.at else None, "basis": estimate.basis}
+def _expected(job: Job, snapshot=None) -> dict:
+    if job.status not in WAITING:
+        return {"estimate": True, "at": None, "basis": f"the job is {job.status}, not waiting"}
+    return expected_start_json([job], snapshot)[job.pk]
 
 
 @router.get(
@@ -219,7 +226,8 @@ def _expected(job: Job, now: datetime) -> dict:
 )
 def why_pending(request: HttpRequest, job_id: int):
     job = get_job_for_user(request.user, job_id)
-    usage = usage_of([job.quota])[job.quota_id]
+    snapshot = current_snapshot()
+    usage = usage_json(account(snapshot).quotas.get(job.quota_id), job.quota.gpus)
     return {
         "job": job.pk,
         "status": job.status,
@@ -227,9 +235,9 @@ def why_pending(request: HttpRequest, job_id: int):
         "reason": job.status_reason,
         "queue_position": job.queue_position,
         "quota": job.quota.name,
-        "quota_usage": usage.as_dict(),
+        "quota_usage": usage,
         "needs_gpus": job.total_gpus,
-        "expected_start": _expected(job, timezone.now()),
+        "expected_start": _expected(job, snapshot),
     }
 
 
@@ -240,4 +248,4 @@ def why_pending(request: HttpRequest, job_id: int):
     summary="The earliest time the job could start, when it can be known",
 )
 def job_expected_start(request: HttpRequest, job_id: int):
-    return _expected(get_job_for_user(request.user, job_id), timezone.now())
+    return _expected(get_job_for_user(request.user, job_id))

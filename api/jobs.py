@@ -11,22 +11,25 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import Header, Query, Router, Status
 from pydantic import Field
 
 from accounts.api_auth import ApiError
 from api import idempotency, schemas
 from api.idempotency import Outcome
+from api.parsing import reject_unknown_query
 from jobs.access import MAX_ID, get_job_for_user, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
 from jobs.actions.transitions import TransitionConflict
-from jobs.filtering import JobFilters, apply_filters
+from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
+from jobs.forecast import expected_start_json
 from jobs.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
-from jobs.paging import MAX_PAGE, BadPageRequest, page_of_jobs, parse_statuses
+from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
 from jobs.serializers import job_json
-from jobs.statuses import FINAL_JOB_STATUSES, JobStatus
+from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
 
 router = Router()
 
@@ -64,7 +67,7 @@ def job_detail(user, pk: int) -> Job:
 
 def detail_json(user, pk: int) -> dict[str, Any]:
     job = job_detail(user, pk)
-    return job_json(job, job.pod_list)
+    return job_json(job, job.pod_list) | {"expected_start": expected_start_json([job])[job.pk]}
 
 
 def form_error(form: JobForm, prefix: str = "") -> ApiError:
@@ -239,6 +242,21 @@ class ListParams(schemas.Schema):
     workspace: str | None = Field(None, description="Workspace name or id.", max_length=200)
     owner: str | None = Field(None, description='A username, or "me".', max_length=150)
     name: str | None = Field(None, description="Part of the job name.", max_length=200)
+    q: str | None = Field(None, description="Part of the job name or command.", max_length=200)
+    idle: str | None = Field(
+        None,
+        description="Idle Resources mode.",
+        json_schema_extra={"enum": [m.value for m in IdleResources]},
+    )
+    placement: str | None = Field(
+        None,
+        description="Jobs with a worker In Quota, or Not in Quota, now.",
+        json_schema_extra={"enum": list(PLACEMENTS)},
+    )
+    since: str | None = Field(
+        None, description="Submitted in the last …", json_schema_extra={"enum": list(SINCE)}
+    )
+    sort: str | None = Field(None, description="Order.", json_schema_extra={"enum": list(SORTS)})
     created_after: str | None = Field(
         None, description="RFC 3339, e.g. 2026-03-01T12:00:00Z.", json_schema_extra=DATE_TIME
     )
@@ -264,18 +282,35 @@ def _moment(value: str | None, name: str) -> datetime | None:
         ) from None
 
 
-def filtered_jobs(request: HttpRequest, params: ListParams) -> QuerySet[Job]:
+def filtered_jobs(request: HttpRequest, params: ListParams) -> tuple[QuerySet[Job], str]:
+    """The page's filters (jobs.filters), from the API's typed parameters."""
+    for name, choices in (
+        ("state", ("active", "finished")),
+        ("idle", [m.value for m in IdleResources]),
+        ("placement", list(PLACEMENTS)),
+        ("since", list(SINCE)),
+        ("sort", list(SORTS)),
+    ):
+        value = getattr(params, name)
+        if value is not None and value not in choices:
+            raise BadPageRequest(name, f"{name} must be one of: {', '.join(choices)}.")
     filters = JobFilters(
         statuses=tuple(parse_statuses(params.status)),
         state=params.state or "",
-        quota=params.quota or "",
-        workspace=params.workspace or "",
-        owner=params.owner or "",
-        name=params.name or "",
+        quota=(params.quota or "").strip(),
+        workspace=(params.workspace or "").strip(),
+        owner=(params.owner or "").strip(),
+        idle=params.idle or "",
+        placement=params.placement or "",
+        since=params.since or "",
+        search=(params.q or "").strip(),
+        name=(params.name or "").strip(),
         created_after=_moment(params.created_after, "created_after"),
         created_before=_moment(params.created_before, "created_before"),
+        sort=params.sort or DEFAULT_SORT,
     )
-    return apply_filters(visible_jobs(request.user), filters, request.user)
+    jobs = filter_jobs(visible_jobs(request.user), filters, user=request.user, now=timezone.now())
+    return with_live_resources(jobs), filters.sort
 
 
 @router.get(
@@ -283,12 +318,17 @@ def filtered_jobs(request: HttpRequest, params: ListParams) -> QuerySet[Job]:
 )
 def list_jobs(request: HttpRequest, params: Query[ListParams]):
     """Your workspaces' jobs, newest first, a page at a time (follow `next_cursor`)."""
+    reject_unknown_query(request, ListParams)
     try:
-        jobs = filtered_jobs(request, params)
-        page, next_cursor = page_of_jobs(jobs, cursor=params.cursor, limit=params.limit)
+        jobs, sort = filtered_jobs(request, params)
+        page, next_cursor = page_of_jobs(jobs, cursor=params.cursor, limit=params.limit, sort=sort)
     except BadPageRequest as exc:
         raise ApiError(400, "validation_error", exc.message, exc.field) from None
-    return {"jobs": [job_json(job) for job in page], "next_cursor": next_cursor}
+    starts = expected_start_json(page)
+    return {
+        "jobs": [job_json(job) | {"expected_start": starts[job.pk]} for job in page],
+        "next_cursor": next_cursor,
+    }
 
 
 @router.get(

@@ -120,12 +120,17 @@ class Worker(Schema):
     attempt: int
     node: str | None
     gpu_indices: list[int]
+    gpu_uuids: list[str]
     charged_quota: str
     in_quota: bool
     status: str
     status_reason: str
     exit_code: int | None
     progress: Progress | None
+    report_refused: str = Field(
+        description="The last report or log lines of this worker the console refused."
+    )
+    report_refused_at: str | None
 
 
 class FaultTolerance(Schema):
@@ -182,6 +187,14 @@ class Event(Schema):
 JobStatusName = Annotated[str, Field(json_schema_extra={"enum": [s.value for s in JobStatus]})]
 
 
+class ExpectedStart(Schema):
+    """Always an estimate: a what-if run of the scheduler's plan() from the current state."""
+
+    estimate: bool = True
+    at: str | None = Field(description="When the job is expected to start, if it can be said.")
+    basis: str = Field(description="What the estimate rests on, or why there is none.")
+
+
 class Job(Schema):
     id: int
     name: str
@@ -218,6 +231,9 @@ class Job(Schema):
     hang_deadline: str | None
     resume_from: str
     excluded_nodes: list[str]
+    expected_start: ExpectedStart | None = Field(
+        None, description="For a waiting job: when it is expected to start (an estimate)."
+    )
 
 
 class JobDetail(Job):
@@ -304,11 +320,18 @@ class Metrics(Schema):
 
 
 class QuotaUsage(Schema):
+    """The scheduler's own numbers (the dashboard and the Quotas page show the same)."""
+
     size: int = Field(description="Guaranteed GPUs.")
-    used: int = Field(description="GPUs its own jobs use within it.")
-    lent: int = Field(description="Its GPUs other quotas' idle jobs are using.")
-    borrowed: int = Field(description="GPUs its idle jobs use in other quotas.")
-    free: int
+    used: int = Field(
+        description="GPUs charged to the quota: its own jobs and other quotas' idle jobs."
+    )
+    in_quota: int = Field(description="Of used: its own jobs' In Quota workers.")
+    idle_own: int = Field(description="Of used: its own idle jobs' Not in Quota workers.")
+    lent: int = Field(description="Of used: other quotas' idle jobs (reclaimable).")
+    borrowed: int = Field(description="GPUs its jobs use of other quotas (not in used).")
+    free: int = Field(description="size - used")
+    starved: bool = Field(description="A job waits although the guarantee has room for it.")
 
 
 class QueueSummary(Schema):
@@ -350,11 +373,6 @@ class QueueEntry(Schema):
 class Queue(Schema):
     quota: str
     jobs: list[QueueEntry]
-
-
-class ExpectedStart(Schema):
-    at: str | None = Field(description="The earliest time the job could start, if known.")
-    basis: str = Field(description="How the estimate was made, or why there is none.")
 
 
 class WhyPending(Schema):

@@ -23,6 +23,7 @@ def pod_json(pod: Pod) -> dict[str, Any]:
         "attempt": pod.attempt,
         "node": pod.node.name if pod.node_id else None,
         "gpu_indices": list(pod.gpu_indices or []),
+        "gpu_uuids": list(pod.gpu_uuids or []),
         "charged_quota": pod.charged_quota.name,
         "in_quota": pod.in_quota,
         "status": pod.status,

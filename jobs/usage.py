@@ -1,84 +1,39 @@
-"""Quota usage as researchers see it: size, used, lent, borrowed, and the queue.
+"""Quota usage and queues as the API shows them, from the scheduler's own numbers.
 
-Counted from live workers (the charge is on each pod, DESIGN §5), in a constant number of
-queries for any number of quotas:
-
-- used: GPUs charged to the quota by its own jobs;
-- lent: GPUs charged to it by other quotas' idle jobs (reclaimable when it needs them);
-- borrowed: GPUs its own idle jobs use in other quotas;
-- queue: its waiting jobs (Pending, Inqueue) and their GPUs.
+Every number comes from `jobs.accounting.account` over the snapshot `plan()` itself uses
+(`jobs.forecast.current_snapshot`), like the dashboard and the Quotas page: what a
+researcher reads is what the scheduler decides on.
 """
 
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
 
-from django.db.models import Count, F, Q, Sum
+from django.db.models import F
 
-from jobs.models import Job, Pod
-from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
+from jobs.accounting import QuotaUsage
+from jobs.models import Job
+from jobs.statuses import JobStatus
 
 WAITING = [JobStatus.PENDING.value, JobStatus.INQUEUE.value]
 
 
-@dataclass
-class Usage:
-    size: int = 0
-    used: int = 0
-    in_quota: int = 0  # the guaranteed part of `used` (what a waiting job competes with)
-    lent: int = 0
-    borrowed: int = 0
-    waiting: int = 0
-    waiting_gpus: int = 0
-
-    @property
-    def free(self) -> int:
-        return max(self.size - self.used - self.lent, 0)
-
-    def as_dict(self) -> dict:
-        return {
-            "size": self.size,
-            "used": self.used,
-            "lent": self.lent,
-            "borrowed": self.borrowed,
-            "free": self.free,
-        }
-
-
-def usage_of(quotas: Iterable) -> dict[int, Usage]:
-    """Usage of each quota (two aggregate queries)."""
-    result = {q.pk: Usage(size=q.gpus) for q in quotas}
-    if not result:
-        return result
-    ids = list(result)
-    live = [s.value for s in ACTIVE_POD_STATUSES]
-    charged = (
-        Pod.objects.filter(status__in=live)
-        .filter(Q(charged_quota_id__in=ids) | Q(job__quota_id__in=ids))
-        .values("charged_quota_id", "in_quota", own=F("job__quota_id"))
-        .annotate(gpus=Sum("gpus"))
-    )
-    for row in charged:
-        gpus = row["gpus"] or 0
-        here, own = row["charged_quota_id"], row["own"]
-        if here == own and here in result:
-            result[here].used += gpus
-            if row["in_quota"]:
-                result[here].in_quota += gpus
-        else:
-            if here in result:
-                result[here].lent += gpus
-            if own in result:
-                result[own].borrowed += gpus
-    waiting = (
-        Job.objects.filter(quota_id__in=ids, status__in=WAITING)
-        .values("quota_id")
-        .annotate(jobs=Count("pk"), gpus=Sum(F("workers") * F("gpus_per_worker")))
-    )
-    for row in waiting:
-        result[row["quota_id"]].waiting = row["jobs"]
-        result[row["quota_id"]].waiting_gpus = row["gpus"] or 0
-    return result
+def usage_json(usage: QuotaUsage | None, size: int) -> dict:
+    """The API's quota usage: `used` is every GPU charged to the quota (what counts against
+    its size, the scheduler's number), split into its own in-quota jobs, its own idle jobs
+    and other quotas' idle jobs (lent, reclaimable); `borrowed` is what its jobs use of
+    other quotas."""
+    if usage is None:  # a quota the snapshot does not know (created this instant)
+        return {"size": size, "used": 0, "in_quota": 0, "idle_own": 0, "lent": 0,
+                "borrowed": 0, "free": size, "starved": False}  # fmt: skip
+    return {
+        "size": usage.size,
+        "used": usage.used,
+        "in_quota": usage.in_quota,
+        "idle_own": usage.idle_own,
+        "lent": usage.lent,
+        "borrowed": usage.borrowed,
+        "free": usage.free,
+        "starved": usage.starved,
+    }
 
 
 def waiting_jobs(quota_id: int):
@@ -102,3 +57,15 @@ def my_positions(quota_ids: list[int], user) -> dict[int, list[int]]:
     for quota_id, position in rows:
         positions[quota_id].append(position)
     return positions
+
+
+def waiting_gpus(quota_ids: list[int]) -> dict[int, tuple[int, int]]:
+    """quota id → (waiting jobs, their GPUs)."""
+    from django.db.models import Count, Sum
+
+    rows = (
+        Job.objects.filter(quota_id__in=quota_ids, status__in=WAITING)
+        .values("quota_id")
+        .annotate(jobs=Count("pk"), gpus=Sum(F("workers") * F("gpus_per_worker")))
+    )
+    return {r["quota_id"]: (r["jobs"], r["gpus"] or 0) for r in rows}

@@ -26,10 +26,12 @@ def test_deeply_nested_json_is_refused(api, quota, node, depth):
     ("body", "code"),
     [
         ('{"quota": "team-a", "image": "b", "command": "\\ud800"}', "invalid_text"),
-        ('{"quota": "team-a", "image": "b", "command": "a\\u0000b"}', "invalid_text"),
+        # NUL is the form's to refuse (one validation path): a field error.
+        ('{"quota": "team-a", "image": "b", "command": "a\\u0000b"}', "validation_error"),
         ('{"quota": "team-a", "image": "b", "command": "c", "env": {"\\udfff": "x"}}',
-         "invalid_json"),
-        ('{"quota": "team-a", "image": "b", "command": "c", "name": "\\u0000"}', "invalid_text"),
+         "invalid_text"),
+        ('{"quota": "team-a", "image": "b", "command": "c", "name": "\\u0000"}',
+         "validation_error"),
         (b'{"quota": "team-a", "image": "\xff\xfe", "command": "c"}', "invalid_json"),
         ("", "invalid_json"),
         ("   ", "invalid_json"),
@@ -50,7 +52,9 @@ def test_bad_text_and_bad_json_are_4xx(api, quota, node, body, code):
 
 def test_the_offending_field_is_named(api, quota, node):
     body = '{"quota": "team-a", "image": "b", "command": "a\\u0000b"}'
-    assert error_of(post(api, "/api/v1/jobs", body), 400, "invalid_text")["field"] == "command"
+    assert error_of(post(api, "/api/v1/jobs", body), 400, "validation_error")["field"] == "command"
+    body = '{"quota": "team-a", "image": "b", "command": "a", "env": {"\\udfff": "x"}}'
+    assert error_of(post(api, "/api/v1/jobs", body), 400, "invalid_text")["field"] == "env"
 
 
 def test_a_huge_body_is_413(api, quota, node):
@@ -73,6 +77,16 @@ def test_hostile_query_strings_are_4xx(api, job, query):
     response = api.get("/api/v1/jobs?" + query)
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] in {"invalid_text", "validation_error"}
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/v1/jobs?stauts=Running", "/api/v1/jobs?=null", "/api/v1/jobs/{id}/events?x=1"]
+)
+def test_a_misspelt_query_parameter_is_named_not_ignored(api, job, path):
+    response = api.get(path.format(id=job.pk))
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "validation_error" and "Unknown query parameter" in error["message"]
 
 
 def test_invalid_utf8_in_a_query_is_replaced_not_a_500(api, job):

@@ -204,7 +204,10 @@ def test_why_pending_and_expected_start(api, researcher, workspace, quota, node)
     data = api.get(f"/api/v1/jobs/{waiting.pk}/why-pending").json()
     assert data["waiting"] is True and data["queue_position"] == 1
     assert data["reason"].startswith("quota team-a: 16/16")
-    assert data["quota_usage"] == {"size": 16, "used": 16, "lent": 0, "borrowed": 0, "free": 0}
+    assert data["quota_usage"] == {
+        "size": 16, "used": 16, "in_quota": 16, "idle_own": 0,
+        "lent": 0, "borrowed": 0, "free": 0, "starved": False,
+    }  # fmt: skip
     bounded.refresh_from_db()
     expected = bounded.started_at + timedelta(seconds=3600)
     assert data["expected_start"]["at"] == expected.isoformat()
@@ -212,7 +215,7 @@ def test_why_pending_and_expected_start(api, researcher, workspace, quota, node)
     bounded.max_runtime_seconds = None
     bounded.save()
     estimate = api.get(f"/api/v1/jobs/{waiting.pk}/expected-start").json()
-    assert estimate["at"] is None and "without a max runtime" in estimate["basis"]
+    assert estimate["at"] is None and "has no max runtime" in estimate["basis"]
 
 
 def test_quota_usage_used_lent_borrowed(api, researcher, colleague, workspace, other_workspace,
@@ -233,7 +236,10 @@ def test_quota_usage_used_lent_borrowed(api, researcher, colleague, workspace, o
     data = api.get("/api/v1/quotas").json()["quotas"]
     assert [q["name"] for q in data] == ["team-a"]
     (team_a,) = data
-    assert team_a["usage"] == {"size": 16, "used": 4, "lent": 2, "borrowed": 0, "free": 10}
+    # The scheduler's numbers: used counts every GPU charged here (its own 4 in quota and
+    # the 2 lent to team-b's idle job); a job waits with room in the guarantee: starved.
+    assert team_a["usage"] == {"size": 16, "used": 6, "in_quota": 4, "idle_own": 0, "lent": 2,
+                               "borrowed": 0, "free": 10, "starved": True}  # fmt: skip
     assert team_a["queue"] == {"waiting": 2, "waiting_gpus": 2, "mine": [2]}
     their = client_for(speaker).get("/api/v1/quotas/team-b").json()
     assert their["usage"]["borrowed"] == 2 and their["usage"]["used"] == 0

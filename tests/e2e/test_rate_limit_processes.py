@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.conftest import ROOT, _manage, console_env, free_port, wait_for
+from tests.e2e.conftest import ROOT, console_env, free_port, manage, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -21,8 +21,8 @@ LIMIT = 6
 def test_the_limit_is_shared_by_every_worker_process(tmp_path):
     env = console_env(tmp_path, None)
     env.update(API_RATE_LIMIT=f"{LIMIT}/300", CONSOLE_LOOPS="inprocess")
-    _manage(env, "migrate", "--noinput")
-    _manage(env, "seed_demo")
+    manage(env, "migrate", "--noinput")
+    manage(env, "seed_demo")
     token = json.loads((tmp_path / "demo-credentials.json").read_text())["api_token"]
     port = free_port()
     log = open(tmp_path / "gunicorn.log", "w")  # noqa: SIM115 - closed below

@@ -183,6 +183,7 @@ def test_job_json_with_pods(api, job, node):
             "attempt": 1,
             "node": "node-0",
             "gpu_indices": [0],
+            "gpu_uuids": [],
             "charged_quota": "team-a",
             "in_quota": False,
             "status": "Unknown",
