@@ -116,11 +116,12 @@ def test_node_actions_are_recorded(admin_browser, researcher, workspace, quota, 
     ]
     node.refresh_from_db()
     assert node.cordoned and node.token_revoked_at is not None
-    # The drain preempted the job running there (gracefully), by the admin.
+    # A drain places no new work and lets the running job finish (Slurm's meaning): the job
+    # is not stopped, and the node says it is draining.
     running.refresh_from_db()
-    assert running.stop_final_status == JobStatus.PREEMPTED
-    assert "drained by root" in running.stop_reason
-    assert entries("job.preempt")[0].object_id == str(running.pk)
+    assert running.status == JobStatus.RUNNING and running.stop_requested_at is None
+    assert node.drain_requested_at is not None
+    assert not entries("job.preempt") and not entries("job.stop")
 
 
 def test_agent_tokens_are_recorded(admin_browser, root):
@@ -143,7 +144,8 @@ def test_api_tokens_created_and_revoked_are_recorded(researcher, admin_browser):
     browser = Client(**ADDRESS)
     browser.force_login(researcher)
     browser.post(reverse("api-token"), {"action": "create"})
-    browser.post(reverse("api-token"), {"action": "create"})  # rotation revokes the first
+    # Rotation (confirmed, as the page asks) revokes the first.
+    browser.post(reverse("api-token"), {"action": "create", "confirm": "yes"})
     first, second = ApiToken.objects.order_by("pk")
     browser.post(reverse("api-token"), {"action": "revoke", "token": str(second.pk)})
     assert [(e.action, e.object_id) for e in AuditEntry.objects.order_by("id")] == [

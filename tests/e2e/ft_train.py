@@ -60,6 +60,9 @@ while state["step"] < TOTAL:
         while True:  # stuck: the same warning again and again is not progress
             print("WARN waiting for peer rank 1", flush=True)
             time.sleep(0.3)
+    if ATTEMPT == 1 and nxt == int(os.environ.get("WAIT_AT", "0")):
+        while True:  # waits here, quietly, until it is stopped (SIGTERM saves the step)
+            time.sleep(0.1)
     time.sleep(PAUSE)
     state = {"step": nxt, "total": state["total"] + nxt}
     with open(LOG, "a") as f:

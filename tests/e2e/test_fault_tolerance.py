@@ -52,6 +52,7 @@ def submit(console: RunningConsole, tmp_path: Path, name: str, **ft) -> tuple[di
         "STEP_SECONDS": ft.pop("step_seconds", "0.1"),
         "MODE": ft.pop("mode", ""),
         "HANG_AT": "15",
+        "WAIT_AT": ft.pop("wait_at", "0"),
     }
     body = {
         "quota": "vision-h200",
@@ -259,7 +260,9 @@ def test_preemption_saves_on_sigterm_and_resumes_there(console, tmp_path):
     """Preempted the way the scheduler's reclaim does it (request_stop with final status
     Preempted: SIGTERM and the grace); the script saves on SIGTERM and the new attempt
     resumes from exactly that step."""
-    job, steps = submit(console, tmp_path, "ft-preempt", total="60")
+    # The first attempt waits at step 15 until it is stopped, so that however slowly the
+    # stop arrives on a loaded machine, the job is still running when it does.
+    job, steps = submit(console, tmp_path, "ft-preempt", total="60", wait_at="15")
     wait_job(
         console,
         job["id"],
