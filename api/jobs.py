@@ -6,7 +6,7 @@ JSON strictness (api.schemas). Writes go through jobs.actions.
 
 import re
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -275,8 +275,9 @@ def _moment(value: str | None, name: str) -> datetime | None:
     try:
         if not RFC3339.fullmatch(value):
             raise ValueError(value)
-        return datetime.fromisoformat(value.replace("z", "Z"))
-    except ValueError:
+        # In UTC: RFC 3339 allows offsets up to ±23:59, PostgreSQL only ±15:59.
+        return datetime.fromisoformat(value.replace("z", "Z")).astimezone(UTC)
+    except (ValueError, OverflowError):
         raise BadPageRequest(
             name, f"{name} must be an RFC 3339 date-time with an offset."
         ) from None

@@ -89,6 +89,18 @@ def test_a_misspelt_query_parameter_is_named_not_ignored(api, job, path):
     assert error["code"] == "validation_error" and "Unknown query parameter" in error["message"]
 
 
+@pytest.mark.parametrize(
+    "moment",
+    ["9858-11-24T16:25:38%2B17:24", "0001-01-01T00:00:00%2B23:59", "9999-12-31T23:59:59-23:59"],
+)
+def test_extreme_offsets_are_answered_not_a_500(api, job, moment):
+    """RFC 3339 allows offsets to ±23:59, PostgreSQL only to ±15:59: read in UTC."""
+    response = api.get(f"/api/v1/jobs?created_after={moment}")
+    assert response.status_code in (200, 400), response.content
+    if response.status_code == 400:
+        assert response.json()["error"]["field"] == "created_after"
+
+
 def test_invalid_utf8_in_a_query_is_replaced_not_a_500(api, job):
     response = api.get("/api/v1/jobs?owner=%ED%A0%80")  # an encoded lone surrogate
     assert response.status_code == 200 and response.json()["jobs"] == []
