@@ -375,7 +375,7 @@ def bench_db(size: Size, seed: int, profile: bool = False) -> None:
                 f"reasons updated {result.reasons_updated}"
             )
             if profiler:
-                pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
 
         start = time.perf_counter()
         load_snapshot()
@@ -390,9 +390,12 @@ def bench_db(size: Size, seed: int, profile: bool = False) -> None:
         measure(f"after {size.nodes // 10} workers finished", "after_finish_ms")
         measure("steady cycle again", "steady_again_ms")
         first = timings["first_cycle_ms"]
+        # Issue 10's target: under 1 s at 2,000 nodes x 8 GPUs with 10,000 jobs Pending.
+        at_target_size = (size.nodes, size.jobs, size.gpus_per_node) == (2000, 10000, 8)
+        verdict = f" ({'under' if first < 1000 else 'OVER'} the 1 s target)" * at_target_size
         print(
             f"first cycle with {size.jobs} jobs Pending on {size.nodes} nodes: {first:.0f} ms "
-            f"({'under' if first < 1000 else 'OVER'} the 1 s target)"
+            f"wall, {timings['first_cycle_cpu_ms']:.0f} ms CPU in this process{verdict}"
         )
         record = {"bench": "scheduler_db", "database": connection.vendor, **asdict(size)}
         print(json.dumps(record | timings))

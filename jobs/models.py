@@ -223,10 +223,20 @@ class HeldGpu(models.Model):
     a row appears when a pod with a node becomes live and goes when it ends, moves or is
     deleted. Its unique (node, index) is the rule that no two live pods hold the same GPU,
     kept by the database whatever the writer, lock or race (the scheduler's advisory lock
-    is the first line; this is the last)."""
+    is the first line; this is the last).
 
-    pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="+")
-    node = models.ForeignKey("cluster.Node", on_delete=models.CASCADE, related_name="+")
+    No foreign-key constraints: the triggers are the only writers and delete a pod's rows
+    with it, and PostgreSQL's deferred FK checks on a cycle's ~20,000 new rows cost more at
+    commit than the rest of the cycle's writes (bench/scheduler.py --db --profile)."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    node = models.ForeignKey(
+        "cluster.Node",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # the unique (node, index) serves lookups by node
+        related_name="+",
+    )
     gpu_index = models.IntegerField()
 
     class Meta:

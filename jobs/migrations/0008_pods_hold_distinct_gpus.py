@@ -3,7 +3,8 @@
 `jobs_heldgpu` has one row per GPU held by a live pod (Starting, Running, Unknown) and a
 unique (node, GPU index); triggers on `jobs_pod` keep it, so an INSERT or UPDATE that would
 put a second live pod on a held GPU fails with an IntegrityError and its transaction rolls
-back. Pods going final release their GPUs in the same statement.
+back. Pods going final (or deleted) release their GPUs in the same statement. No foreign
+keys on `jobs_heldgpu`: the triggers are its only writers (see jobs.models.HeldGpu).
 
 PostgreSQL: statement-level triggers with transition tables (one INSERT … SELECT per
 statement, so a cycle placing ten thousand pods costs one extra statement, not ten
@@ -47,6 +48,18 @@ POSTGRES = [
     END $$
     """,
     """
+    CREATE FUNCTION jobs_pod_release_deleted_gpus() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM jobs_heldgpu h USING old_pods o WHERE h.pod_id = o.id;
+        RETURN NULL;
+    END $$
+    """,
+    """
+    CREATE TRIGGER jobs_pod_releases_gpus_on_delete AFTER DELETE ON jobs_pod
+    REFERENCING OLD TABLE AS old_pods
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_pod_release_deleted_gpus()
+    """,
+    """
     CREATE TRIGGER jobs_pod_holds_gpus_on_insert AFTER INSERT ON jobs_pod
     REFERENCING NEW TABLE AS new_pods
     FOR EACH STATEMENT EXECUTE FUNCTION jobs_pod_hold_inserted_gpus()
@@ -60,6 +73,8 @@ POSTGRES = [
 POSTGRES_REVERSE = [
     "DROP TRIGGER IF EXISTS jobs_pod_holds_gpus_on_insert ON jobs_pod",
     "DROP TRIGGER IF EXISTS jobs_pod_holds_gpus_on_update ON jobs_pod",
+    "DROP TRIGGER IF EXISTS jobs_pod_releases_gpus_on_delete ON jobs_pod",
+    "DROP FUNCTION IF EXISTS jobs_pod_release_deleted_gpus()",
     "DROP FUNCTION IF EXISTS jobs_pod_hold_inserted_gpus()",
     "DROP FUNCTION IF EXISTS jobs_pod_hold_updated_gpus()",
 ]
@@ -86,9 +101,18 @@ SQLITE = [
     END
     """,
 ]
+SQLITE.append(
+    """
+    CREATE TRIGGER jobs_pod_releases_gpus_on_delete AFTER DELETE ON jobs_pod
+    BEGIN
+        DELETE FROM jobs_heldgpu WHERE pod_id = OLD.id;
+    END
+    """
+)
 SQLITE_REVERSE = [
     "DROP TRIGGER IF EXISTS jobs_pod_holds_gpus_on_insert",
     "DROP TRIGGER IF EXISTS jobs_pod_holds_gpus_on_update",
+    "DROP TRIGGER IF EXISTS jobs_pod_releases_gpus_on_delete",
 ]
 
 # The GPUs of pods already live (fails, and says which, if two already share a GPU).
@@ -143,7 +167,9 @@ class Migration(migrations.Migration):
                 (
                     "node",
                     models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
+                        db_constraint=False,
+                        db_index=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
                         related_name="+",
                         to="cluster.node",
                     ),
@@ -151,7 +177,10 @@ class Migration(migrations.Migration):
                 (
                     "pod",
                     models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="jobs.pod"
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="jobs.pod",
                     ),
                 ),
             ],
