@@ -10,8 +10,10 @@
   refreshed when they changed (compare-and-set on status, no event);
 - victims asked to stop as Preempted through `jobs.actions.stop.request_stop`.
 
-Status and reason updates and events are raw SQL, one statement per batch: `bulk_update`
-and model instances cost seconds for ten thousand jobs.
+Status and reason updates, events and pods are raw SQL: `bulk_update`, `bulk_create` and
+model instances cost seconds for ten thousand jobs. On PostgreSQL each is ONE statement whose
+rows travel as one JSON parameter (`_json_rows`), and row locks and look-ups take one array
+(`= ANY(%s)`); SQLite keeps multi-row VALUES in batches (its parameter limit).
 """
 
 import json
@@ -70,9 +72,10 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     Status changes (admissions → Starting, new waiters Pending → Inqueue) are the bulk form
     of `transitions.transition`: lock the rows (`SELECT … FOR UPDATE`; on SQLite the
     transaction already holds the write lock), keep only those still in the status the plan
-    was made on, then one UPDATE per 500 rows plus one INSERT of JobEvents. A job that
-    another writer moved first (a user's stop) is a conflict: skipped, no pods. Query count
-    does not grow with the number of jobs (beyond one statement per 500 changed rows).
+    was made on, then one UPDATE plus one INSERT of JobEvents (per 500 rows on SQLite). A
+    job that another writer moved first (a user's stop) is a conflict: skipped, no pods.
+    Query count does not grow with the number of jobs on PostgreSQL (on SQLite, beyond one
+    statement per 500 changed rows).
     """
     moves: dict[int, tuple[JobStatus, str, int | None]] = {}  # job → (to, reason, position)
     for admission in decided.admissions:
