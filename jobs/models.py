@@ -216,6 +216,38 @@ class Pod(models.Model):
         return f"{self.job.name} worker {self.rank} (attempt {self.attempt})"
 
 
+class HeldGpu(models.Model):
+    """One GPU of a node held by a live pod (Starting, Running, Unknown), one row per GPU.
+
+    Written only by database triggers on the pod table (migration 0008), never by Python:
+    a row appears when a pod with a node becomes live and goes when it ends, moves or is
+    deleted. Its unique (node, index) is the rule that no two live pods hold the same GPU,
+    kept by the database whatever the writer, lock or race (the scheduler's advisory lock
+    is the first line; this is the last).
+
+    No foreign-key constraints: the triggers are the only writers and delete a pod's rows
+    with it, and PostgreSQL's deferred FK checks on a cycle's ~20,000 new rows cost more at
+    commit than the rest of the cycle's writes (bench/scheduler.py --db --profile)."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    node = models.ForeignKey(
+        "cluster.Node",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # the unique (node, index) serves lookups by node
+        related_name="+",
+    )
+    gpu_index = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "gpu_index"], name="held_gpu_once_per_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_index} of node {self.node_id} held by pod {self.pod_id}"
+
+
 class JobEvent(models.Model):
     """Append-only log of every status change and decision: the timeline and audit trail."""
 

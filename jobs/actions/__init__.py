@@ -9,6 +9,7 @@ views, tasks, monitors and the agent API call these; nothing else writes these t
 - `restarts`: Automatic Fault Tolerance (a new attempt of the same job)
 - `progress`: progress, checkpoints, hang deadlines
 - `logs`: log lines, each sequence number stored once
+- `scheduling`: a scheduling cycle's plan applied (admissions, pods, reasons, preemptions)
 
 `tests/architecture` checks that ORM writes appear only in `actions` modules.
 """

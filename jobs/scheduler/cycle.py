@@ -1,60 +1,45 @@
 """One scheduling cycle: the imperative shell around `plan()` (DESIGN §5).
 
-    lock → load snapshot (7 queries) → plan() → apply, all in ONE transaction.
+    lock → load snapshot (7 queries) → plan() → apply (`jobs.actions.scheduling`), all in
+    ONE transaction.
 
 Serialisation: on PostgreSQL `pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)` is the first
 statement of the cycle's transaction and is released by its commit, so two cycles (two
 Celery workers, beat plus an on-commit trigger) never plan on the same free GPUs: the second
 one's snapshot is read after the first one's pods are committed. On SQLite a process-wide
 lock keeps threads apart and the IMMEDIATE transaction mode (console.settings) takes the
-database write lock at BEGIN, which keeps other processes apart.
+database write lock at BEGIN, which keeps other processes apart. Under both, a database
+constraint refuses two live pods on one GPU (migration `pods_hold_distinct_gpus`).
 
 Races with writers outside the lock (a user's stop, an agent's report) are settled row by
-row. Status changes are the bulk form of `jobs.actions.transitions.transition`: the rows to move are
-locked (`SELECT … FOR UPDATE`, ordered by id), only those still in the status the snapshot
-saw are moved (UPDATE … WHERE status = <seen>) and get a JobEvent, in the same transaction.
-A job that lost (stopped meanwhile) is skipped and its pods are not created; the user's
-UPDATE that comes second matches no row and `request_stop` turns into a graceful stop.
-Capacity is only ever freed outside the lock, so a slightly old snapshot is conservative.
+row in `jobs.actions.scheduling.apply_plan`: only jobs still in the status the snapshot saw
+move. Capacity is only ever freed outside the lock, so a slightly old snapshot is
+conservative.
 
-Queries per cycle do not grow with the number of waiting jobs: 7 reads, one lock, one
-UPDATE of statuses, one INSERT of events, one of pods, one UPDATE of queue reasons and
-positions (plus one statement per further 500 rows changed). Preemptions (rare) cost a few
-statements per victim: each goes through `jobs.actions.stop.request_stop(final_status=
-PREEMPTED)` inside the cycle's transaction, so its workers get SIGTERM and the grace, and
-the job ends Preempted once they have exited; the preemptor is placed in a later cycle,
-after the victims' pods are final (their GPUs stay busy in every snapshot until then).
+Queries per cycle do not grow with the number of waiting jobs: 7 reads, one lock, then the
+writes (see `apply_plan`). Preemptions (rare) cost a few statements per victim.
 """
 
+import json
 import logging
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, Q
+from django.db.models import Case, DateTimeField, F, Max, Q, TextField, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster.models import GpuDevice, Node, NodeState
-from jobs.actions.transitions import IllegalTransition, TransitionConflict
-from jobs.hooks import Notice, announce_one
+from jobs.actions.scheduling import CycleResult, WaitingRow, apply_plan
 from jobs.models import Checkpoint, Job, Pod
-from jobs.scheduler.bulk import insert_events, update_waiting
 from jobs.scheduler.model import JobSnap, NodeSnap, Plan, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
-from jobs.statuses import (
-    ACTIVE_POD_STATUSES,
-    PLACED_JOB_STATUSES,
-    Actor,
-    IdleResources,
-    JobStatus,
-    PodStatus,
-    is_allowed,
-)
+from jobs.statuses import ACTIVE_POD_STATUSES, PLACED_JOB_STATUSES, IdleResources, JobStatus
 from quotas.models import Quota
 
 log = logging.getLogger(__name__)
@@ -62,36 +47,15 @@ log = logging.getLogger(__name__)
 # Any constant works as long as nothing else in the database uses it: "GPUSCHED" in ASCII.
 SCHEDULER_LOCK_KEY = 0x4750555343484544
 _process_lock = threading.RLock()
-_LOCK_BATCH = 2000  # ids per SELECT … FOR UPDATE (SQLite limits query parameters)
 
 _WAITING = (JobStatus.PENDING, JobStatus.INQUEUE)
+_JOB_STATUS = {s.value: s for s in JobStatus}
+_IDLE = {i.value: i for i in IdleResources}
+_NO_JSON_LIST = (None, "", "[]", "null")
 
-
-@dataclass(frozen=True, slots=True)
-class CycleResult:
-    admitted: tuple[int, ...] = ()
-    pods_created: int = 0
-    newly_queued: tuple[int, ...] = ()  # Pending → Inqueue
-    waiting: int = 0  # jobs left waiting after this cycle
-    reasons_updated: int = 0  # Inqueue jobs whose reason or position changed
-    conflicts: tuple[int, ...] = ()  # jobs another writer moved first
-    preempted: tuple[int, ...] = ()  # victims whose graceful preemption was requested
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-class WaitingRow(NamedTuple):
-    """What the shell needs of a waiting job beyond its JobSnap."""
-
-    id: int
-    status: str
-    attempt: int
-    status_reason: str
-    queue_position: int | None
-    gpus_per_worker: int
-    cpus_per_worker: int
-    memory_gb_per_worker: int
+# Tests only: called with the plan between plan() and its writes, inside the transaction and
+# the lock, so a test can commit a change at that moment (tests/scheduler/test_concurrency).
+after_plan: Callable[[Plan], None] | None = None
 
 
 @contextmanager
@@ -114,6 +78,8 @@ def run_cycle(now: datetime | None = None) -> CycleResult:
     with _serialised():
         snapshot, rows = load_snapshot()
         decided = plan(snapshot, now, plan_options())
+        if after_plan is not None:
+            after_plan(decided)
         result = apply_plan(decided, rows, now)
     if result.admitted or result.conflicts:
         log.info(
@@ -237,31 +203,45 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
 
     jobs, rows = [], {}
     # A fault-tolerance restart backing off after a crash (restart_not_before) waits.
-    waiting = Job.objects.filter(
-        Q(restart_not_before__isnull=True) | Q(restart_not_before__lte=timezone.now()),
-        status__in=_WAITING,
-        stop_requested_at__isnull=True,
-    ).values_list(
-        "id",
-        "quota_id",
-        "workers",
-        "gpus_per_worker",
-        "cpus_per_worker",
-        "memory_gb_per_worker",
-        "priority",
-        "created_at",
-        "status",
-        "idle_resources",
-        "attempt",
-        "status_reason",
-        "queue_position",
-        "name",
-        "updated_at",
-        "excluded_nodes",
+    waiting = (
+        Job.objects.filter(
+            Q(restart_not_before__isnull=True) | Q(restart_not_before__lte=timezone.now()),
+            status__in=_WAITING,
+            stop_requested_at__isnull=True,
+        )
+        .annotate(
+            # Decoded only where there is something to decode: ten thousand datetimes and JSON
+            # lists are a measurable part of a cycle (bench/scheduler.py --db --profile).
+            restart_waiting_since=Case(
+                When(attempt__gt=1, status=JobStatus.PENDING, then=F("updated_at")),
+                default=Value(None),
+                output_field=DateTimeField(),
+            ),
+            excluded_text=Cast("excluded_nodes", TextField()),
+        )
+        .values_list(
+            "id",
+            "quota_id",
+            "workers",
+            "gpus_per_worker",
+            "cpus_per_worker",
+            "memory_gb_per_worker",
+            "priority",
+            "created_at",
+            "status",
+            "idle_resources",
+            "attempt",
+            "status_reason",
+            "queue_position",
+            "name",
+            "restart_waiting_since",
+            "excluded_text",
+        )
     )
     for row in waiting:
         jid, qid, workers, g, c, m, prio, created, status, idle, attempt, reason, pos = row[:13]
-        name, updated, excluded = row[13:]
+        name, restart_waiting_since, excluded_text = row[13:]
+        excluded = json.loads(excluded_text) if excluded_text not in _NO_JSON_LIST else None
         jobs.append(
             JobSnap(
                 id=jid,
@@ -272,12 +252,12 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
                 memory_gb_per_worker=m,
                 priority=prio,
                 submitted_at=created,
-                status=JobStatus(status),
-                idle_resources=IdleResources(idle),
+                status=_JOB_STATUS[status],
+                idle_resources=_IDLE[idle],
                 active_pods=job_pods.get(jid, 0),
                 name=name,
                 # A restart attempt waits from when it went back to Pending.
-                waiting_since=updated if attempt > 1 and status == JobStatus.PENDING else None,
+                waiting_since=restart_waiting_since,
                 excluded_node_ids=(
                     frozenset(e["id"] for e in excluded) if excluded else frozenset()
                 ),
@@ -326,147 +306,3 @@ def _load_running(holders: dict[int, list]) -> tuple[RunningSnap, ...]:
             )
         )
     return tuple(running)
-
-
-def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> CycleResult:
-    """Write the plan. Must run inside the cycle's transaction (see `run_cycle`).
-
-    Status changes (admissions → Starting, new waiters Pending → Inqueue) are the bulk form
-    of `transitions.transition`: lock the rows (`SELECT … FOR UPDATE`; on SQLite the
-    transaction already holds the write lock), keep only those still in the status the plan
-    was made on, then one UPDATE per 500 rows plus one INSERT of JobEvents. A job that
-    another writer moved first (a user's stop) is a conflict: skipped, no pods. Query count
-    does not grow with the number of jobs (beyond one statement per 500 changed rows).
-    """
-    moves: dict[int, tuple[JobStatus, str, int | None]] = {}  # job → (to, reason, position)
-    for admission in decided.admissions:
-        moves[admission.job_id] = (JobStatus.STARTING, admission.reason, None)
-    for decision in decided.queued:
-        if rows[decision.job_id].status == JobStatus.PENDING:
-            moves[decision.job_id] = (JobStatus.INQUEUE, decision.reason, decision.position)
-    for job_id, (to_status, _, _) in moves.items():
-        if not is_allowed(rows[job_id].status, to_status):
-            raise IllegalTransition(rows[job_id].status, to_status)
-
-    won = _lock_unchanged(rows, list(moves))
-    conflicts = tuple(job_id for job_id in moves if job_id not in won)
-    # (job id, from, to, reason, position) of every status change that goes ahead.
-    changed = [
-        (job_id, rows[job_id].status, to, why, pos)
-        for job_id, (to, why, pos) in moves.items()
-        if job_id in won
-    ]
-    if changed:
-        if update_waiting(changed, now) != len(changed):
-            # Impossible while the rows are locked; rolling back the cycle is the safe answer.
-            raise RuntimeError("scheduler: locked job rows changed during the cycle")
-        insert_events(
-            [
-                (job_id, rows[job_id].attempt, from_status, to_status, reason)
-                for job_id, from_status, to_status, reason, _ in changed
-            ],
-            now,
-        )
-
-    admitted = tuple(a.job_id for a in decided.admissions if a.job_id in won)
-    placed = [p for a in decided.admissions if a.job_id in won for p in a.placements]
-    uuids = _gpu_uuids({p.node_id for p in placed if p.gpu_indices})
-    pods = [
-        Pod(
-            job_id=admission.job_id,
-            attempt=rows[admission.job_id].attempt,
-            rank=p.rank,
-            node_id=p.node_id,
-            gpu_indices=list(p.gpu_indices),
-            gpu_uuids=_uuids_of(uuids, p.node_id, p.gpu_indices),
-            gpus=rows[admission.job_id].gpus_per_worker,
-            cpus=rows[admission.job_id].cpus_per_worker,
-            memory_gb=rows[admission.job_id].memory_gb_per_worker,
-            charged_quota_id=admission.charged_quota_id,
-            in_quota=admission.in_quota,
-            status=PodStatus.STARTING,
-        )
-        for admission in decided.admissions
-        if admission.job_id in won
-        for p in admission.placements
-    ]
-    if pods:
-        Pod.objects.bulk_create(pods)
-
-    # Jobs already Inqueue: refresh reason and position only when they changed. Not a
-    # status change, so no JobEvent (or every cycle would spam the timeline).
-    refreshed = [
-        (d.job_id, JobStatus.INQUEUE, JobStatus.INQUEUE, d.reason, d.position)
-        for d in decided.queued
-        if d.job_id not in moves
-        and (rows[d.job_id].status_reason, rows[d.job_id].queue_position) != (d.reason, d.position)
-    ]
-    # Compare-and-set on status: a job stopped meanwhile is left alone.
-    reasons_updated = update_waiting(refreshed, now) if refreshed else 0
-    preempted = _preempt(decided)
-    return CycleResult(
-        admitted=admitted,
-        preempted=preempted,
-        pods_created=len(pods),
-        newly_queued=tuple(c[0] for c in changed if c[2] == JobStatus.INQUEUE),
-        waiting=len(decided.queued),
-        reasons_updated=reasons_updated,
-        conflicts=conflicts,
-    )
-
-
-def _gpu_uuids(node_ids: set[int]) -> dict[tuple[int, int], str]:
-    """(node, index) → UUID of the placed nodes' GPUs (one query, only when placing)."""
-    if not node_ids:
-        return {}
-    rows = GpuDevice.objects.filter(node_id__in=node_ids).values_list("node_id", "index", "uuid")
-    return {(node_id, index): uuid for node_id, index, uuid in rows}
-
-
-def _uuids_of(uuids: dict[tuple[int, int], str], node_id: int, indices) -> list[str]:
-    """The placed GPUs' UUIDs, or none if one is unknown (the agent then maps the indices
-    itself, and refuses the launch if one cannot be read)."""
-    found = [uuids.get((node_id, i), "") for i in indices]
-    return found if all(found) else []
-
-
-def _preempt(decided: Plan) -> tuple[int, ...]:
-    """Ask each victim to stop gracefully as Preempted (a handful per cycle at most)."""
-    if not decided.preemptions:
-        return ()
-    from jobs.actions.stop import JobNotActive, request_stop
-
-    victims = Job.objects.in_bulk([p.job_id for p in decided.preemptions])
-    done = []
-    for p in decided.preemptions:
-        job = victims.get(p.job_id)
-        if job is None:
-            continue
-        try:
-            request_stop(
-                job, actor=Actor.SCHEDULER, final_status=JobStatus.PREEMPTED, reason=p.reason
-            )
-        except (JobNotActive, TransitionConflict):
-            continue  # it ended meanwhile: its GPUs are being freed anyway
-        if p.reclaim:
-            announce_one(
-                Notice.RECLAIMED, job, timezone.now(), reason=p.reason, actor=Actor.SCHEDULER
-            )
-        done.append(p.job_id)
-    return tuple(done)
-
-
-def _lock_unchanged(rows: dict[int, WaitingRow], job_ids: list[int]) -> set[int]:
-    """Lock the jobs' rows; return those still in the status the snapshot saw."""
-    won: set[int] = set()
-    for i in range(0, len(job_ids), _LOCK_BATCH):
-        chunk = job_ids[i : i + _LOCK_BATCH]
-        # Ordered by id so two lockers of overlapping sets cannot deadlock.
-        current = (
-            Job.objects.select_for_update()
-            .filter(pk__in=chunk)
-            .order_by("pk")
-            .values_list("id", "status")
-        )
-        won.update(job_id for job_id, status in current if status == rows[job_id].status)
-    return won

@@ -9,7 +9,7 @@ from django.db import connections
 
 from agents.actions import issue_bootstrap_token
 from cluster.models import Node
-from jobs.models import Job, Pod
+from jobs.models import HeldGpu, Job, Pod
 from jobs.statuses import JobStatus, PodStatus
 from tests.agents.agentproc import agents  # noqa: F401 - the fixture, for every test here
 
@@ -111,7 +111,7 @@ def make_job(
             attempt=1,
             rank=rank,
             node=node,
-            gpu_indices=list(range(gpus)),
+            gpu_indices=free_gpus(node, gpus),
             gpus=gpus,
             cpus=4,
             memory_gb=16,
@@ -121,6 +121,14 @@ def make_job(
         for rank, node in enumerate(nodes)
     ]
     return job, pods
+
+
+def free_gpus(node, count: int) -> list[int]:
+    """The node's lowest `count` GPUs no live pod holds (the database refuses a second
+    holder of a GPU); count them from 0 if the node has no GPU count (a bare test node)."""
+    held = set(HeldGpu.objects.filter(node=node).values_list("gpu_index", flat=True))
+    free = [i for i in range(max(node.gpus, count + len(held))) if i not in held]
+    return free[:count]
 
 
 @pytest.fixture

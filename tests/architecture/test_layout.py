@@ -4,8 +4,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from tests.architecture import rules
 
 
@@ -13,9 +11,6 @@ def test_dependencies_point_one_way():
     assert rules.layer_violations() == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the scheduler cycle's writes move to jobs.actions after merging issue 10"
-)
 def test_database_writes_live_in_actions_modules():
     assert rules.write_violations() == []
 

@@ -6,15 +6,17 @@ loop running, so a commit wakes nothing and each test controls exactly which cyc
 """
 
 import threading
+import time
 from collections import Counter
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import Sum
 
 import jobs.scheduler.cycle as cycle_module
 from jobs.actions.stop import request_stop
-from jobs.models import Job, JobEvent, Pod, PodDesired
+from jobs.models import HeldGpu, Job, JobEvent, Pod, PodDesired
 from jobs.scheduler.cycle import run_cycle
 from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
 from quotas.models import Quota
@@ -56,9 +58,12 @@ def assert_nothing_double_booked() -> None:
         assert (used or 0) <= q.gpus, f"quota {q.name} over its size: {used}/{q.gpus}"
 
 
-def test_two_cycles_at_once_never_double_book(
+def test_two_cycles_at_once_admit_each_job_once(
     quota, other_quota, researcher, outsider, workspace, other_workspace
 ):
+    """Both cycles start from the same committed state: the row check alone would keep this
+    correct (the second cycle finds the jobs moved), so this does not test the lock: see
+    `test_a_cycle_paused_after_plan_holds_the_lock_against_another`."""
     make_node("node-0")
     make_node("node-1")
     Quota.objects.filter(pk=quota.pk).update(gpus=12)  # room for 3 of team-a's 4 jobs
@@ -192,3 +197,121 @@ def test_two_cycles_at_once_borrow_and_reclaim_without_double_booking(
         admitted = sorted(job_id for _, r in results for job_id in r.admitted)
         assert admitted == sorted(j.id for j in owners)
         assert set(Pod.objects.filter(status__in=LIVE).values_list("in_quota", flat=True)) == {True}
+
+
+def _waiting_on_a_lock(kind: str) -> bool:
+    """Whether some other session waits for a lock of this kind (pg_locks.locktype)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = %s AND NOT granted", [kind])
+        return cursor.fetchone()[0] > 0
+
+
+def _until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not django_settings.IS_POSTGRES, reason="needs PostgreSQL")
+def test_a_cycle_paused_after_plan_holds_the_lock_against_another(
+    quota, other_quota, researcher, outsider, workspace, other_workspace, monkeypatch
+):
+    """Cycle 1 plans job A onto the node's 8 GPUs and pauses before writing. Meanwhile a
+    higher-priority job B of another quota is committed and cycle 2 runs: it must not plan
+    until cycle 1 has committed (it waits on the advisory lock), so it sees A's pods and B
+    waits. Without the lock cycle 2 would place B on the same GPUs, which no row check
+    catches (A and B are different rows): two jobs on one GPU, or, with the GPU constraint,
+    cycle 1 failing."""
+    make_node("node-0")
+    # Already Inqueue: cycle 2 only refreshes its reason, so its row stays as cycle 1 saw it.
+    job_a = waiting_job(quota, researcher, workspace, 8, JobStatus.INQUEUE, name="a")
+    paused, resume = threading.Event(), threading.Event()
+    first_cycle: list[threading.Thread] = []
+
+    def hold_the_first_cycle(decided):
+        if first_cycle and threading.current_thread() is first_cycle[0]:
+            assert [a.job_id for a in decided.admissions] == [job_a.id]
+            paused.set()
+            assert resume.wait(20), "the test never resumed the first cycle"
+
+    monkeypatch.setattr(cycle_module, "after_plan", hold_the_first_cycle)
+    results: dict[str, tuple[str, object]] = {}
+
+    def run(name: str, call) -> None:
+        try:
+            results[name] = ("ok", call())
+        except Exception as exc:
+            results[name] = ("error", exc)
+        finally:
+            connections.close_all()
+
+    cycle1 = threading.Thread(target=run, args=("cycle1", run_cycle))
+    first_cycle.append(cycle1)
+    cycle1.start()
+    try:
+        assert paused.wait(20), "the first cycle never planned"
+        job_b = waiting_job(other_quota, outsider, other_workspace, 8, name="b")
+        Job.objects.filter(pk=job_b.pk).update(priority=10)  # B comes first in any plan
+        cycle2 = threading.Thread(target=run, args=("cycle2", run_cycle))
+        cycle2.start()
+        # With the lock, cycle 2 is seen waiting on it; without, it runs to its end.
+        blocked = _until(lambda: _waiting_on_a_lock("advisory") or not cycle2.is_alive())
+    finally:
+        resume.set()
+        cycle1.join(30)
+    cycle2.join(30)
+
+    assert blocked
+    assert results["cycle1"][0] == "ok", results
+    assert results["cycle2"][0] == "ok", results
+    assert results["cycle1"][1].admitted == (job_a.id,)
+    assert results["cycle2"][1].admitted == ()
+    assert_nothing_double_booked()
+    assert Job.objects.get(pk=job_b.pk).status == JobStatus.INQUEUE
+    assert HeldGpu.objects.filter(pod__job=job_a).count() == 8
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not django_settings.IS_POSTGRES, reason="needs PostgreSQL")
+def test_concurrent_writers_cannot_both_hold_a_gpu(quota, researcher, workspace):
+    """Two transactions put a live pod on the same GPU outside any lock: the second waits on
+    the first's uncommitted hold and is refused once it commits (the database's rule)."""
+    node = make_node("node-0")
+    first_job = waiting_job(quota, researcher, workspace, 1, name="first")
+    second_job = waiting_job(quota, researcher, workspace, 1, name="second")
+    inserted, release = threading.Event(), threading.Event()
+
+    def place(job) -> Pod:
+        return Pod.objects.create(
+            job=job, attempt=1, rank=0, node=node, gpu_indices=[3], gpus=1, charged_quota=quota
+        )
+
+    def first():
+        with transaction.atomic():
+            pod = place(first_job)
+            inserted.set()
+            assert release.wait(20)
+        return pod
+
+    def second():
+        assert inserted.wait(20)
+        with transaction.atomic():
+            return place(second_job)
+
+    def referee():
+        assert inserted.wait(20)
+        try:  # the second writer is seen waiting on the first's transaction
+            return _until(lambda: _waiting_on_a_lock("transactionid"))
+        finally:
+            release.set()
+
+    (k1, pod), (k2, refused), (k3, waited) = run_together(first, second, referee)
+
+    assert (k1, k3, waited) == ("ok", "ok", True)
+    assert k2 == "error" and isinstance(refused, IntegrityError), refused
+    assert list(Pod.objects.values_list("job_id", flat=True)) == [first_job.id]
+    assert list(HeldGpu.objects.values_list("pod_id", "gpu_index")) == [(pod.id, 3)]

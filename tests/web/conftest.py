@@ -7,7 +7,7 @@ from django.test import Client
 
 from jobs.actions.submit import JobSpec, create_job
 from jobs.actions.transitions import transition
-from jobs.models import Job, LogChunk, Pod
+from jobs.models import HeldGpu, Job, LogChunk, Pod
 from jobs.statuses import Actor, JobStatus, PodStatus
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -18,8 +18,18 @@ def submit(user, workspace, quota, **spec) -> Job:
     return create_job(user=user, workspace=workspace, quota=quota, spec=JobSpec(**values))
 
 
+def free_gpus(node, count: int) -> list[int]:
+    """The node's lowest `count` GPUs no live pod holds (the database refuses a second
+    holder of a GPU)."""
+    held = set(HeldGpu.objects.filter(node=node).values_list("gpu_index", flat=True))
+    free = [i for i in range(node.gpus) if i not in held]
+    assert len(free) >= count, f"{node.name} has {len(free)} free GPUs, not {count}"
+    return free[:count]
+
+
 def place(job: Job, node, *, pod_status: PodStatus = PodStatus.RUNNING) -> list[Pod]:
-    """What the scheduler and an agent would do: Starting with pods, then Running."""
+    """What the scheduler and an agent would do: Starting with pods, then Running, on the
+    node's lowest free GPUs."""
     transition(job, JobStatus.STARTING, reason="placed", actor=Actor.SCHEDULER)
     pods = [
         Pod.objects.create(
@@ -27,7 +37,7 @@ def place(job: Job, node, *, pod_status: PodStatus = PodStatus.RUNNING) -> list[
             attempt=job.attempt,
             rank=rank,
             node=node,
-            gpu_indices=list(range(rank * job.gpus_per_worker, (rank + 1) * job.gpus_per_worker)),
+            gpu_indices=free_gpus(node, job.gpus_per_worker),
             gpus=job.gpus_per_worker,
             cpus=job.cpus_per_worker,
             memory_gb=job.memory_gb_per_worker,

@@ -79,12 +79,13 @@ def test_quota_changelist_shows_used_gpus_without_n_plus_one(
     assert row._used == 6 and row._lent == 0  # the finished job no longer counts
     with CaptureQueriesContext(connection) as ctx:
         admin_client_.get(url)
+    more = make_node("n3")  # node-0 has 2 GPUs left
     for i in range(5):
         extra = Quota.objects.create(
             tenant=tenant, name=f"q{i}", resource_type=ResourceType.LINGJUN, gpu_type="H200", gpus=1
         )
         workspace.quotas.add(extra)
-        place(submit(researcher, workspace, extra, gpus_per_worker=1), node)
+        place(submit(researcher, workspace, extra, gpus_per_worker=1), more)
     with django_assert_num_queries(len(ctx.captured_queries)):
         admin_client_.get(url)
 

@@ -291,7 +291,7 @@ def test_list_page_queries_do_not_grow_with_jobs(
     for i in range(19):
         job = submit(researcher, workspace, quota, name=f"job-{i}")
         if i % 2:
-            place(job, other if i % 4 else node)
+            place(job, other if i % 4 == 1 else node)  # 5 and 4 one-GPU jobs
     with django_assert_num_queries(one):
         member_client.get(reverse("jobs:list"), **extra)
 
