@@ -29,6 +29,7 @@ from agents.decisions import (
     PodFacts,
     Verdict,
     desired_state,
+    desired_version_of,
     judge_report,
     log_reject_reason,
     new_log_lines,
@@ -410,6 +411,7 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
         stop=stop,
         clear_health_marks=_marks_to_clear(node.pk, items.facts),
         refused=refused,
+        desired_version=desired_version_of(node.pk, pods.values()),
         **_heartbeat_lease(),
     )
 
