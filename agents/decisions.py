@@ -6,6 +6,8 @@ token of it that changes when it does. `new_log_lines`: the part of a log batch 
 stored yet. The shell that reads and writes is `agents.actions`.
 """
 
+import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -98,6 +100,13 @@ def desired_version_of(node_id: int, pods: Iterable[Pod]) -> str:
     live = [p for p in pods if p.node_id == node_id and p.status in ACTIVE_POD_STATUSES]
     stopping = sum(1 for p in live if p.desired != PodDesired.RUN)
     return desired_version(len(live), sum(p.pk for p in live), stopping)
+
+
+def report_digest(facts: dict, gpus: Sequence[dict]) -> str:
+    """A digest of what a heartbeat reports about the node itself (pure): equal digests,
+    nothing to write but the time it was seen."""
+    text = json.dumps([facts, list(gpus)], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def new_log_lines(next_seq: int, first_seq: int, lines: Sequence[str]) -> Sequence[str]:
