@@ -212,6 +212,13 @@ class Pod(models.Model):
                 condition=Q(status__in=sorted(s.value for s in ACTIVE_POD_STATUSES)),
                 name="pod_active_by_quota",
             ),
+            # Job lists' "has an Unknown worker" (jobs.access.visible_jobs): the few pods of
+            # silent nodes, not every pod, whatever plan the database picks for the EXISTS.
+            models.Index(
+                fields=["job"],
+                condition=Q(status=PodStatus.UNKNOWN.value),
+                name="pod_unknown_by_job",
+            ),
         ]
 
     def __str__(self) -> str:
