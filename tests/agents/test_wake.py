@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from accounts.actions import issue_api_token
@@ -77,7 +78,10 @@ def test_a_wait_answers_when_the_desired_state_changes(
 
     def place() -> None:
         time.sleep(0.3)
-        make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
+        try:
+            make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
+        finally:
+            connection.close()  # this thread's own connection
 
     placer = threading.Thread(target=place)
     placer.start()
