@@ -29,15 +29,18 @@ from agents.decisions import (
     PodFacts,
     Verdict,
     desired_state,
+    desired_version_of,
     judge_report,
     log_reject_reason,
     new_log_lines,
+    report_digest,
 )
 from agents.fencing import fence_timing
 from agents.models import BootstrapToken, RegistrationOutcome, RegistrationRecord
 from cluster.actions import (
     NameTaken,
     health_marks_to_clear,
+    note_node_seen,
     record_node_alive,
     refuse_gpu_reports,
     save_registration,
@@ -50,7 +53,6 @@ from jobs.actions.progress import store_worker_extras, worker_ft_fields
 from jobs.actions.workers import (
     apply_worker_state,
     note_refusal,
-    note_reports,
     record_gpu_samples,
 )
 from jobs.models import Pod
@@ -196,6 +198,7 @@ def register_node(
                     "token_prefix": new.prefix,
                     "token_digest": new.digest,
                     "token_revoked_at": None,
+                    "report_digest": "",
                 },
             )
             upsert_gpus(node.pk, _gpu_rows(req.facts), known_count=None)
@@ -258,7 +261,8 @@ def _pod_facts(pod: Pod) -> PodFacts:
 
 def _load_pods(node_id: int, reported: Iterable[int]) -> dict[int, Pod]:
     query = Q(node_id=node_id, status__in=list(ACTIVE_POD_STATUSES)) | Q(pk__in=list(reported))
-    return {p.pk: p for p in Pod.objects.filter(query).select_related("job")}
+    # Unordered (a dict by id): the model's ordering would join and sort for nothing.
+    return {p.pk: p for p in Pod.objects.filter(query).select_related("job").order_by()}
 
 
 def worker_spec(pod: Pod) -> WorkerSpec:
@@ -331,8 +335,15 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
     The node is noted alive (Ready, a new deadline) last, once the heartbeat has been
     applied: a node whose heartbeats keep failing goes NotReady, so the scheduler stops
     placing work there. Queries: a constant few plus a constant per worker whose state
-    changed."""
-    upsert_gpus(node.pk, _gpu_rows(items.facts), known_count=node.gpus)
+    changed. Where nothing changed (the same facts and GPUs as the node row's digest, the
+    workers running as known) it writes one statement: the time the node was seen; a
+    running worker's last report is its node's last heartbeat."""
+    gpu_rows = _gpu_rows(items.facts)
+    facts = _fact_fields(items.facts)
+    digest = "" if items.refused_gpus else report_digest(facts, gpu_rows)
+    same_facts = bool(digest) and digest == node.report_digest
+    if not same_facts:
+        upsert_gpus(node.pk, gpu_rows, known_count=node.gpus)
     if items.refused_gpus:
         refuse_gpu_reports(node.pk, items.refused_gpus)
     for problem in items.unnamed:
@@ -353,7 +364,6 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 atomic=True,
             )
     changed = False
-    touched: list[int] = []
     fenced: dict[int, StopOrder] = {}
     samples: list[tuple[int, dict]] = []
     for report in items.workers:
@@ -370,8 +380,6 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 lambda pod=pod, report=report: _apply_report(node, pod, report, now),
             )
             changed |= applied is True
-        elif verdict == Verdict.TOUCH:
-            touched.append(pod.pk)
         elif verdict == Verdict.FENCE:
             log.warning("node %s: fencing pod %s: %s", node.name, report.pod_id, why)
             fenced[report.pod_id] = StopOrder(
@@ -380,7 +388,6 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 grace_seconds=settings.DEFAULT_STOP_GRACE,
                 reason=f"stale worker: {why}",
             )
-    note_reports(touched, now)
     record_gpu_samples(samples, now)  # only this node's current workers
     _record_refusals(node, pods, refused, "report", now)
     if changed:  # a report may have ended the job and ordered its other workers stopped
@@ -403,13 +410,18 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                     pod, running=False, error=f"invalid worker spec: {error_reason(exc)}", now=now
                 ),
             )
-    record_node_alive(node.pk, _fact_fields(items.facts), now=now, deadline=_deadline(now))
+    deadline = _deadline(now)
+    if not (same_facts and note_node_seen(node.pk, digest, now=now, deadline=deadline)):
+        if same_facts:  # another request recorded other facts meanwhile: ours are newer
+            upsert_gpus(node.pk, gpu_rows, known_count=node.gpus)
+        record_node_alive(node.pk, facts, now=now, deadline=deadline, digest=digest)
     return HeartbeatReply(
         heartbeat_interval=heartbeat_interval(),
         run=run,
         stop=stop,
         clear_health_marks=_marks_to_clear(node.pk, items.facts),
         refused=refused,
+        desired_version=desired_version_of(node.pk, pods.values()),
         **_heartbeat_lease(),
     )
 

@@ -1,10 +1,13 @@
 """What the console concludes from an agent's reports (pure, over plain values).
 
 `judge_report`: what one worker report means for the pod it names (start, exit, touch,
-ignore, fence). `desired_state`: what a node should run and stop. `new_log_lines`: the part
-of a log batch not stored yet. The shell that reads and writes is `agents.actions`.
+ignore, fence). `desired_state`: what a node should run and stop; `desired_version`: a
+token of it that changes when it does. `new_log_lines`: the part of a log batch not
+stored yet. The shell that reads and writes is `agents.actions`.
 """
 
+import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -83,6 +86,27 @@ def desired_state(
             )
     run.sort(key=lambda p: (p.job_id, p.rank))
     return run, [stop[k] for k in sorted(stop)]
+
+
+def desired_version(live: int, id_sum: int, stopping: int) -> str:
+    """A token of a node's desired state (pure): its live pods' count and id sum, and how
+    many of them are asked to stop. A pod placed (new id), ended or asked to stop changes
+    it; the same three numbers come from one aggregate query (agents.wake)."""
+    return f"{live}.{id_sum}.{stopping}"
+
+
+def desired_version_of(node_id: int, pods: Iterable[Pod]) -> str:
+    """`desired_version` over the rows a heartbeat loaded (pure)."""
+    live = [p for p in pods if p.node_id == node_id and p.status in ACTIVE_POD_STATUSES]
+    stopping = sum(1 for p in live if p.desired != PodDesired.RUN)
+    return desired_version(len(live), sum(p.pk for p in live), stopping)
+
+
+def report_digest(facts: dict, gpus: Sequence[dict]) -> str:
+    """A digest of what a heartbeat reports about the node itself (pure): equal digests,
+    nothing to write but the time it was seen."""
+    text = json.dumps([facts, list(gpus)], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def new_log_lines(next_seq: int, first_seq: int, lines: Sequence[str]) -> Sequence[str]:

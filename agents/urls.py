@@ -10,5 +10,6 @@ urlpatterns = [
     path("register/", views.register, name="register"),
     path("heartbeat/", views.heartbeat, name="heartbeat"),
     path("logs/", views.logs, name="logs"),
+    path("wait/", views.wait, name="wait"),
     re_path(r"^(?P<path>.*)$", views.not_found),
 ]

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from functools import wraps
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -21,7 +22,8 @@ from pydantic import BaseModel, ValidationError
 
 from agents import actions
 from agents.auth import AgentApiError, authenticate_node, bearer_token
-from protocol.agent import RegisterRequest, RegisterResponse
+from agents.wake import NoSlot, watcher
+from protocol.agent import RegisterRequest, RegisterResponse, WaitReply, WaitRequest
 from protocol.batches import RequestRefused, parse_heartbeat, parse_log_batch
 from protocol.text import JsonBodyError, load_json
 
@@ -117,7 +119,21 @@ def logs(request: HttpRequest) -> HttpResponse:
     return _ok(actions.store_logs(node, items, timezone.now()))
 
 
-_ENDPOINTS = ("register", "heartbeat", "logs")
+@agent_endpoint
+def wait(request: HttpRequest) -> HttpResponse:
+    """Held until the node's desired state differs from the token the agent knows (then it
+    heartbeats at once), or the timeout (agents.wake). Reads only; writes nothing."""
+    node = authenticate_node(request)
+    req = _parse(request, WaitRequest)
+    timeout = min(req.timeout, float(settings.AGENT_WAIT_TIMEOUT))
+    try:
+        changed = watcher().wait(node.pk, req.known, timeout)
+    except NoSlot:
+        return _ok(WaitReply(changed=False, retry_after=actions.heartbeat_interval()))
+    return _ok(WaitReply(changed=changed))
+
+
+_ENDPOINTS = ("register", "heartbeat", "logs", "wait")
 
 
 @csrf_exempt

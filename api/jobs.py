@@ -70,6 +70,20 @@ def detail_json(user, pk: int) -> dict[str, Any]:
     return job_json(job, job.pod_list) | {"expected_start": expected_start_json([job])[job.pk]}
 
 
+# A new job's start is not estimated in the response to its submission (a what-if run of
+# the scheduler over every waiting job would cost more than the submission itself, and the
+# real scheduler is asked to place it as the response goes out): GET the job for it.
+AT_SUBMISSION = {"estimate": True, "at": None, "basis": "not estimated at submission"}
+
+
+def submitted_json(job: Job) -> dict[str, Any]:
+    """The detail of a job this request just created, from the rows it wrote (no read
+    back): no workers, restarts or checkpoints yet, one event."""
+    job.restart_list, job.checkpoint_list = [], []
+    job.event_list = [job.submitted_event]
+    return job_json(job, []) | {"expected_start": AT_SUBMISSION}
+
+
 def form_error(form: JobForm, prefix: str = "") -> ApiError:
     fields = {
         (f"{prefix}{name}" if name != "__all__" else prefix.rstrip(".") or name): [
@@ -134,7 +148,7 @@ def create_job(
         if not outcome.replayed_ids:
             raise ApiError(404, "not_found", "The job this key created no longer exists.")
         return Status(201, detail_json(request.user, outcome.replayed_ids[0]))
-    return Status(201, detail_json(request.user, outcome.jobs[0].pk))
+    return Status(201, submitted_json(outcome.jobs[0]))
 
 
 @router.post(

@@ -72,12 +72,31 @@ def allow_reregistration(nodes: QuerySet[Node], now: datetime) -> list[Node]:
     return chosen
 
 
-def record_node_alive(node_id: int, fields: dict, *, now: datetime, deadline: datetime) -> None:
-    """A heartbeat was received at `now`: the node is Ready, its facts as reported, and it
-    must be heard from again before `deadline`. A plain UPDATE by id (last writer wins:
-    every heartbeat carries the full facts)."""
+def record_node_alive(
+    node_id: int, fields: dict, *, now: datetime, deadline: datetime, digest: str = ""
+) -> None:
+    """A heartbeat was received at `now`: the node is Ready, its facts as reported (and
+    their digest), and it must be heard from again before `deadline`. A plain UPDATE by id
+    (last writer wins: every heartbeat carries the full facts)."""
     Node.objects.filter(pk=node_id).update(
-        **fields, state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline
+        **fields,
+        report_digest=digest,
+        state=NodeState.READY,
+        last_heartbeat_at=now,
+        heartbeat_deadline=deadline,
+    )
+
+
+def note_node_seen(node_id: int, digest: str, *, now: datetime, deadline: datetime) -> bool:
+    """The heartbeat of a node whose facts and GPUs are as last recorded: Ready, seen at
+    `now`, one UPDATE. The digest is compared in SQL, so a registration or a heartbeat
+    that recorded other facts meanwhile makes it miss (False): then record them."""
+    if not digest:
+        return False
+    return bool(
+        Node.objects.filter(pk=node_id, report_digest=digest).update(
+            state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline
+        )
     )
 
 

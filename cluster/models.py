@@ -33,6 +33,10 @@ class Node(models.Model):
     runtime = models.CharField(max_length=20, default="process")
     agent_version = models.CharField(max_length=40, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # A digest of the facts and GPUs the last applied heartbeat reported
+    # (agents.decisions.report_digest): a heartbeat reporting the same is one UPDATE of the
+    # times below, compared in SQL (cluster.actions.note_node_seen). Empty: write them all.
+    report_digest = models.CharField(max_length=64, blank=True)
     # Console receive time + NODE_NOT_READY_AFTER; the node monitor selects `< now`.
     heartbeat_deadline = models.DateTimeField(null=True, blank=True)
     token_prefix = models.CharField(max_length=8, unique=True, null=True, blank=True)

@@ -309,6 +309,13 @@ NODE_LOST_TIMEOUT = env_int("NODE_LOST_TIMEOUT", 300, minimum=1)
 # Workers of a silent node are stopped by their own wrapper this long after the last applied
 # heartbeat was sent; default: what agents.fencing.plan_fence leaves before NODE_LOST_TIMEOUT.
 WORKER_FENCE_TIMEOUT = env_int("WORKER_FENCE_TIMEOUT", 0, minimum=0) or None
+# Waking agents (agents.wake): an agent holds `wait/` open and learns of new work within a
+# tick (milliseconds) instead of at its next heartbeat. Each web process holds at most
+# AGENT_WAIT_SLOTS waits at once (a held wait holds a server thread; deploy/gunicorn.conf.py
+# sets it from its threads), each for at most AGENT_WAIT_TIMEOUT seconds.
+AGENT_WAIT_POLL = env_int("AGENT_WAIT_POLL_MS", 100, minimum=10) / 1000
+AGENT_WAIT_SLOTS = env_int("AGENT_WAIT_SLOTS", 64, minimum=0)
+AGENT_WAIT_TIMEOUT = env_int("AGENT_WAIT_TIMEOUT", 25, minimum=1)
 BOOTSTRAP_TOKEN_TTL = env_int("BOOTSTRAP_TOKEN_TTL", 24 * 3600, minimum=60)
 DEFAULT_STOP_GRACE = env_int("DEFAULT_STOP_GRACE", 30, minimum=0)
 

@@ -18,6 +18,11 @@ bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000")
 worker_class = "gthread"
 workers = _int("WEB_CONCURRENCY", 4)
 threads = _int("GUNICORN_THREADS", 4)
+# Agents' waits (agents.wake) hold a thread each: half of each worker's threads at most, so
+# requests always have the other half. A fleet larger than workers x slots raises
+# GUNICORN_THREADS (a waiting thread costs memory, not CPU); agents beyond the slots learn
+# of new work at their next heartbeat.
+os.environ.setdefault("AGENT_WAIT_SLOTS", str(threads // 2))
 # A worker silent this long is killed and replaced (a request stuck past any sane time).
 timeout = _int("GUNICORN_TIMEOUT", 60)
 # On SIGTERM, requests in flight get this long to finish.

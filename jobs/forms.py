@@ -9,7 +9,9 @@ from typing import Any
 
 from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
+from django.utils.choices import CallableChoiceIterator
+from django.utils.functional import cached_property
 
 from cluster.models import Node, NodeState
 from jobs.actions.submit import JobSpec, create_job
@@ -217,17 +219,28 @@ class JobForm(forms.Form):
         self.workspace_obj: Workspace | None = None
         self.quota_obj: Quota | None = None
         self._my_workspaces = Workspace.objects.filter(memberships__user=user)
+        self._quota_workspaces: list[Workspace] = []  # of the chosen quota (clean_quota)
+        # The choices are read only when the form is shown: the API validates without them.
+        self.fields["quota"].widget.choices = CallableChoiceIterator(self._quota_choices)
+        self.fields["workspace"].widget.choices = CallableChoiceIterator(
+            lambda: [("", "(automatic)")] + [(str(w.pk), w.name) for w in self._workspaces]
+        )
+
+    def _quota_choices(self) -> list[tuple[str, str]]:
         quotas = (
             Quota.objects.filter(workspaces__in=self._my_workspaces).distinct().order_by("name")
         )
-        self.fields["quota"].widget.choices = [("", "—")] + [
+        return [("", "—")] + [
             (str(q.pk), f"{q.name} ({q.resource_type}, {q.gpu_type})") for q in quotas
         ]
-        workspaces = list(self._my_workspaces.order_by("name"))
-        self.fields["workspace"].widget.choices = [("", "(automatic)")] + [
-            (str(w.pk), w.name) for w in workspaces
-        ]
-        self.show_workspace = len(workspaces) > 1
+
+    @cached_property
+    def _workspaces(self) -> list[Workspace]:
+        return list(self._my_workspaces.order_by("name"))
+
+    @property
+    def show_workspace(self) -> bool:
+        return len(self._workspaces) > 1
 
     # Field rules -------------------------------------------------------------------------
 
@@ -238,7 +251,10 @@ class JobForm(forms.Form):
         quota = Quota.objects.filter(**lookup).first()
         if quota is None:
             raise forms.ValidationError(f"Unknown quota {raw[:100]!r}.")
-        if not quota.workspaces.filter(pk__in=self._my_workspaces).exists():
+        self._quota_workspaces = list(
+            quota.workspaces.filter(pk__in=self._my_workspaces).order_by("name")
+        )
+        if not self._quota_workspaces:
             raise forms.ValidationError(
                 f"Quota {quota.name} is not bound to any of your workspaces."
             )
@@ -358,7 +374,7 @@ class JobForm(forms.Form):
             self.add_error(fields.get(spec_field), f"Agents would refuse this: {message}")
 
     def _pick_workspace(self, quota: Quota, raw: str) -> Workspace | None:
-        candidates = list(quota.workspaces.filter(pk__in=self._my_workspaces).order_by("name"))
+        candidates = self._quota_workspaces  # read by clean_quota
         raw = raw.strip()
         if raw:
             chosen = [w for w in candidates if str(w.pk) == raw or w.name == raw]
@@ -385,8 +401,28 @@ class JobForm(forms.Form):
             resource_type=quota.resource_type,
             state__in=[NodeState.READY, NodeState.NOT_READY],
         )
+        wanted = {
+            "gpus_per_worker": ("most_gpus", "GPUs"),
+            "cpus_per_worker": ("most_cpus", "CPUs"),
+            "memory_gb_per_worker": ("most_memory", "GB of memory"),
+        }
+        sized = all(data.get(field) is not None for field in wanted)
+        # One query: the largest of each, and (when sized) how many nodes take a worker.
+        fitting = (
+            Q(
+                gpus__gte=data["gpus_per_worker"],
+                cpus__gte=data["cpus_per_worker"],
+                memory_gb__gte=data["memory_gb_per_worker"],
+            )
+            if sized
+            else Q(pk__in=[])
+        )
         largest = nodes.aggregate(
-            count=Count("pk"), gpus=Max("gpus"), cpus=Max("cpus"), memory=Max("memory_gb")
+            count=Count("pk"),
+            most_gpus=Max("gpus"),
+            most_cpus=Max("cpus"),
+            most_memory=Max("memory_gb"),
+            fitting=Count("pk", filter=fitting),
         )
         kind = f"{quota.resource_type} {quota.gpu_type}"
         if not largest["count"]:
@@ -395,11 +431,6 @@ class JobForm(forms.Form):
                 f"No {kind} nodes are registered, so jobs on quota {quota.name} cannot run.",
             )
             return
-        wanted = {
-            "gpus_per_worker": ("gpus", "GPUs"),
-            "cpus_per_worker": ("cpus", "CPUs"),
-            "memory_gb_per_worker": ("memory", "GB of memory"),
-        }
         too_big = False
         for field, (key, unit) in wanted.items():
             value = data.get(field)
@@ -409,14 +440,9 @@ class JobForm(forms.Form):
                     field,
                     f"No {kind} node has {value} {unit}; the largest has {largest[key]}.",
                 )
-        if too_big or any(data.get(field) is None for field in wanted):
+        if too_big or not sized:
             return
-        fits = nodes.filter(
-            gpus__gte=data["gpus_per_worker"],
-            cpus__gte=data["cpus_per_worker"],
-            memory_gb__gte=data["memory_gb_per_worker"],
-        ).exists()
-        if not fits:
+        if not largest["fitting"]:
             self.add_error(
                 None,
                 f"No single {kind} node has {data['gpus_per_worker']} GPUs, "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from jobs.display import clean_log_line
 from jobs.models import Job, LogChunk, Pod
@@ -27,6 +28,10 @@ class LogLine:
     attempt: int
     text: str  # raw, as stored
     at: datetime | None = None  # when the console received it (its chunk's time)
+    # The same time as the job page shows it (ISO 8601 and HH:MM:SS, in the current time
+    # zone): formatted once per chunk, not twice per line by the template's date filter.
+    at_iso: str = ""
+    clock: str = ""
 
     @property
     def display(self) -> str:
@@ -41,12 +46,30 @@ def chunk_lines(seq_start: int, seq_end: int, text: str) -> list[tuple[int, str]
     return [(seq_start + i, line) for i, line in enumerate(lines[: seq_end - seq_start + 1])]
 
 
+def _times(at: datetime | None) -> tuple[str, str]:
+    if at is None:
+        return "", ""
+    local = timezone.localtime(at)
+    return local.isoformat(), local.strftime("%H:%M:%S")
+
+
 def _lines(pod: Pod, chunks) -> list[LogLine]:
-    return [
-        LogLine(seq=seq, rank=pod.rank, attempt=pod.attempt, text=line, at=chunk.created_at)
-        for chunk in chunks
-        for seq, line in chunk_lines(chunk.seq_start, chunk.seq_end, chunk.text)
-    ]
+    lines: list[LogLine] = []
+    for chunk in chunks:
+        at_iso, clock = _times(chunk.created_at)
+        lines.extend(
+            LogLine(
+                seq=seq,
+                rank=pod.rank,
+                attempt=pod.attempt,
+                text=line,
+                at=chunk.created_at,
+                at_iso=at_iso,
+                clock=clock,
+            )
+            for seq, line in chunk_lines(chunk.seq_start, chunk.seq_end, chunk.text)
+        )
+    return lines
 
 
 def raw_text(pod: Pod) -> Iterator[str]:

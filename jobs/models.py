@@ -177,6 +177,8 @@ class Pod(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The last report that changed this worker's state; while it runs as known, its node's
+    # last heartbeat (cluster.Node.last_heartbeat_at) says when it was last heard of.
     last_report_at = models.DateTimeField(null=True, blank=True)
     # The last report or log lines of this worker the console refused (or repaired), and
     # when: the agent sets a refused item aside after a few tries (DESIGN §7).
@@ -209,6 +211,13 @@ class Pod(models.Model):
                 fields=["charged_quota"],
                 condition=Q(status__in=sorted(s.value for s in ACTIVE_POD_STATUSES)),
                 name="pod_active_by_quota",
+            ),
+            # Job lists' "has an Unknown worker" (jobs.access.visible_jobs): the few pods of
+            # silent nodes, not every pod, whatever plan the database picks for the EXISTS.
+            models.Index(
+                fields=["job"],
+                condition=Q(status=PodStatus.UNKNOWN.value),
+                name="pod_unknown_by_job",
             ),
         ]
 

@@ -406,6 +406,12 @@ class HeartbeatReply(_FromConsole):
     # None (an older console): no fence.
     lease_seconds: Annotated[float, Field(gt=0, le=86_400)] | None = None
     fence_grace: Annotated[float, Field(ge=0, le=3600)] = 0.0
+    # Additive (wake): a short token of the node's desired state as this reply saw it.
+    # The agent holds `wait/` open with it, and the console answers as soon as the desired
+    # state differs (a pod placed, a stop requested). None (an older console): no waking.
+    desired_version: Annotated[str, StringConstraints(max_length=limits.DESIRED_VERSION)] | None = (
+        None
+    )
     # Filled while parsing (never sent): run items this agent cannot use.
     unusable: Annotated[list[UnusableSpec], Field(exclude=True)] = []
 
@@ -437,6 +443,22 @@ class HeartbeatReply(_FromConsole):
             data[key] = usable
         data["unusable"] = unusable
         return data
+
+
+class WaitRequest(_FromAgent):
+    """Hold the request until the node's desired state differs from `known` (the
+    `desired_version` of the last heartbeat reply), or at most `timeout` seconds."""
+
+    known: Annotated[str, StringConstraints(max_length=limits.DESIRED_VERSION)]
+    timeout: Annotated[float, Field(ge=0, le=limits.WAIT_TIMEOUT)] = limits.WAIT_TIMEOUT
+
+
+class WaitReply(_FromConsole):
+    # True: the desired state changed, heartbeat now. False: nothing changed in `timeout`.
+    changed: bool
+    # Set when the console cannot hold the request now (all its wait slots taken): the
+    # agent waits this long, or for its next heartbeat, before asking again.
+    retry_after: Annotated[float, Field(ge=0, le=3600)] | None = None
 
 
 class LogAck(_FromConsole):

@@ -53,6 +53,10 @@ WORKERS = 1024
 CHECKPOINTS_REPORTED = 8
 METRICS = 32
 
+# --- waking an agent (agent/wait/) --------------------------------------------------------
+DESIRED_VERSION = 100  # characters of a desired-state token
+WAIT_TIMEOUT = 60.0  # the longest an agent may ask the console to hold a wait
+
 # --- JSON bodies ---------------------------------------------------------------------------
 # Deeper nesting than any real request needs; deeper bodies are refused before they can
 # exhaust the parser's recursion (protocol.text.load_json).

@@ -25,6 +25,12 @@ code are sent, and a marker line in the worker's log says so); a spec in the rep
 agent cannot use ends that worker with the reason; heartbeats the console keeps failing on
 (5xx) are sent without any worker details for a while.
 
+Waking (agents.wake on the console): between heartbeats a second thread holds the console's
+`wait/` open with the desired-state token of the last reply; the console answers as soon as
+that state changes (a pod placed, a stop requested) and the loop heartbeats at once, so a
+new pod starts within a fraction of a second without more heartbeats. A console without
+waking, or one whose wait slots are all taken, leaves the agent on its heartbeat interval.
+
 Self-fencing (DESIGN §6): after each heartbeat the console applied, the agent renews the
 node's lease (agents.node.fence) from the time it *sent* that heartbeat; every worker's
 wrapper stops its worker when the lease runs out, even if this process is frozen.
@@ -61,6 +67,7 @@ from protocol.agent import (
     LogBatch,
     NodeFacts,
     RegisterRequest,
+    WaitRequest,
     WorkerSpec,
 )
 from protocol.devices import without_device_env
@@ -71,6 +78,7 @@ log = logging.getLogger(__name__)
 
 EXIT_LOG_WAIT = 2.0  # at most this long for an exited worker's last lines before reporting
 BARE_HEARTBEATS = 10  # heartbeats sent without worker details once the console kept failing
+WAIT_FOR = 25.0  # how long each wait asks the console to hold (it may hold less)
 
 
 class Agent:
@@ -106,6 +114,11 @@ class Agent:
         self.lease = Lease(fence_folder(self.store.dir))
         self._heartbeat_failures = 0  # in a row, on the console's side (5xx, 400)
         self._bare_left = 0  # heartbeats still to send without worker details
+        # The desired-state token of the last reply, and how many replies came so far
+        # (the waker waits for a newer one after each wake).
+        self._beat = threading.Condition()
+        self._beats = 0
+        self._desired_version: str | None = None
 
     @property
     def launched(self):
@@ -220,6 +233,10 @@ class Agent:
                 self._console_failed(reports, bare)
             raise
         self._renew_lease(reply, sent_at)
+        with self._beat:
+            self._beats += 1
+            self._desired_version = reply.desired_version
+            self._beat.notify_all()
         self._heartbeat_failures = 0
         self._bare_left = max(0, self._bare_left - 1)
         self.shipper.retry_now()  # the console is back: resend buffered lines at once
@@ -271,6 +288,45 @@ class Agent:
                 "(progress, checkpoints, error text) are left out for a while",
                 False,
             )
+
+    # --- waking between heartbeats ---
+
+    def _next_beat(self, after: int, timeout: float) -> None:
+        """Wait until a heartbeat newer than `after` was applied (or `timeout`)."""
+        with self._beat:
+            self._beat.wait_for(lambda: self._beats > after or self.stop.is_set(), timeout)
+
+    def wait_for_change(self, client: AgentClient) -> None:
+        """One wait: hold the console's `wait/` with the last reply's token; wake the loop
+        when the desired state changed, then wait for the heartbeat that learns it."""
+        with self._beat:
+            beats, known = self._beats, self._desired_version
+        if known is None:  # no reply yet, or a console without waking
+            self._next_beat(beats, self.interval)
+            return
+        try:
+            reply = client.wait(WaitRequest(known=known, timeout=WAIT_FOR))
+        except (TransportError, ConsoleRefused) as exc:
+            log.debug("wait failed (%s); the next heartbeat learns of new work", exc)
+            self._next_beat(beats, self.interval)
+            return
+        if reply.changed:
+            self.wake.set()
+            self._next_beat(beats, self.interval * 2)
+        elif reply.retry_after is not None:  # no slot free on the console: back off
+            self._next_beat(beats, reply.retry_after)
+
+    def _waker(self) -> None:
+        client = self.client.copy()
+        try:
+            while not self.stop.is_set():
+                try:
+                    self.wait_for_change(client)
+                except Exception:  # never let a bug here end waking for good
+                    log.exception("waiting for the console failed")
+                    self.stop.wait(self.interval)
+        finally:
+            client.close()
 
     # --- converging on the desired state ---
 
@@ -390,6 +446,8 @@ class Agent:
             target=self.shipper.run, args=(self._ship_stop,), name="log-shipper", daemon=True
         )
         shipping.start()
+        # A daemon: a wait in flight must not delay the agent's exit.
+        threading.Thread(target=self._waker, name="waker", daemon=True).start()
         status = 0
         while not self.stop.is_set():
             try:
@@ -417,6 +475,8 @@ class Agent:
         """Process workers are stopped gracefully (the embedded default: they go with the
         agent); containers keep running and the next agent adopts them, so restarting or
         upgrading an agent costs no work. Then ship the last lines and report."""
+        with self._beat:
+            self._beat.notify_all()  # the waker sees the stop
         if self.runtime.name == "process":
             running = [s.pod_id for s in self.runtime.workers() if s.running]
             for pod_id in running:

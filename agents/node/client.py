@@ -21,6 +21,8 @@ from protocol.agent import (
     LogBatch,
     RegisterRequest,
     RegisterResponse,
+    WaitReply,
+    WaitRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,11 @@ class AgentClient:
     def send_logs(self, batch: LogBatch, *, attempts: int | None = 1) -> LogAck:
         return self._post("logs/", batch, LogAck, attempts=attempts)
 
+    def wait(self, req: WaitRequest) -> WaitReply:
+        """Held by the console until the node's desired state changes or `req.timeout`
+        passes; one attempt (the caller decides when to ask again)."""
+        return self._post("wait/", req, WaitReply, attempts=1, timeout=req.timeout + self.timeout)
+
     def _post[M: BaseModel](
         self,
         path: str,
@@ -99,6 +106,7 @@ class AgentClient:
         *,
         token: str | None = None,
         attempts: int | None,
+        timeout: float | None = None,
     ) -> M:
         """POST with retries; `attempts=None` retries until the stop event is set."""
         token = token or self.token
@@ -113,7 +121,9 @@ class AgentClient:
             tries += 1
             failure = TransportError
             try:
-                response = self._session.post(url, data=data, headers=headers, timeout=self.timeout)
+                response = self._session.post(
+                    url, data=data, headers=headers, timeout=timeout or self.timeout
+                )
             except requests.RequestException as exc:
                 problem = f"cannot reach {url}: {exc.__class__.__name__}: {exc}"
             else:

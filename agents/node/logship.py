@@ -44,7 +44,9 @@ from protocol.agent import MAX_LINES_PER_BATCH, LogAck, LogBatch, LogLines
 log = logging.getLogger(__name__)
 
 MAX_LINES = MAX_LINES_PER_BATCH
-FLUSH_AFTER = 1.0
+# Soon enough that a printed line is on the job page within a second (its page polls twice
+# a second); a busy worker still fills MAX_LINES batches long before this.
+FLUSH_AFTER = 0.15
 MAX_REQUEST_BYTES = 1024 * 1024  # well under the console's 2.5 MB request limit
 MAX_BUFFERED_BYTES = 64 * 1024 * 1024  # per worker, in memory and in its journal
 _JOURNAL = re.compile(r"^(\d+)-(\d+)\.jsonl$")
@@ -138,8 +140,10 @@ class LogShipper:
             stream = self._streams.get(pod_id)
             if stream is None:
                 return  # rejected by the console, or never opened: nowhere to send it
+            first = stream.pending_since is None
             stream.add(line, self._clock(), source)
-            if len(stream.lines) >= self.max_lines:
+            # The first line of a batch sets when it is due; a full batch is due now.
+            if first or len(stream.lines) >= self.max_lines:
                 self._cond.notify_all()
 
     def close(self, pod_id: int) -> None:
@@ -167,6 +171,15 @@ class LogShipper:
             if s.pending_since is not None and now - s.pending_since >= self.flush_after:
                 return True
         return False
+
+    def _wait_time(self, now: float) -> float:
+        """How long the shipping thread may sleep: until the oldest pending line of any
+        worker is FLUSH_AFTER old (at most 0.25 s; an append wakes it sooner)."""
+        soonest = 0.25
+        for s in self._streams.values():
+            if s.lines and s.pending_since is not None:
+                soonest = min(soonest, s.pending_since + self.flush_after - now)
+        return max(soonest, 0.005)
 
     def _solo(self) -> list[LogStream] | None:
         """The next suspect stream alone, while there are suspects; else None (all)."""
@@ -295,8 +308,9 @@ class LogShipper:
         stop_waits.start()
         while not stop.is_set():
             with self._cond:
-                if not self._due(self._clock()):
-                    self._cond.wait(min(self.flush_after, 0.25))
+                now = self._clock()
+                if not self._due(now):
+                    self._cond.wait(self._wait_time(now))
                     continue
             try:
                 self.ship_once()

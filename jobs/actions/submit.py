@@ -77,7 +77,8 @@ def create_job(*, user, workspace, quota, spec: JobSpec) -> Job:
     with transaction.atomic():
         job = _new_job(user, workspace, quota, spec)
         job.save(force_insert=True)
-        job.events.create(
+        # Kept on the job: the response to the submission shows it without reading it back.
+        job.submitted_event = job.events.create(
             to_status=JobStatus.PENDING, reason="submitted", actor=Actor.USER, user=user
         )
         announce_one(

@@ -172,13 +172,6 @@ def _first_hang_deadline(job: Job, now: datetime) -> datetime | None:
     return deadline_after(now, config.hang_timeout) if config.hang_detection else None
 
 
-def note_reports(pod_ids: Iterable[int], now: datetime) -> None:
-    """Workers reported running as known: note when (one UPDATE for all of them)."""
-    pod_ids = list(pod_ids)
-    if pod_ids:
-        Pod.objects.filter(pk__in=pod_ids).update(last_report_at=now)
-
-
 def note_refusal(pod: Pod, reason: str, now: datetime) -> None:
     """The console refused (or repaired) something an agent sent about this worker: keep
     the newest reason on the pod, written only when it changes."""

@@ -115,6 +115,13 @@ def agents(live_server, tmp_path):
             agent.kill()
         elif not agent._log.closed:
             agent._log.close()
+    # The live server outlives the test: answer the waits the agents left (agents.wake)
+    # and stop its watcher before this test's database goes.
+    from agents import wake
+
+    if wake._watcher is not None:
+        wake._watcher.close()
+        wake._watcher = None
 
 
 def registered(name: str) -> Node:

@@ -335,11 +335,49 @@ def test_steady_heartbeat_query_count_does_not_grow_with_gpus_or_workers(
     _, pods = job_factory([node] * workers)
     reports = [running(p) for p in pods]
     heartbeat(client, token, workers=reports, gpus=gpus)  # Starting → Running, once
-    # auth, node update, GPU upsert, pods with their jobs, last_report_at
-    with django_assert_num_queries(5):
+    # auth, pods with their jobs, and ONE write: the node seen (its facts and GPUs as the
+    # digest on its row, compared in SQL; no GPU upsert, no timestamps on running workers)
+    with django_assert_num_queries(3) as queries:
         response = heartbeat(client, token, workers=reports, gpus=gpus)
     assert response.status_code == 200
     assert len(response.json()["run"]) == workers
+    writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
+    assert len(writes) == 1 and writes[0].startswith('UPDATE "agents_node"'), writes
+
+
+def test_a_heartbeat_with_other_facts_or_gpu_readings_records_them(client, job_factory):
+    node, token = register(client)
+    heartbeat(client, token)
+    heartbeat(client, token)  # the same: only the time seen
+    seen = Node.objects.get(pk=node.pk)
+    assert seen.report_digest and seen.state == NodeState.READY
+    busy = [gpu(i, utilization=90 if i == 3 else 0, memory_used_mb=1000) for i in range(8)]
+    assert heartbeat(client, token, gpus=busy, cpus=64).status_code == 200
+    device = GpuDevice.objects.get(node=node, index=3)
+    assert (device.utilization, device.memory_used_mb) == (90, 1000)
+    node = Node.objects.get(pk=node.pk)
+    assert node.cpus == 64 and node.report_digest != seen.report_digest
+    assert node.last_heartbeat_at > seen.last_heartbeat_at
+
+
+def test_a_node_marked_not_ready_is_ready_again_on_a_same_facts_heartbeat(client):
+    node, token = register(client)
+    heartbeat(client, token)
+    Node.objects.filter(pk=node.pk).update(state=NodeState.NOT_READY)
+    heartbeat(client, token)
+    assert Node.objects.get(pk=node.pk).state == NodeState.READY
+
+
+def test_the_first_heartbeat_after_a_re_registration_writes_the_gpus_whole(client):
+    node, token = register(client)
+    heartbeat(client, token)
+    GpuDevice.objects.filter(node=node).update(utilization=55)
+    # Registering again clears the digest: the next heartbeat writes the GPUs whole.
+    Node.objects.filter(pk=node.pk).update(token_revoked_at=timezone.now())
+    node, token = register(client)
+    GpuDevice.objects.filter(node=node).update(utilization=55)
+    heartbeat(client, token)
+    assert set(GpuDevice.objects.filter(node=node).values_list("utilization", flat=True)) != {55}
 
 
 @pytest.mark.parametrize("workers", [1, 3])
@@ -349,11 +387,12 @@ def test_each_changed_worker_costs_a_constant_number_of_queries(
     node, token = register(client)
     _, pods = job_factory([node] * workers)
     heartbeat(client, token)
-    # auth, node update, GPU upsert, pods, re-reading the pods after the changes; per worker
+    # auth, node seen (the same facts: no GPU upsert), pods, re-reading the pods after the
+    # changes; per worker
     # a savepoint around its compare-and-set Starting → Running and the job reconcile (read
     # job, read pods); once for the job: Starting → Running with its event, in a savepoint,
     # plus the look-up of notification rules that could want to hear of it ("started").
-    with django_assert_num_queries(5 + PER_CHANGED_WORKER * workers + 5):
+    with django_assert_num_queries(4 + PER_CHANGED_WORKER * workers + 5):
         response = heartbeat(client, token, workers=[running(p) for p in pods])
     assert response.status_code == 200
     assert Pod.objects.filter(status=PodStatus.RUNNING).count() == workers

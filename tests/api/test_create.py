@@ -5,6 +5,7 @@ import threading
 import pytest
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEntry
 from jobs.models import Job, JobEvent
@@ -19,6 +20,33 @@ def test_create_returns_the_job(api, quota, node):
     data = response.json()
     assert data["status"] == "Pending" and data["pods"] == [] and data["events"]
     assert Job.objects.get().pk == data["id"]
+
+
+def test_the_response_is_the_job_as_a_read_shows_it(api, quota, node):
+    created = post(api, "/api/v1/jobs", GOOD).json()
+    read = api.get(f"/api/v1/jobs/{created['id']}").json()
+    # Built from the rows the request wrote, not read back: the same, except the estimate.
+    assert created.pop("expected_start") == {
+        "estimate": True,
+        "at": None,
+        "basis": "not estimated at submission",
+    }
+    read.pop("expected_start")
+    assert created == read
+
+
+def test_a_submission_reads_nothing_back(api, quota, node):
+    post(api, "/api/v1/jobs", GOOD)  # token use noted once
+    # token, rate counter; the form: quota, its workspaces of mine, the nodes it fits (one
+    # aggregate); then job, event, notification rules, audit entry in a savepoint. Nothing
+    # is read back for the response.
+    with CaptureQueriesContext(connection) as queries:
+        response = post(api, "/api/v1/jobs", GOOD)
+    assert response.status_code == 201
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert not [q for q in sql if q.startswith('SELECT "jobs_')], sql
+    statements = [q for q in sql if not q.startswith(("SAVEPOINT", "RELEASE", "BEGIN"))]
+    assert len(statements) == 9, statements
 
 
 def test_a_retried_create_with_the_same_key_returns_the_first_job(api, quota, node):

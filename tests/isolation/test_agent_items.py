@@ -21,7 +21,7 @@ from jobs.models import Job, LogChunk, Pod
 from jobs.statuses import JobStatus, PodStatus
 from protocol import limits
 from protocol.text import NUL_MARK
-from tests.agents.conftest import exited, facts, heartbeat, post, register, running
+from tests.agents.conftest import exited, facts, gpu, heartbeat, post, register, running
 
 pytestmark = pytest.mark.django_db
 
@@ -169,7 +169,9 @@ def test_the_node_is_ready_only_while_its_heartbeats_are_applied(job_factory, tr
     assert heartbeat(client, token, [running(pod)]).status_code == 200
     seen = Node.objects.get(pk=node.pk).last_heartbeat_at
     trigger.refuse("agents_gpudevice", f"NEW.node_id = {node.pk}", events="UPDATE")
-    assert heartbeat(client, token, [running(pod)]).status_code == 500
+    # New GPU readings (the same facts would be one UPDATE of the node, nothing to fail).
+    busy = [gpu(i, utilization=50) for i in range(8)]
+    assert heartbeat(client, token, [running(pod)], gpus=busy).status_code == 500
     assert Node.objects.get(pk=node.pk).last_heartbeat_at == seen
     late = timezone.now() + timedelta(seconds=31)
     assert run_node_monitor(now=late).not_ready == [node.name]

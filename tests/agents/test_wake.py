@@ -1,0 +1,137 @@
+"""Waking agents (agents.wake): the desired-state token, the `wait/` long-poll, and a real
+agent that starts a submitted job and stops it long before its next heartbeat."""
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from accounts.actions import issue_api_token
+from agents import wake
+from agents.decisions import desired_version_of
+from jobs.actions.stop import request_stop
+from jobs.models import Job, Pod, PodDesired
+from jobs.statuses import PodStatus
+from tests.agents.agentproc import pod_status, registered, wait_for
+from tests.agents.conftest import facts, make_job, post, register
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def fresh_watcher(settings):
+    """A watcher of this test's settings (the process-wide one is made on first use)."""
+    wake._watcher = None
+    yield
+    if wake._watcher is not None:
+        wake._watcher.close()  # before the database goes: a wait may still be held
+    wake._watcher = None
+
+
+def heartbeat(client, token) -> dict:
+    response = post(client, "heartbeat/", {"facts": facts(), "workers": []}, token)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_the_token_changes_when_a_pod_is_placed_stopped_or_ends(
+    client, researcher, workspace, quota
+):
+    node, _ = register(client)
+    tokens = [wake.versions_of([node.pk])[node.pk]]
+    _, (pod,) = make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
+    tokens.append(wake.versions_of([node.pk])[node.pk])
+    Pod.objects.filter(pk=pod.pk).update(desired=PodDesired.STOP)
+    tokens.append(wake.versions_of([node.pk])[node.pk])
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.STOPPED)
+    tokens.append(wake.versions_of([node.pk])[node.pk])
+    assert tokens[0] == tokens[3] and len(set(tokens[:3])) == 3
+
+
+def test_the_aggregate_query_and_the_heartbeat_agree(
+    client, researcher, workspace, quota, django_assert_num_queries
+):
+    node, token = register(client)
+    other, _ = register(client, "n2")
+    make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node, node, other])
+    stopping, _ = make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
+    Pod.objects.filter(job=stopping).update(desired=PodDesired.STOP)
+    with django_assert_num_queries(1):  # one query for every waiting node
+        versions = wake.versions_of([node.pk, other.pk])
+    pods = Pod.objects.filter(node__in=[node, other])
+    assert versions == {
+        node.pk: desired_version_of(node.pk, pods),
+        other.pk: desired_version_of(other.pk, pods),
+    }
+    assert heartbeat(client, token)["desired_version"] == versions[node.pk]
+
+
+def test_a_wait_answers_when_the_desired_state_changes(
+    client, researcher, workspace, quota, fresh_watcher
+):
+    node, token = register(client)
+    known = heartbeat(client, token)["desired_version"]
+    response = post(client, "wait/", {"known": known, "timeout": 0.3}, token)
+    assert response.json() == {"changed": False, "retry_after": None}
+
+    def place() -> None:
+        time.sleep(0.3)
+        try:
+            make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
+        finally:
+            connection.close()  # this thread's own connection
+
+    placer = threading.Thread(target=place)
+    placer.start()
+    # Held well past the placement: it answers "changed" only because the pod was placed.
+    response = post(client, "wait/", {"known": known, "timeout": 20}, token)
+    placer.join()
+    assert response.json()["changed"] is True
+    # A token that is already stale answers at once.
+    assert post(client, "wait/", {"known": "stale", "timeout": 20}, token).json()["changed"]
+
+
+def test_a_wait_without_a_free_slot_is_answered_at_once(client, settings, fresh_watcher):
+    settings.AGENT_WAIT_SLOTS = 0
+    _, token = register(client)
+    response = post(client, "wait/", {"known": "0.0.0", "timeout": 20}, token)
+    assert response.json() == {"changed": False, "retry_after": 5.0}
+
+
+def test_a_wait_needs_a_node_token_and_a_valid_body(client):
+    _, token = register(client)
+    assert post(client, "wait/", {"known": "x"}).status_code == 401
+    response = post(client, "wait/", {"known": "x", "timeout": 61}, token)
+    assert (response.status_code, response.json()["error"]["field"]) == (400, "timeout")
+
+
+@pytest.mark.e2e
+def test_a_real_agent_starts_and_stops_a_job_long_before_its_next_heartbeat(
+    agents, researcher, quota, fresh_watcher
+):
+    # Heartbeats every 30 s: the pod can only start (and stop) in time if the agent is woken.
+    agent = agents(extra=("--heartbeat-interval", "30", "--cpus", "64", "--memory-gb", "512"))
+    node = registered("e2e-node")
+    wait_for(lambda: node.pk in wake.watcher()._waiting, "the agent to wait for work")
+    _, plain = issue_api_token(researcher)
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
+
+    submitted = time.monotonic()
+    response = api.post(
+        "/api/v1/jobs",
+        {"quota": "team-a", "image": "busybox", "command": "sleep 600", "gpus_per_worker": 1},
+        content_type="application/json",
+    )
+    assert response.status_code == 201, response.content
+    pod = wait_for(lambda: Pod.objects.filter(job_id=response.json()["id"]).first(), "a pod")
+    wait_for(lambda: pod_status(pod) == PodStatus.RUNNING, "the pod to run", timeout=10)
+    started = time.monotonic() - submitted
+    request_stop(Job.objects.get(pk=pod.job_id), reason="stopped by alice", grace=5)
+    asked = time.monotonic()
+    wait_for(lambda: pod_status(pod) == PodStatus.STOPPED, "the pod to stop", timeout=10)
+    stopped = time.monotonic() - asked
+    print(f"submit → Running {started:.2f}s, stop → Stopped {stopped:.2f}s")
+    assert agent.terminate() == 0, agent.output()
+    assert "Traceback" not in agent.output()
