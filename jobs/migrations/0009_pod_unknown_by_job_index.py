@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("cluster", "0005_node_report_digest"),
-        ("jobs", "0007_text_fits_its_column_and_refused_reports"),
+        ("jobs", "0008_pods_hold_distinct_gpus"),
         ("quotas", "0001_initial"),
     ]
 
