@@ -44,6 +44,10 @@ def host_memory_gb() -> int:
 def make_runtime(
     config: AgentConfig, state_dir: Path, on_line: LineSink, on_exit: ExitSink
 ) -> Runtime:
+    if config.runtime == "simulated":
+        from agents.node.runtimes.simulated import SimulatedRuntime
+
+        return SimulatedRuntime(on_line, on_exit)
     fence_dir = fence_folder(state_dir)
     if config.runtime == "process":
         try:
