@@ -47,6 +47,8 @@ def make_runtime(
     if config.runtime == "simulated":
         from agents.node.runtimes.simulated import SimulatedRuntime
 
+        # No worker reads a lease, but the agent renews the node's lease file all the same.
+        fence_folder(state_dir).mkdir(parents=True, exist_ok=True)
         return SimulatedRuntime(on_line, on_exit)
     fence_dir = fence_folder(state_dir)
     if config.runtime == "process":
