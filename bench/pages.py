@@ -171,7 +171,7 @@ def session_cookie(user) -> str:
 
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
                 r = run_load(base, pid, lambda t, i, p=path, h=headers: ("GET", p, None, h),
                              threads=args.threads, seconds=seconds, warmup=2)  # fmt: skip
                 if r.errors:
-                    print(f"{label}: {r.errors} errors, first {r.first_error}", file=sys.stderr)
+                    raise RuntimeError(f"{label}: {r.errors} errors, first {r.first_error}")
                 rows.append({
                     "page": label,
                     "requests": r.requests,
