@@ -85,7 +85,7 @@ def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> N
     if not rows:
         print("(no rows)")
         return
-    columns = list(columns or rows[0].keys())
+    columns = list(columns or dict.fromkeys(k for r in rows for k in r))
     cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     print(

@@ -17,7 +17,7 @@ scale is 1-9); a large job is 4 workers x 5 GPUs (at most 8 GPUs per worker); no
 `POST /api/v1/jobs/array` (each due group of one quota and class in one request; when the
 API falls behind, the next request carries every job that came due meanwhile).
 
-    .venv/bin/python -m bench.kueue            # quick: 1 tenant (6 quotas, 3,000 jobs)
+    .venv/bin/python -m bench.kueue            # quick: 1 tenant of 3 quotas (1,500 jobs)
     .venv/bin/python -m bench.kueue --full     # 5 tenants (30 quotas, 15,000 jobs)
 
 Time to admission: from the job's creation in the console (and, second figure, from its
@@ -83,7 +83,7 @@ def process(cmd: list[str], env: dict[str, str], log: Path):
                 proc.wait()
 
 
-def fixtures(tenants: int) -> tuple[str, list[str]]:
+def fixtures(tenants: int, per_tenant: int) -> tuple[str, list[str]]:
     from django.contrib.auth import get_user_model
 
     from accounts.actions import issue_api_token
@@ -95,7 +95,7 @@ def fixtures(tenants: int) -> tuple[str, list[str]]:
         tenant = Tenant.objects.create(name=f"cohort-{t}")
         workspace = Workspace.objects.create(tenant=tenant, name=f"cohort-{t}")
         Membership.objects.create(workspace=workspace, user=user)
-        for q in range(QUOTAS_PER_TENANT):
+        for q in range(per_tenant):
             quota = Quota.objects.create(
                 tenant=tenant,
                 name=f"c{t}-q{q}",
@@ -154,7 +154,7 @@ def submitter(
             time.sleep(0.02)
 
 
-def measure(tenants: int, agents: int, heartbeat: float, timeout: float) -> dict:
+def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeout: float) -> dict:
     import redis
 
     redis.Redis.from_url(REDIS_URL).flushdb()
@@ -170,7 +170,7 @@ def measure(tenants: int, agents: int, heartbeat: float, timeout: float) -> dict
         from jobs.models import Job, Pod
         from jobs.statuses import FINAL_JOB_STATUSES
 
-        token, quotas = fixtures(tenants)
+        token, quotas = fixtures(tenants, per_tenant)
         _, boot = issue_bootstrap_token(None, "kueue bench", single_use=False)
         env = common.bench_env(
             url,
@@ -335,16 +335,26 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="5 tenants, 15,000 jobs")
     parser.add_argument("--tenants", type=int, help="default 1 (quick), 5 (--full)")
+    parser.add_argument("--quotas", type=int, help="per tenant: default 3 (quick), 6 (--full)")
     parser.add_argument("--heartbeat", type=float, default=1.0, help="agent heartbeat, seconds")
-    parser.add_argument("--timeout", type=float, default=600, help="give up after, seconds")
+    parser.add_argument(
+        "--timeout", type=float, help="give up after, seconds (default 240 quick, 900 full)"
+    )
     args = parser.parse_args(argv)
     tenants = args.tenants or (5 if args.full else 1)
-    agents = max(1, tenants * QUOTAS_PER_TENANT * QUOTA_GPUS // NODE_GPUS)
-    result = measure(tenants, agents, args.heartbeat, args.timeout)
+    per_tenant = args.quotas or (QUOTAS_PER_TENANT if args.full else 3)
+    timeout = args.timeout or (900 if args.full else 240)
+    agents = max(1, -(-tenants * per_tenant * QUOTA_GPUS // NODE_GPUS))
+    result = measure(tenants, per_tenant, agents, args.heartbeat, timeout)
     rows = result.pop("rows")
     scale = ""
-    if tenants != 5:
-        scale = f"{tenants} of Kueue's 5 cohorts ({tenants * 6} quotas, {result['jobs']} jobs); "
+    if (tenants, per_tenant) != (5, QUOTAS_PER_TENANT):
+        scale = (
+            f"scaled down: {tenants} of Kueue's 5 cohorts, {per_tenant} of its 6 queues each "
+            f"({result['jobs']:,} of 15,000 jobs); "
+        )
+    if result["finished"] < result["jobs"]:
+        scale += f"NOT FINISHED: {result['finished']:,} jobs final after the {timeout:g} s limit; "
     common.report(
         "kueue",
         rows,
@@ -353,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         "Celery worker (2 processes) + beat (scheduler tick 1 s); admission from the job's "
         "creation in the console (from_arrival: from its arrival on Kueue's schedule)",
         tenants=tenants,
+        quotas_per_tenant=per_tenant,
         agents=agents,
         targets={
             "total_seconds": 90,

@@ -414,7 +414,7 @@ def bench_db(size: Size, seed: int, throwaway: bool = True) -> list[dict]:
 # -- the suite's variants (bench/run.py) --------------------------------------------------------
 QUICK_DB = [
     Size("db", nodes=2_000, jobs=10_000, quotas=200),
-    Size("db", nodes=5_000, jobs=10_000, quotas=200),
+    Size("db", nodes=5_000, jobs=5_000, quotas=100),
 ]
 FULL_DB = [
     Size("db", nodes=2_000, jobs=10_000, quotas=200),
@@ -442,7 +442,7 @@ def suite(full: bool, seed: int = 1) -> None:
         notes=""
         if full
         else "quick: plan() at small and medium only, one run each; "
-        "DB cycle at 5,000 nodes with 10,000 jobs (full: 50,000)",
+        "DB cycle at 5,000 nodes with 5,000 jobs (full: 50,000)",
         first_cycle_ms_by_nodes=first,
         target="first cycle, 10,000 Pending, 2,000 nodes < 1 s",
     )

@@ -26,7 +26,7 @@ NODES = 64  # heartbeat senders (each a registered node with 8 GPUs)
 BULK = 100  # jobs per array request (and per batch request in --full; quick: 20)
 
 
-def fixtures() -> tuple[str, list[str]]:
+def fixtures(nodes: int = NODES) -> tuple[str, list[str]]:
     """A tenant, quota, researcher with an API token, and NODES registered nodes; returns
     the API token and the nodes' tokens (setup: through the actions, not measured)."""
     from django.contrib.auth import get_user_model
@@ -49,7 +49,7 @@ def fixtures() -> tuple[str, list[str]]:
     _, api_token = issue_api_token(user)
     _, boot = issue_bootstrap_token(None, "bench", single_use=False)
     tokens = []
-    for i in range(NODES):
+    for i in range(nodes):
         req = RegisterRequest.model_validate({"name": f"hb-{i}", "facts": facts(i)})
         _, token = register_node(boot, req, timezone.now())
         tokens.append(token)
