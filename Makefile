@@ -37,8 +37,9 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+## make bench: the benchmark suite, quick variant (FULL=1: the full sizes); bench/results.json
 bench: venv
-	$(PY) bench/scheduler.py
+	$(PY) bench/run.py $(if $(FULL),--full) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,7 +1,8 @@
 """Submission benchmark: jobs per second through the API's create paths.
 
-    .venv/bin/python bench/api_submit.py                 # on SQLite (var/bench_submit.sqlite3)
-    DATABASE_URL=postgres://… .venv/bin/python bench/api_submit.py --jobs 2000
+    .venv/bin/python -m bench.api_submit [--full]       # the suite: a clean PostgreSQL db
+    .venv/bin/python bench/api_submit.py --here          # on SQLite (var/bench_submit.sqlite3)
+    DATABASE_URL=postgres://… .venv/bin/python bench/api_submit.py --here --jobs 2000
 
 Measures, on a throw-away database next to the configured one (never written itself):
 - `jobs.actions.submit.create_jobs` alone (one transaction, bulk inserts);
@@ -26,7 +27,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def _setup() -> str:
+def _setup(clean_url: str | None = None) -> str | None:
+    if clean_url:  # the suite: a clean database of its own (bench/common.py)
+        from bench import common
+
+        common.setup_django(clean_url)
+        return None
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     os.environ.setdefault("CONSOLE_LOOPS", "inprocess")  # commits wake no scheduler
     os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -75,6 +81,9 @@ def _fixtures():
 SPEC = {"quota": "bench-h200", "image": "busybox", "command": "train", "gpus_per_worker": 1}
 
 
+ROWS: list[dict] = []
+
+
 def _timed(label: str, jobs: int, fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -84,6 +93,9 @@ def _timed(label: str, jobs: int, fn, repeat: int) -> float:
     median = statistics.median(times)
     rate = jobs / median
     print(f"{label:<44}{jobs:>7}{median * 1000:>11.1f} ms{rate:>12,.0f} jobs/s")
+    ROWS.append(
+        {"path": label, "jobs": jobs, "ms": round(median * 1000, 1), "jobs_per_s": round(rate)}
+    )
     return rate
 
 
@@ -92,8 +104,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per array/batch request")
     parser.add_argument("--single", type=int, default=200, help="single-job requests")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--full", action="store_true", help="the suite's full variant")
+    parser.add_argument(
+        "--here", action="store_true", help="on a throw-away copy of DATABASE_URL's database"
+    )
     args = parser.parse_args(argv)
-    old = _setup()
+    if args.here:
+        _main(args, _setup())
+        return
+    from bench import common
+
+    if not args.full:
+        args.jobs, args.single, args.repeat = 500, 100, 1
+    with common.clean_database("api_submit") as url:
+        _main(args, _setup(url))
+    common.report(
+        "api_submit",
+        ROWS,
+        quick=not args.full,
+        notes="in-process Django test client (no HTTP, no gunicorn); see bench.http for "
+        "the real server",
+    )
+
+
+def _main(args, old: str | None) -> None:
     from django.conf import settings
     from django.db import connection
     from django.test import Client
@@ -137,8 +171,9 @@ def main(argv: list[str] | None = None) -> None:
             f"action alone {base / one:.1f}x"
         )
     finally:
-        connection.creation.destroy_test_db(old, verbosity=0)
-        settings.DATABASES["default"]["NAME"] = old
+        if old is not None:
+            connection.creation.destroy_test_db(old, verbosity=0)
+            settings.DATABASES["default"]["NAME"] = old
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 against the Python wrapper it replaced (procwrap.py, from git history). Prints RSS and PSS
 (proportional set size: shared pages split among the processes sharing them) per wrapper.
 
-    .venv/bin/python bench/fence_rss.py [--workers 20]
+    .venv/bin/python bench/fence_rss.py [--full] [--workers 20]
 """
 
 import argparse
@@ -60,8 +60,10 @@ def measure(wrapper: list[str], workers: int, work: Path) -> tuple[float, float]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=20)
+    parser.add_argument("--workers", type=int, help="default 10 (quick), 20 (--full)")
+    parser.add_argument("--full", action="store_true", help="the suite's full variant")
     args = parser.parse_args()
+    args.workers = args.workers or (20 if args.full else 10)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         binary = fence.install(work / "fence")
@@ -89,6 +91,19 @@ def main() -> None:
     (c_rss, c_pss), (py_rss, py_pss) = rows[0][1], rows[1][1]
     print(f"ratio Python/C: RSS {py_rss / c_rss:.1f}x, PSS {py_pss / c_pss:.1f}x")
     print(f"fencewrap binary: {size_kib} KiB on disk")
+    from bench.common import report
+
+    report(
+        "fence_rss",
+        [
+            {"wrapper": name, "rss_kib": round(rss), "pss_kib": round(pss)}
+            for name, (rss, pss) in rows
+        ],
+        quick=not args.full,
+        workers=args.workers,
+        binary_kib=size_kib,
+        target="wrapper <= 2 MB per worker",
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Expected-start forecast benchmark: `jobs.forecast.forecast()` (a what-if run of plan() as
 running jobs end) on the scheduler benchmark's synthetic clusters.
 
-    .venv/bin/python bench/forecast.py                    # small and medium
+    .venv/bin/python bench/forecast.py                    # small and medium, once
+    .venv/bin/python bench/forecast.py --full             # small, medium, large, 3 times
     .venv/bin/python bench/forecast.py --sizes small --repeat 5
 
 Prints, per size, the time of one forecast, how many waiting jobs got an estimate, and the
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import report  # noqa: E402
 from bench.scheduler import NOW, SIZES, synthetic_snapshot  # noqa: E402
 from jobs.forecast import MAX_EVENTS, Held, forecast  # noqa: E402
 from jobs.scheduler.plan import plan  # noqa: E402
@@ -42,7 +44,7 @@ def held_of(snapshot, rng: random.Random) -> list[Held]:
     return held
 
 
-def run(size_name: str, repeat: int, seed: int) -> None:
+def run(size_name: str, repeat: int, seed: int) -> dict:
     size = SIZES[size_name]
     rng = random.Random(seed)
     snapshot = synthetic_snapshot(size, seed=seed, idle_mix=0.2)
@@ -66,16 +68,29 @@ def run(size_name: str, repeat: int, seed: int) -> None:
         f"({known}/{len(estimates)} estimated), one plan() {p * 1000:7.1f} ms, "
         f"ratio {f / p:5.1f} (at most {MAX_EVENTS} plans)"
     )
+    return {
+        "size": size_name,
+        "nodes": size.nodes,
+        "waiting": len(snapshot.jobs),
+        "running": len(held),
+        "forecast_ms": round(f * 1000, 1),
+        "estimated": known,
+        "plan_ms": round(p * 1000, 1),
+        "ratio_to_plan": round(f / p, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="small,medium", help="comma-separated")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", help="comma-separated (default small,medium; --full adds large)")
+    parser.add_argument("--repeat", type=int, help="default 1 (quick), 3 (--full)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--full", action="store_true", help="the suite's full variant")
     args = parser.parse_args(argv)
-    for name in args.sizes.split(","):
-        run(name, args.repeat, args.seed)
+    sizes = args.sizes or ("small,medium,large" if args.full else "small,medium")
+    repeat = args.repeat or (3 if args.full else 1)
+    rows = [run(name, repeat, args.seed) for name in sizes.split(",")]
+    report("forecast", rows, quick=not args.full, repeat=repeat)
 
 
 if __name__ == "__main__":

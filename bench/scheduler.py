@@ -1,11 +1,14 @@
 """Scheduler benchmark: plan() on synthetic clusters, and (--db) the whole DB cycle.
 
-    .venv/bin/python bench/scheduler.py                 # plan() at three sizes
+    .venv/bin/python -m bench.scheduler [--full]        # the suite's variant (bench/run.py)
+    .venv/bin/python bench/scheduler.py --sizes small,medium,large   # plan() alone
     .venv/bin/python bench/scheduler.py --db            # run_cycle on DATABASE_URL's server
     .venv/bin/python bench/scheduler.py --db --db-nodes 500 --db-jobs 5000
     .venv/bin/python bench/scheduler.py --sizes small --repeat 5
 
-The --db mode creates a throw-away database next to the configured one (SQLite:
+The suite's variant measures plan() and then the DB cycle at 2,000 and 5,000 nodes on a
+clean PostgreSQL database of its own (bench/common.py). The --db mode creates a
+throw-away database next to the configured one (SQLite:
 var/bench_scheduler.sqlite3; PostgreSQL: bench_scheduler_<name>), fills it, measures, and
 drops it: the configured database is never written.
 """
@@ -184,7 +187,8 @@ def _charge_busy_blocks(rng, nodes, quotas, idle_mix):
     return quotas, running
 
 
-def bench_plan(names: list[str], repeat: int, seed: int) -> None:
+def bench_plan(names: list[str], repeat: int, seed: int) -> list[dict]:
+    rows = []
     print(
         f"{'size':<8}{'bound by':<14}{'nodes':>7}{'jobs':>8}{'quotas':>8}"
         f"{'admitted':>10}{'preempt':>8}{'waiting':>9}"
@@ -197,12 +201,13 @@ def bench_plan(names: list[str], repeat: int, seed: int) -> None:
             ("quota+idle", 1.0, 0.3),
             ("GPUs+idle", 100.0, 0.3),
         ):
-            _bench_one(SIZES[name], bound, factor, repeat, seed, mix)
+            rows.append(_bench_one(SIZES[name], bound, factor, repeat, seed, mix))
+    return rows
 
 
 def _bench_one(
     size: Size, bound: str, factor: float, repeat: int, seed: int, idle_mix: float = 0.0
-) -> None:
+) -> dict:
     snap = synthetic_snapshot(size, seed, factor, idle_mix)
     times, result = [], None
     for _ in range(repeat):
@@ -217,6 +222,15 @@ def _bench_one(
         f"{len(result.queued):>9}{best * 1000:>12.1f} / {median * 1000:>8.1f}"
         f"{admitted / median:>15,.0f}{size.jobs / median:>12,.0f}"
     )
+    return {
+        "what": f"plan() {size.name}, bound by {bound}",
+        "nodes": size.nodes,
+        "jobs": size.jobs,
+        "quotas": size.quotas,
+        "admitted": admitted,
+        "plan_ms_best": round(best * 1000, 1),
+        "plan_ms_median": round(median * 1000, 1),
+    }
 
 
 # -- --db mode ------------------------------------------------------------------------------
@@ -334,15 +348,21 @@ def _fill(size: Size, seed: int) -> None:
         )
 
 
-def bench_db(size: Size, seed: int, profile: bool = False) -> None:
+def bench_db(size: Size, seed: int, profile: bool = False, throwaway: bool = True) -> list[dict]:
+    """The DB cycle on a filled database: a throw-away one next to the configured one, or
+    (throwaway=False, the suite) the configured one, emptied first."""
     _setup_django()
+    from django.core.management import call_command
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from jobs.models import Pod
     from jobs.scheduler.cycle import load_snapshot, run_cycle
 
-    old_name = _throwaway_database()
+    old_name = _throwaway_database() if throwaway else None
+    if not throwaway:
+        call_command("flush", interactive=False, verbosity=0)
+    rows: list[dict] = []
     try:
         _fill(size, seed)
         print(f"database: {connection.vendor} ({connection.settings_dict['NAME']})")
@@ -376,11 +396,31 @@ def bench_db(size: Size, seed: int, profile: bool = False) -> None:
             )
             if profiler:
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+            rows.append(
+                {
+                    "what": f"DB cycle {size.nodes} nodes, {size.jobs} jobs: {label}",
+                    "nodes": size.nodes,
+                    "jobs": size.jobs,
+                    "ms": round(took * 1000, 1),
+                    "cpu_ms": round(cpu * 1000, 1),
+                    "queries": len(queries),
+                    "admitted": len(result.admitted),
+                }
+            )
 
         start = time.perf_counter()
         load_snapshot()
         timings["load_snapshot_ms"] = round((time.perf_counter() - start) * 1000, 1)
         print(f"  {'load_snapshot alone':<38}{timings['load_snapshot_ms']:>9.1f} ms")
+        what = f"load_snapshot {size.nodes} nodes, {size.jobs} jobs"
+        rows.append(
+            {
+                "what": what,
+                "nodes": size.nodes,
+                "jobs": size.jobs,
+                "ms": timings["load_snapshot_ms"],
+            }
+        )
         measure("first cycle (all jobs Pending)", "first_cycle_ms")
         measure("steady cycle (nothing changed)", "steady_cycle_ms")
         finished = Pod.objects.filter(status="Running").order_by("id")[: size.nodes // 10]
@@ -400,7 +440,46 @@ def bench_db(size: Size, seed: int, profile: bool = False) -> None:
         record = {"bench": "scheduler_db", "database": connection.vendor, **asdict(size)}
         print(json.dumps(record | timings))
     finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
+        if throwaway:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
+    return rows
+
+
+# -- the suite's variants (bench/run.py) --------------------------------------------------------
+QUICK_DB = [
+    Size("db", nodes=2_000, jobs=10_000, quotas=200),
+    Size("db", nodes=5_000, jobs=5_000, quotas=100),
+]
+FULL_DB = [
+    Size("db", nodes=2_000, jobs=10_000, quotas=200),
+    Size("db", nodes=5_000, jobs=50_000, quotas=500),
+]
+
+
+def suite(full: bool, seed: int = 1) -> None:
+    """plan() at three sizes, then the DB cycle at 2,000 and 5,000 nodes on a clean
+    PostgreSQL database of its own."""
+    from bench import common
+
+    rows = bench_plan(list(SIZES) if full else ["small", "medium"], 3 if full else 1, seed)
+    with common.clean_database("scheduler") as url:
+        common.setup_django(url)
+        for size in FULL_DB if full else QUICK_DB:
+            rows += bench_db(size, seed, throwaway=False)
+    first = {
+        r["nodes"]: r["ms"] for r in rows if r["what"].endswith("first cycle (all jobs Pending)")
+    }
+    common.report(
+        "scheduler",
+        rows,
+        quick=not full,
+        notes=""
+        if full
+        else "quick: plan() at small and medium only, one run each; "
+        "DB cycle at 5,000 nodes with 5,000 jobs (full: 50,000)",
+        first_cycle_ms_by_nodes=first,
+        target="first cycle, 10,000 Pending, 2,000 nodes < 1 s",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -413,7 +492,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db-jobs", type=int, default=DB_SIZE.jobs)
     parser.add_argument("--db-quotas", type=int, help="default: one per 50 jobs")
     parser.add_argument("--profile", action="store_true", help="--db: cProfile the first cycle")
+    parser.add_argument("--full", action="store_true", help="the suite's full variant")
+    parser.add_argument("--quick", action="store_true", help="the suite's quick variant")
     args = parser.parse_args(argv)
+    legacy = args.db or "--sizes" in (argv if argv is not None else sys.argv)
+    if not legacy or args.full or args.quick:
+        suite(args.full, args.seed)
+        return
     if args.repeat < 1 or args.db_nodes < 1 or args.db_jobs < 1:
         parser.error("--repeat, --db-nodes and --db-jobs must be at least 1")
     if args.db:

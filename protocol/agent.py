@@ -39,7 +39,8 @@ MAX_CHECKPOINTS_REPORTED = limits.CHECKPOINTS_REPORTED
 
 # Mirrors quotas.models.ResourceType (kept Django-free; a test checks they agree).
 ResourceTypeName = Literal["General-purpose", "Lingjun"]
-RuntimeName = Literal["process", "docker"]
+# "simulated": workers are timers (agents.node.runtimes.simulated), for benchmarks.
+RuntimeName = Literal["process", "docker", "simulated"]
 
 NodeName = Annotated[
     str,

@@ -66,9 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--runtime",
-        choices=["process", "docker"],
+        choices=["process", "docker", "simulated"],
         default="docker",
-        help="how workers run; 'process' runs them as local processes (never on shared nodes)",
+        help="how workers run; 'process' runs them as local processes (never on shared nodes); "
+        "'simulated' runs none: each worker is a timer of the job's SIM_RUN_SECONDS "
+        "(benchmarks)",
     )
     p.add_argument("--fake-gpus", metavar="NxTYPE", help="report fake GPUs, e.g. 8xH200")
     p.add_argument("--resource-type", choices=["General-purpose", "Lingjun"], default="Lingjun")

@@ -44,6 +44,12 @@ def host_memory_gb() -> int:
 def make_runtime(
     config: AgentConfig, state_dir: Path, on_line: LineSink, on_exit: ExitSink
 ) -> Runtime:
+    if config.runtime == "simulated":
+        from agents.node.runtimes.simulated import SimulatedRuntime
+
+        # No worker reads a lease, but the agent renews the node's lease file all the same.
+        fence_folder(state_dir).mkdir(parents=True, exist_ok=True)
+        return SimulatedRuntime(on_line, on_exit)
     fence_dir = fence_folder(state_dir)
     if config.runtime == "process":
         try:
