@@ -128,7 +128,7 @@ class PoolIndex:
     def placeable_by_gpus(self, gpus: int, limit: int) -> int:
         """Workers of `gpus` GPUs that fit by GPU count alone (O(distinct free counts))."""
         if gpus == 0:
-            return limit if self.nodes else 0
+            return limit if len(self.reserved) < len(self.nodes) else 0
         total = 0
         for free in self._free_counts(gpus):
             total += len(self._buckets[free]) * (free // gpus)
@@ -140,7 +140,9 @@ class PoolIndex:
         """Workers that fit counting CPUs and memory too (a scan: used for diagnosis)."""
         workers, gpus, cpus, memory_gb = shape
         total = 0
-        for node in self.nodes:
+        for pos, node in enumerate(self.nodes):
+            if pos in self.reserved:
+                continue
             total += node.capacity(gpus, cpus, memory_gb, workers)
             if total >= workers:
                 return workers
@@ -153,7 +155,7 @@ class PoolIndex:
         are released? Used to check a preemptor's eligibility after subtracting victims.
         Nodes in `excluded` (the job must avoid them) count for nothing."""
         if gpus == 0:
-            return bool(self.nodes)
+            return len(self.reserved) < len(self.nodes)
         total = self.placeable_by_gpus(gpus, 1 << 30)
         skip = self.excluded_positions(excluded) if excluded else set()
         for pos in skip:
@@ -236,9 +238,11 @@ class PoolIndex:
     def _walk(self, gpus: int, at_least: int, descending: bool):
         """(free GPUs, [positions best first]) per bucket with at least `at_least` free."""
         if gpus == 0:
-            # CPU-only workers fit any node; rare, so one plain walk in preference order.
+            # CPU-only workers fit any node still in play (a reserved node is out of the
+            # buckets and must stay out: `take` re-buckets what it books); rare, so one
+            # plain walk in preference order.
             ordered = sorted(
-                range(len(self.nodes)),
+                (p for p in range(len(self.nodes)) if p not in self.reserved),
                 key=lambda p: (self.nodes[p].cpus, self.nodes[p].memory_gb, self.nodes[p].order),
                 reverse=descending,
             )

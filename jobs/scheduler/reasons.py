@@ -37,6 +37,8 @@ def diagnose_placement(pool: PoolIndex, job: JobSnap) -> str:
             f"the largest {gpu_type} node has {pool.max_node_gpus}"
         )
     by_gpus = pool.placeable_by_gpus(gpus, workers)
+    if gpus == 0 and by_gpus == 0:
+        return f"every schedulable {gpu_type} node is held for jobs that waited longer"
     if by_gpus == 0:
         largest = pool.largest_free_block()
         tail = f"largest free block is {largest}" if largest else f"all {gpu_type} GPUs are in use"
