@@ -24,6 +24,7 @@ will host its whole gang, and nothing else is placed on them, so they only drain
 continues on every other node: it cannot delay the reserved job.
 """
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,6 +53,8 @@ from jobs.scheduler.reasons import (
     format_indices,
 )
 from jobs.statuses import IdleResources
+
+log = logging.getLogger(__name__)
 
 __all__ = [  # the table tests import the wording helpers from here
     "PlanOptions",
@@ -202,7 +205,12 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     admissions: list[Admission] = []
     waits: dict[int, str | _Short] = {}
     for job in order:
-        result = _evaluate(job, state)
+        try:
+            result = _evaluate(job, state)
+        except Exception as exc:  # one bad job must not stop admissions cluster-wide
+            log.exception("scheduler: evaluating %s failed; set aside this cycle", job.label)
+            waits[job.id] = f"set aside: the scheduler could not evaluate this job ({_error(exc)})"
+            continue
         if isinstance(result, Admission):
             admissions.append(result)
             _book(state, job, result)
@@ -215,11 +223,20 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         wait = waits.get(job.id)
         if wait is not None:
             positions[job.quota_id] = positions.get(job.quota_id, 0) + 1
-            reason = wait if isinstance(wait, str) else _word(wait, job, state)
+            try:
+                reason = wait if isinstance(wait, str) else _word(wait, job, state)
+            except Exception as exc:
+                log.exception("scheduler: wording why %s waits failed", job.label)
+                reason = f"waiting (the scheduler could not word why: {_error(exc)})"
             queued.append(QueueDecision(job.id, reason, positions[job.quota_id]))
     return Plan(
         admissions=tuple(admissions), queued=tuple(queued), preemptions=tuple(state.preemptions)
     )
+
+
+def _error(exc: Exception) -> str:
+    text = " ".join(str(exc).split())[:120]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _claim_demand(order: list[JobSnap], state: _Working) -> None:

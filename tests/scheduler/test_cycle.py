@@ -285,3 +285,20 @@ def test_queue_refresh_does_not_overwrite_a_job_stopped_meanwhile(
     assert (first.status, first.queue_position) == (JobStatus.INQUEUE, 2)
     assert (second.status, second.status_reason) == (JobStatus.STOPPED, "stopped by alice")
     assert second.queue_position is None
+
+
+def test_a_job_whose_evaluation_raises_waits_with_the_reason_and_others_start(
+    submit, node, monkeypatch
+):
+    from tests.scheduler.test_plan_liveness import _place_failing_for
+
+    bad = submit(name="bad", gpus=2)
+    good = submit(name="good", gpus=2)
+    _place_failing_for(bad.id, monkeypatch)
+    result = run_cycle()
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert result.admitted == (good.id,)
+    assert good.status == JobStatus.STARTING
+    assert bad.status == JobStatus.INQUEUE
+    assert bad.status_reason.startswith("set aside: the scheduler could not evaluate this job")

@@ -1,5 +1,6 @@
 """plan(): nothing waits forever and nothing stops the cycle (issue 10)."""
 
+import importlib
 from datetime import timedelta
 
 from jobs.scheduler.plan import plan
@@ -44,3 +45,29 @@ def test_cpu_only_job_skips_nodes_freed_for_a_preemptor():
     assert [p.job_id for p in result.preemptions] == [9]
     placed = {a.job_id: a.placements[0].node_id for a in result.admissions}
     assert placed.get(2) != 0
+
+
+# -- one job's failure does not stop the cycle ------------------------------------------------
+def _place_failing_for(job_id: int, monkeypatch) -> None:
+    """Make placing one job raise (a stand-in for any bug hit by one job's evaluation)."""
+    # (jobs.scheduler re-exports the function `plan`, which shadows the module's name)
+    plan_module = importlib.import_module("jobs.scheduler.plan")
+    real = plan_module._place
+
+    def place(job, pool, state):
+        if job.id == job_id:
+            raise ValueError("boom\nsecond line")
+        return real(job, pool, state)
+
+    monkeypatch.setattr(plan_module, "_place", place)
+
+
+def test_a_job_whose_evaluation_raises_is_set_aside_and_the_rest_are_admitted(monkeypatch, caplog):
+    _place_failing_for(1, monkeypatch)
+    jobs = [job(1, gpus=2, at=0, name="bad"), job(2, gpus=2, at=1), job(3, gpus=2, at=2)]
+    result = plan(snapshot([node(0)], [quota(1)], jobs), T0)
+    assert {a.job_id for a in result.admissions} == {2, 3}
+    assert reasons(result) == {
+        1: "set aside: the scheduler could not evaluate this job (ValueError: boom second line)"
+    }
+    assert "evaluating job bad failed" in caplog.text
