@@ -168,6 +168,14 @@ class PoolIndex:
             total += (free + extra) // gpus - free // gpus
         return total >= workers
 
+    def hosts_when_drained(self, gpus: int, excluded: frozenset[int] = frozenset()) -> int:
+        """Workers of `gpus` GPUs this pool could host once every running job has ended:
+        the most that capacity which will free up can ever satisfy. Unhealthy GPUs are
+        counted as healthy (a repair frees them too); unschedulable nodes are not pools'."""
+        if gpus == 0:
+            return 1 << 30 if self.nodes else 0
+        return sum(node.snap.gpus // gpus for node in self.nodes if node.snap.id not in excluded)
+
     def reserve(self, node_ids) -> None:
         """Take nodes out of play for the rest of this plan (capacity only shrinks)."""
         for node_id in node_ids:

@@ -48,6 +48,7 @@ from jobs.scheduler.reasons import (
     _n,
     describe_placements,
     diagnose_excluded,
+    diagnose_never,
     diagnose_placement,
     diagnose_unschedulable_pool,
     format_indices,
@@ -447,19 +448,43 @@ def _hold(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> Non
     since = job.waiting_since or job.submitted_at
     if (state.now - since).total_seconds() < state.options.reserve_after_s:
         return
+    if not _satisfiable(job, quota, state):
+        return  # it may never hold back others: nothing that frees up would let it start
     if short.pool is None:
         state.holds.setdefault(quota.id, job)
-    elif short.pool.key not in state.reserved_for:
-        # Only the first long waiter of a pool reserves: two reservations could deadlock.
+    # Only the first long waiter of a pool reserves: two reservations could deadlock.
+    elif short.pool.key not in state.reserved_for and short.pool.reserve_for(job.shape):
         state.reserved_for[short.pool.key] = job.id
-        short.pool.reserve_for(job.shape)
+
+
+def _never_in_quota(quota: QuotaSnap, job: JobSnap) -> bool:
+    """More than the quota guarantees in all (refused at submission; may still reach here
+    for jobs submitted before a quota shrank)."""
+    return (
+        job.total_gpus > quota.gpus
+        or (bool(quota.cpus) and job.workers * job.cpus_per_worker > quota.cpus)
+        or (bool(quota.memory_gb) and job.workers * job.memory_gb_per_worker > quota.memory_gb)
+    )
+
+
+def _satisfiable(job: JobSnap, quota: QuotaSnap, state: _Working) -> bool:
+    """Could capacity that will free up (running jobs ending) ever start this job in its
+    quota? Its guarantee must hold it and its pool's schedulable nodes host the gang."""
+    if _never_in_quota(quota, job):
+        return False
+    pool = state.capacity.pool(quota.pool)
+    if pool is None:
+        return False
+    excluded = job.excluded_node_ids
+    return pool.hosts_when_drained(job.gpus_per_worker, excluded) >= job.workers
 
 
 def _diagnose(pool: PoolIndex, job: JobSnap, state: _Working) -> str:
     excluded = [i for i in job.excluded_node_ids if i in pool.pos_of]
     memo = (pool.key, job.shape, frozenset(excluded))
     if memo not in state.diagnoses:
-        state.diagnoses[memo] = (
+        never = diagnose_never(pool, job, state.capacity.unschedulable.get(pool.key))
+        state.diagnoses[memo] = never or (
             diagnose_excluded(pool, job, excluded, state.capacity.names)
             if excluded
             else diagnose_placement(pool, job)

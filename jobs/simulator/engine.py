@@ -22,6 +22,7 @@ import itertools
 from jobs.derive import PodView, derive_job_transitions
 from jobs.faulttolerance import hang
 from jobs.faulttolerance.policy import Action, Failure, FailureKind, decide
+from jobs.scheduler.fit import QuotaSize, never_fits
 from jobs.scheduler.model import QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 from jobs.simulator.scenario import JobSpec, Scenario
@@ -58,6 +59,21 @@ class Simulation:
         self.job_by_id: dict[int, SimJob] = {}
         self.violations: list[Violation] = []
         self.preemption_count = 0
+        self.refused: dict[str, str] = {}  # job name → why it was refused at submission
+        pooled: dict[tuple, int] = {}
+        for q in scenario.quotas:
+            key = (q.tenant, q.resource_type, q.gpu_type)
+            pooled[key] = pooled.get(key, 0) + q.gpus
+        self.sizes = {
+            qid: QuotaSize(
+                q.name,
+                q.resource_type,
+                q.gpu_type,
+                q.gpus,
+                tenant_gpus=pooled[(q.tenant, q.resource_type, q.gpu_type)],
+            )
+            for qid, q in self.quotas.values()
+        }
         self.options = PlanOptions(
             min_runtime_before_reclaim_s=self.cfg.min_runtime_before_reclaim,
             reserve_after_s=self.cfg.reserve_after,
@@ -136,6 +152,16 @@ class Simulation:
     # -- event handlers -----------------------------------------------------------------------
     def _on_submit(self, spec: JobSpec) -> None:
         qid, _ = self.quotas[spec.quota]
+        problem = never_fits(
+            self.sizes[qid],
+            workers=spec.workers,
+            gpus_per_worker=spec.gpus_per_worker,
+            idle=spec.idle_resources,
+        )
+        if problem:  # the console refuses it at submission: never created (SCENARIOS.md)
+            self._out({"job": spec.name, "refused": problem})
+            self.refused[spec.name] = problem
+            return
         job = SimJob(len(self.jobs) + 1, spec, qid, self.t)
         self.jobs[spec.name] = job
         self.job_by_id[job.id] = job
@@ -147,6 +173,8 @@ class Simulation:
             return self._node_action(action)
         job = self.jobs.get(action.target)
         if job is None:
+            if action.target in self.refused:
+                return self._refuse(action, "the job was refused at submission")
             return self._refuse(action, "the job has not been submitted yet")
         if action.kind == "restart":
             if job.status not in FINAL_JOB_STATUSES:
@@ -492,6 +520,7 @@ class Simulation:
             "jobs": jobs,
             "gpu_utilization": round(busy / (total_gpus * horizon), 4) if horizon else 0.0,
             "preemptions": self.preemption_count,
+            "refused": sorted(self.refused),
             "lost_gpu_seconds": round(lost, 3),
             "end": round(end, 3),
             "invariant_violations": [f"t={v.t}: {v.text}" for v in self.violations],

@@ -71,3 +71,38 @@ def test_a_job_whose_evaluation_raises_is_set_aside_and_the_rest_are_admitted(mo
         1: "set aside: the scheduler could not evaluate this job (ValueError: boom second line)"
     }
     assert "evaluating job bad failed" in caplog.text
+
+
+# -- a job may hold back others only while capacity that will free up can satisfy it ----------
+def test_a_job_larger_than_its_quota_never_holds_the_quota():
+    jobs = [job(1, workers=3, gpus=8, at=0), job(2, gpus=4, at=1)]
+    result = plan(snapshot([node(0), node(1)], [quota(1, gpus=16)], jobs), LATER)
+    assert [a.job_id for a in result.admissions] == [2]
+    assert reasons(result)[1] == "quota team-a has 16 GPUs in all; job needs 24"
+
+
+def test_a_job_larger_than_its_schedulable_pool_never_holds_the_quota():
+    # Quota 16, but node-1 is cordoned: only node-0's 8 GPUs are schedulable. Job 1 (2 x 8)
+    # is short of quota (4 in use) and has waited long, but could never be placed: job 2
+    # must not wait behind it with GPUs free.
+    nodes = [node(0, free=(4, 5, 6, 7)), node(1, schedulable=False, why="cordoned")]
+    quotas = [quota(1, gpus=16, used=4)]
+    jobs = [job(1, workers=2, gpus=8, at=0), job(2, gpus=4, at=1)]
+    result = plan(snapshot(nodes, quotas, jobs), LATER)
+    assert [a.job_id for a in result.admissions] == [2]
+
+
+def test_a_gang_larger_than_its_pool_reserves_nothing_and_says_it_can_never_be_placed():
+    # Two 8-GPU nodes, one cordoned; job 1 needs 2 x 8 and waited long. It must not hold
+    # the pool's reservation: job 3 (another quota, 8 GPUs, also waiting long) gets it.
+    nodes = [node(0, free=(0, 1, 2, 3)), node(1, schedulable=False, why="cordoned")]
+    quotas = [quota(1, gpus=32), quota(2, name="team-b", gpus=32)]
+    jobs = [job(1, workers=2, gpus=8, at=0), job(3, quota=2, gpus=8, at=1), job(4, gpus=2, at=2)]
+    result = plan(snapshot(nodes, quotas, jobs), LATER)
+    # node-0 is held for job 3 (it will free up for it); job 4 may not take it.
+    assert result.admissions == ()
+    why = reasons(result)
+    assert why[1] == (
+        "can never be placed while the pool stays as it is: needs 2 workers of 8 H200 GPUs; "
+        "the schedulable H200 nodes can host 1 (1 cordoned)"
+    )
