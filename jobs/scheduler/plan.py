@@ -9,11 +9,16 @@ Cut into small pieces with their own table tests, composed in `plan()`:
 
 - `choose_victims` (preempt.py): reclaim of lent capacity and priority preemption.
 
-Per job, in admission order: a guaranteed try (its own quota's guarantee, the quota's
-charged capacity, a gang placement); `Acceptable` then tries idle capacity, `Only Idle
-Resources` only that; a guaranteed job that still waits may preempt (reclaim borrowers of
-its quota, or lower-priority jobs of a `LowerPriority` quota). A preemptor is not placed in
-the same plan: it waits until its victims have exited and their GPUs are released.
+Two passes in admission order, so capacity free now goes to guarantees before borrowers
+(a borrower placed first would only be reclaimed by the guaranteed job behind it, and on a
+quota larger than its pool that loops forever). First pass, `Off` and `Acceptable`: a
+guaranteed try (its own quota's guarantee, the quota's charged capacity, a gang placement);
+an `Off` job that still waits may preempt (reclaim borrowers of its quota, or lower-priority
+jobs of a `LowerPriority` quota). Second pass: `Only Idle Resources` and the `Acceptable`
+jobs still waiting try idle capacity; an `Acceptable` job that cannot borrow then has every
+right of an `Off` job in its own quota (DESIGN §5). A preemptor is not placed in the same
+plan: it waits until its victims have exited and their GPUs are released. A job whose
+evaluation raises is set aside with a reason (and logged); the others go on.
 
 No head-of-line starvation (the rule): backfill is greedy, so a small job that fits never
 waits behind a big one that cannot start. But once a waiting guaranteed job has waited
@@ -151,10 +156,19 @@ class _Working:
     # Per quota: GPUs its waiting guaranteed jobs could claim within the guarantee. Not lent
     # out, or an idle job earlier in line would take back what a reclaim just freed.
     demand: dict[int, int] = field(default_factory=dict)
+    claimants: set[int] = field(default_factory=set)  # jobs counted in `demand`
     full_at: dict[int, int] = field(default_factory=dict)  # quota → smallest GPU need refused
     # Placement diagnoses by (pool, shape): a long queue of same-sized jobs that cannot
     # fit is diagnosed once, not once per job.
     diagnoses: dict[tuple, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Both:
+    """An `Acceptable` job that waits on both sides: its own quota and idle capacity."""
+
+    guaranteed: "str | _Short"
+    idle: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,19 +218,30 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     order = admission_order(snapshot.jobs)
     _claim_demand(order, state)
     admissions: list[Admission] = []
-    waits: dict[int, str | _Short] = {}
-    for job in order:
-        try:
-            result = _evaluate(job, state)
-        except Exception as exc:  # one bad job must not stop admissions cluster-wide
-            log.exception("scheduler: evaluating %s failed; set aside this cycle", job.label)
-            waits[job.id] = f"set aside: the scheduler could not evaluate this job ({_error(exc)})"
-            continue
-        if isinstance(result, Admission):
-            admissions.append(result)
-            _book(state, job, result)
-        else:
-            waits[job.id] = result
+    waits: dict[int, str | _Short | _Both] = {}
+    # Two passes: capacity free now goes to guarantees before borrowers (a borrower placed
+    # first would be reclaimed by the guaranteed job behind it: the reclaim loop of §9).
+    deferred: dict[int, str | _Short | None] = {}
+    for phase in (_guaranteed_pass, _idle_pass):
+        for job in order:
+            if phase is _idle_pass and job.id not in deferred:
+                continue
+            try:
+                result = phase(job, state, deferred)
+            except Exception as exc:  # one bad job must not stop admissions cluster-wide
+                log.exception("scheduler: evaluating %s failed; set aside this cycle", job.label)
+                deferred.pop(job.id, None)
+                waits[job.id] = (
+                    f"set aside: the scheduler could not evaluate this job ({_error(exc)})"
+                )
+                continue
+            if result is _DEFER:
+                continue
+            if isinstance(result, Admission):
+                admissions.append(result)
+                _book(state, job, result)
+            else:
+                waits[job.id] = result
 
     positions: dict[int, int] = {}
     queued: list[QueueDecision] = []
@@ -225,7 +250,7 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         if wait is not None:
             positions[job.quota_id] = positions.get(job.quota_id, 0) + 1
             try:
-                reason = wait if isinstance(wait, str) else _word(wait, job, state)
+                reason = _reason(wait, job, state)
             except Exception as exc:
                 log.exception("scheduler: wording why %s waits failed", job.label)
                 reason = f"waiting (the scheduler could not word why: {_error(exc)})"
@@ -241,21 +266,24 @@ def _error(exc: Exception) -> str:
 
 
 def _claim_demand(order: list[JobSnap], state: _Working) -> None:
-    """Capacity each quota keeps for its own waiting guaranteed (`Off`) jobs, in order."""
+    """Capacity each quota keeps for its own waiting jobs with a guarantee (`Off` and
+    `Acceptable`), in order: not lent out, or a borrower would take what a reclaim freed."""
     for job in order:
         quota = state.quotas.get(job.quota_id)
-        if quota is None or job.idle_resources != IdleResources.OFF or job.active_pods:
+        if quota is None or job.idle_resources == IdleResources.ONLY or job.active_pods:
             continue
         claimed = state.demand.get(quota.id, 0)
         if quota.guaranteed_gpus + claimed + job.total_gpus <= quota.gpus:
             state.demand[quota.id] = claimed + job.total_gpus
+            state.claimants.add(job.id)
 
 
 def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
-    if admission.in_quota and job.idle_resources == IdleResources.OFF:
-        claimed = state.demand.get(admission.charged_quota_id, 0)
+    if job.id in state.claimants:  # admitted (in quota or borrowing): no longer a claim
+        state.claimants.discard(job.id)
+        claimed = state.demand.get(job.quota_id, 0)
         if claimed:
-            state.demand[admission.charged_quota_id] = max(claimed - job.total_gpus, 0)
+            state.demand[job.quota_id] = max(claimed - job.total_gpus, 0)
     used = state.usage[admission.charged_quota_id]
     used.gpus += job.total_gpus
     used.cpus += job.workers * job.cpus_per_worker
@@ -264,28 +292,48 @@ def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
         used.borrowed += job.total_gpus
 
 
-def _evaluate(job: JobSnap, state: _Working) -> Admission | str | _Short:
-    """One job: an admission, or why it waits. Capacity is booked by the caller."""
+_DEFER = object()  # the job is looked at again in the idle pass
+
+
+def _guaranteed_pass(job: JobSnap, state: _Working, deferred: dict) -> object:
+    """First pass: everything but borrowing. Returns an admission, why the job waits, or
+    _DEFER for a job that may borrow (its guaranteed result kept in `deferred`)."""
     quota = state.quotas.get(job.quota_id)
     if quota is None:
         return f"quota #{job.quota_id} no longer exists"
     if job.active_pods:
         return f"waiting for {_n(job.active_pods, 'worker')} of the previous attempt to exit"
     if job.idle_resources == IdleResources.ONLY:
-        return _borrow(job, quota, state)
+        deferred[job.id] = None
+        return _DEFER
     result = _guaranteed(job, quota, state)
     if isinstance(result, Admission):
         return result
     if job.idle_resources == IdleResources.ACCEPTABLE:
-        # Whichever comes first: the guarantee was not free, so idle capacity it is.
-        idle = _borrow(job, quota, state)
-        if isinstance(idle, Admission):
-            return idle
-    elif isinstance(result, _Short):
+        deferred[job.id] = result  # whichever comes first: idle capacity is tried next
+        return _DEFER
+    return _wait_guaranteed(job, quota, result, state)
+
+
+def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str | _Short | _Both:
+    """Second pass: idle jobs borrow; an `Acceptable` job that cannot borrow then has every
+    right of an `Off` job in its own quota (reclaim, priority preemption, the hold)."""
+    quota = state.quotas[job.quota_id]
+    idle = _borrow(job, quota, state)
+    guaranteed = deferred.pop(job.id)
+    if isinstance(idle, Admission) or guaranteed is None:
+        return idle
+    return _Both(_wait_guaranteed(job, quota, guaranteed, state), idle)
+
+
+def _wait_guaranteed(
+    job: JobSnap, quota: QuotaSnap, result: str | _Short, state: _Working
+) -> str | _Short:
+    """A guaranteed try failed: preempt if that makes room, else hold what it waits for."""
+    if isinstance(result, _Short):
         waiting = _preempt(job, quota, result, state)
         if waiting:
             return waiting
-    if isinstance(result, _Short):
         _hold(job, quota, result, state)
     return result
 
@@ -490,6 +538,12 @@ def _diagnose(pool: PoolIndex, job: JobSnap, state: _Working) -> str:
             else diagnose_placement(pool, job)
         )
     return state.diagnoses[memo]
+
+
+def _reason(wait: "str | _Short | _Both", job: JobSnap, state: _Working) -> str:
+    if isinstance(wait, _Both):
+        return f"{_reason(wait.guaranteed, job, state)}; {wait.idle}"
+    return wait if isinstance(wait, str) else _word(wait, job, state)
 
 
 def _word(short: _Short, job: JobSnap, state: _Working) -> str:

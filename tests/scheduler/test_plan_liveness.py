@@ -4,6 +4,7 @@ import importlib
 from datetime import timedelta
 
 from jobs.scheduler.plan import plan
+from jobs.statuses import IdleResources
 from tests.scheduler.snaps import T0, job, node, quota, running, snapshot
 
 LATER = T0 + timedelta(hours=2)
@@ -105,4 +106,62 @@ def test_a_gang_larger_than_its_pool_reserves_nothing_and_says_it_can_never_be_p
     assert why[1] == (
         "can never be placed while the pool stays as it is: needs 2 workers of 8 H200 GPUs; "
         "the schedulable H200 nodes can host 1 (1 cordoned)"
+    )
+
+
+# -- reclaim livelock: free capacity goes to guarantees before borrowers ----------------------
+ONLY, ACCEPTABLE = IdleResources.ONLY, IdleResources.ACCEPTABLE
+
+
+def test_freed_gpus_go_to_the_guaranteed_job_not_to_the_borrowers_ahead_of_it():
+    # Quota 16 on one 8-GPU node (bigger than its pool). The borrowers (restarted after a
+    # reclaim) come first in line; the guaranteed job must still get the freed node, or it
+    # reclaims them again next cycle, forever.
+    jobs = [
+        job(1, gpus=4, at=0, idle=ONLY),
+        job(2, gpus=4, at=0, idle=ONLY),
+        job(3, gpus=8, at=1),
+    ]
+    result = plan(snapshot([node(0)], [quota(1, gpus=16)], jobs), LATER)
+    assert [(a.job_id, a.in_quota) for a in result.admissions] == [(3, True)]
+    assert result.preemptions == ()
+
+
+def test_acceptable_reclaims_lent_capacity_of_its_own_quota():
+    # Quota 8 lent to a borrower of team-b; no idle capacity anywhere: the Acceptable job
+    # reclaims like an Off job would (it used to wait for the borrower to finish).
+    quotas = [quota(1, gpus=8, used=8, borrowed_gpus=8), quota(2, name="team-b", gpus=0)]
+    borrower = running(9, on={0: 8}, quota=2, charged=1, in_quota=False)
+    result = plan(
+        snapshot([node(0, free=())], quotas, [job(1, gpus=8, idle=ACCEPTABLE)], [borrower]),
+        LATER,
+    )
+    assert [(p.job_id, p.for_job_id, p.reclaim) for p in result.preemptions] == [(9, 1, True)]
+    assert reasons(result)[1].startswith("waiting for 1 preempted job to release their GPUs; ")
+
+
+def test_acceptable_preempts_by_priority_in_its_own_quota():
+    quotas = [quota(1, gpus=8, used=8, preemption="LowerPriority")]
+    low = running(9, on={0: 8}, quota=1, in_quota=True, priority=0)
+    jobs = [job(1, gpus=8, priority=5, idle=ACCEPTABLE)]
+    result = plan(snapshot([node(0, free=())], quotas, jobs, [low]), LATER)
+    assert [(p.job_id, p.reclaim) for p in result.preemptions] == [(9, False)]
+
+
+def test_a_waiting_acceptable_job_is_counted_in_its_quotas_demand():
+    # node-0 has 8 free GPUs, which quota 1 guarantees to the Acceptable job. An Only-idle
+    # job of another quota of the tenant, ahead in line, must not borrow them first.
+    quotas = [quota(1, gpus=8), quota(2, name="team-b", gpus=0)]
+    jobs = [job(1, quota=2, gpus=8, at=0, idle=ONLY), job(2, gpus=8, at=1, idle=ACCEPTABLE)]
+    result = plan(snapshot([node(0)], quotas, jobs), LATER)
+    assert [(a.job_id, a.in_quota) for a in result.admissions] == [(2, True)]
+
+
+def test_an_acceptable_jobs_reason_covers_both_sides():
+    quotas = [quota(1, gpus=8, used=8), quota(2, name="team-b", gpus=8, used=8)]
+    jobs = [job(1, gpus=8, idle=ACCEPTABLE)]
+    result = plan(snapshot([node(0, free=()), node(1, free=())], quotas, jobs), LATER)
+    assert reasons(result)[1] == (
+        "quota team-a: 8/8 GPUs in use, job needs 8; idle resources: no H200 quota of this "
+        "tenant has 8 GPUs unused (most: team-a, 0 unused)"
     )
