@@ -32,7 +32,8 @@ def diagnose_never(pool: PoolIndex, job: JobSnap, unschedulable: dict[str, int] 
     said plainly, so no one waits for it to start."""
     if job.gpus_per_worker > pool.max_node_gpus:
         return ""  # diagnose_placement names the largest node: plain enough
-    hosts = pool.hosts_when_drained(job.gpus_per_worker, job.excluded_node_ids)
+    # (Nodes excluded for this job are named by diagnose_excluded instead.)
+    hosts = pool.hosts_when_drained(job.gpus_per_worker)
     if hosts >= job.workers:
         return ""
     gpu_type = pool.key[1]
