@@ -48,7 +48,7 @@ from jobs.scheduler.model import (
     Snapshot,
 )
 from jobs.scheduler.placement import CapacityIndex, PoolIndex
-from jobs.scheduler.preempt import choose_victims, reclaimable
+from jobs.scheduler.preempt import choose_victims, preempted_within_hour, reclaimable
 from jobs.scheduler.reasons import (
     _n,
     describe_placements,
@@ -80,7 +80,12 @@ __all__ = [  # the table tests import the wording helpers from here
 @dataclass(frozen=True, slots=True)
 class PlanOptions:
     backfill: bool = True
-    min_runtime_before_reclaim_s: float = 0.0
+    # A borrower runs at least this long before it can be reclaimed (against flapping).
+    min_runtime_before_reclaim_s: float = 300.0
+    # A job preempted this many times within the last hour is not preempted again.
+    max_preemptions_per_hour: int = 3
+    # A reclaimed job does not borrow from the lender that reclaimed it for this long.
+    reclaim_cooldown_s: float = 600.0
     # Starvation rule (module docstring): a job waiting this long holds its quota / nodes.
     reserve_after_s: float = 600.0
 
@@ -393,6 +398,12 @@ def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaS
 def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     need = job.total_gpus
     lenders = lenders_for(quota, state.lenders)
+    cooling = _cooling(job, state)
+    if cooling:
+        lenders = [q for q in lenders if q.id not in cooling]
+        if not lenders:
+            names = ", ".join(sorted(state.quotas[i].name for i in cooling if i in state.quotas))
+            return f"idle resources: reclaimed by {names} recently; not borrowing there yet"
     room = {q.id: q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0) for q in lenders}
     able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
     if not able:
@@ -424,6 +435,21 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     )
 
 
+def _cooling(job: JobSnap, state: _Working) -> set[int]:
+    """Lenders that reclaimed this job within the cool-down and still want capacity back
+    (jobs of theirs wait, or they reclaim in this plan). A lender with nothing waiting lends
+    to it again at once: GPUs are never left idle for the cool-down's sake."""
+    if not job.reclaimed_by:
+        return set()
+    window = state.options.reclaim_cooldown_s
+    return {
+        q
+        for q, when in job.reclaimed_by
+        if (state.now - when).total_seconds() < window
+        and (state.demand.get(q) or q in state.reclaiming)
+    }
+
+
 # -- preemption -----------------------------------------------------------------------------
 def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> str | None:
     """Reclaim or priority-preempt for a guaranteed job. Returns its waiting reason, or
@@ -435,11 +461,15 @@ def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> 
     if short.pool is None and not short.lent and not lower:
         return None  # short of its own guarantee: only priority preemption helps
     min_runtime = state.options.min_runtime_before_reclaim_s
+    cap = state.options.max_preemptions_per_hour
     candidates: list[RunningSnap] = []
     protected = 0
     for r in state.charged_to.get(quota.id, ()):
         if r.id in state.victims:
             continue
+        if not r.stopping and preempted_within_hour(r, state.now) >= cap:
+            protected += not r.in_quota
+            continue  # preempted often enough this hour: it keeps running
         if not r.in_quota:
             if reclaimable(r, state.now, min_runtime):
                 candidates.append(r)

@@ -255,7 +255,7 @@ class Simulation:
                 self._derive(pod.job)
 
     def _on_wake(self) -> None:
-        pass  # a restart backoff ended: the cycle after this batch looks again
+        pass  # a deadline passed (backoff, protection, hold, cool-down): the cycle looks again
 
     def _node_action(self, action) -> None:
         node = self.nodes[action.target]
@@ -355,6 +355,7 @@ class Simulation:
             if change.to_status in (S.FAILED, S.COMPLETED, S.STOPPED, S.TERMINATED):
                 return self._end(job, change.to_status, change.reason, stop_rest=True)
             if change.to_status == S.PREEMPTED:
+                self._note_preempted(job)
                 self._end(job, S.PREEMPTED, change.reason)
                 self.preemption_count += 1
                 failure = Failure(FailureKind.PREEMPTED, message=change.reason)
@@ -369,6 +370,18 @@ class Simulation:
                 if job.first_running_t is None:
                     job.first_running_t = self.t
                 self._progress(job)
+
+    def _note_preempted(self, job: SimJob) -> None:
+        """What the next plans need to know about a preemption (as the console's rows
+        would tell): when (the per-hour cap) and which lenders reclaimed it (cool-down).
+        The loop wakes when either stops mattering."""
+        job.preempted_times.append(self.t)
+        self._push(self.t + 3600, "wake")
+        lenders = {p.charged_to for p in job.pods if not p.in_quota and p.status == P.PREEMPTED}
+        for lender in sorted(lenders):
+            job.reclaimed_by.append((lender, self.t))
+        if lenders:
+            self._push(self.t + self.options.reclaim_cooldown_s, "wake")
 
     def _end(self, job: SimJob, status: JobStatus, reason: str, stop_rest: bool = False) -> None:
         job.settle(self.t)
@@ -442,6 +455,7 @@ class Simulation:
                         last_checkpoint_at=at(job.checkpoint_t) if job.checkpoint_t else None,
                         stopping=job.stop_final is not None or bool(job.pending_restart),
                         name=job.name,
+                        preempted_at=tuple(at(t) for t in job.preempted_times),
                     )
                 )
         quotas = tuple(
@@ -488,11 +502,17 @@ class Simulation:
                 job.pods.append(pod)
                 self._pod_event(pod, P.STARTING)
             self._push(self.t + self.cfg.start_delay, "pods_running", job, job.attempt)
+            if not admission.in_quota and self.options.min_runtime_before_reclaim_s:
+                # The production loop reclaims once the protection ends: so does this one.
+                self._push(self.t + self.options.min_runtime_before_reclaim_s, "wake")
         for q in decided.queued:
             job = self.job_by_id[q.job_id]
             job.queue_reason, job.queue_position = q.reason, q.position
             if job.status == S.PENDING:
                 self._job_event(job, S.INQUEUE, q.reason)
+                # The starvation hold starts then: the production loop would act on it.
+                since = job.wait_since if job.attempt > 1 else job.submitted_t
+                self._push(max(self.t, since + self.options.reserve_after_s), "wake")
         for p in decided.preemptions:
             victim = self.job_by_id[p.job_id]
             victim.preempted_by = p.for_job_id

@@ -15,7 +15,20 @@ def exit_all(job: Job) -> None:
         apply_worker_state(pod, running=False, exit_code=143)
 
 
-def test_borrow_then_reclaim_waits_for_the_victim_then_places(submit, quota, other_quota):
+def test_by_default_a_borrower_that_just_started_is_protected(submit, quota, other_quota):
+    make_node("node-0")
+    Quota.objects.filter(pk=other_quota.pk).update(gpus=0)
+    borrower = submit(name="b1", target=other_quota, gpus=8, idle_resources=IdleResources.ONLY)
+    run_cycle()
+    owner = submit(name="a1", gpus=8)
+    assert run_cycle().preempted == ()  # min_runtime_before_reclaim defaults to 300 s
+    owner.refresh_from_db()
+    assert "protected by the minimum runtime before reclaim" in owner.status_reason
+    assert borrower.pods.get().in_quota is False
+
+
+def test_borrow_then_reclaim_waits_for_the_victim_then_places(submit, quota, other_quota, settings):
+    settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = 0  # the reclaim itself is tested here
     n0, n1 = make_node("node-0"), make_node("node-1")
     Quota.objects.filter(pk=other_quota.pk).update(gpus=0)
     borrower = submit(

@@ -1,6 +1,7 @@
 """plan(): nothing waits forever and nothing stops the cycle (issue 10)."""
 
 import importlib
+from dataclasses import replace
 from datetime import timedelta
 
 from jobs.scheduler.plan import plan
@@ -165,3 +166,38 @@ def test_an_acceptable_jobs_reason_covers_both_sides():
         "quota team-a: 8/8 GPUs in use, job needs 8; idle resources: no H200 quota of this "
         "tenant has 8 GPUs unused (most: team-a, 0 unused)"
     )
+
+
+# -- flapping: per-hour cap, cool-down, default protection ------------------------------------
+def test_a_job_preempted_often_this_hour_is_not_preempted_again():
+    quotas = [quota(1, gpus=8, used=8, borrowed_gpus=8), quota(2, name="team-b", gpus=0)]
+    recent = tuple(LATER - timedelta(minutes=m) for m in (50, 30, 10))
+    capped = replace(running(9, on={0: 8}, quota=2, charged=1, in_quota=False), preempted_at=recent)
+    snap = snapshot([node(0, free=())], quotas, [job(1, gpus=8)], [capped])
+    assert plan(snap, LATER).preemptions == ()
+    # An hour after the first of them, it may be preempted again.
+    assert [p.job_id for p in plan(snap, LATER + timedelta(minutes=11)).preemptions] == [9]
+
+
+def test_a_reclaimed_job_does_not_reborrow_from_that_lender_while_it_wants_capacity():
+    # team-a reclaimed job 2 five minutes ago and still has a job waiting (job 1, which
+    # cannot be placed yet): job 2 must not borrow team-a's room again meanwhile.
+    quotas = [quota(1, gpus=16), quota(2, name="team-b", gpus=0)]
+    nodes = [node(0, free=(0, 1, 2, 3))]
+    reclaimed = ((1, LATER - timedelta(minutes=5)),)
+    victim = replace(job(2, quota=2, gpus=4, at=0, idle=ONLY), reclaimed_by=reclaimed)
+    jobs = [job(1, gpus=8, at=1), victim]
+    result = plan(snapshot(nodes, quotas, jobs), LATER)
+    assert result.admissions == ()
+    assert reasons(result)[2] == ("idle resources: quota team-b has 0 unused GPUs, job needs 4")
+    # Once team-a wants nothing, it lends to it again at once.
+    alone = plan(snapshot(nodes, quotas, [victim]), LATER)
+    assert [(a.job_id, a.charged_quota_id) for a in alone.admissions] == [(2, 1)]
+
+
+def test_by_default_a_fresh_borrower_is_protected_from_reclaim():
+    quotas = [quota(1, gpus=8, used=8, borrowed_gpus=8), quota(2, name="team-b", gpus=0)]
+    fresh = running(9, on={0: 8}, quota=2, charged=1, in_quota=False, started=118)
+    result = plan(snapshot([node(0, free=())], quotas, [job(1, gpus=8)], [fresh]), LATER)
+    assert result.preemptions == ()
+    assert "protected by the minimum runtime before reclaim" in reasons(result)[1]
