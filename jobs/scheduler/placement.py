@@ -86,6 +86,7 @@ class PoolIndex:
         self.pos_of = {node.snap.id: pos for pos, node in enumerate(self.nodes)}
         # Nodes held back for a starving head job or a preemptor: no one else gets them.
         self.reserved: set[int] = set()
+        self._sizes: Counter[int] | None = None  # node size → count (hosts_when_drained)
 
     # -- bucket maintenance -------------------------------------------------------------
     def _insert(self, pos: int, node: NodeState) -> None:
@@ -174,7 +175,14 @@ class PoolIndex:
         counted as healthy (a repair frees them too); unschedulable nodes are not pools'."""
         if gpus == 0:
             return 1 << 30 if self.nodes else 0
-        return sum(node.snap.gpus // gpus for node in self.nodes if node.snap.id not in excluded)
+        if self._sizes is None:  # node sizes never change inside a plan: count them once
+            self._sizes = Counter(node.snap.gpus for node in self.nodes)
+        hosts = sum(count * (size // gpus) for size, count in self._sizes.items())
+        for node_id in excluded:
+            pos = self.pos_of.get(node_id)
+            if pos is not None:
+                hosts -= self.nodes[pos].snap.gpus // gpus
+        return hosts
 
     def reserve(self, node_ids) -> None:
         """Take nodes out of play for the rest of this plan (capacity only shrinks)."""

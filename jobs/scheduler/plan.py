@@ -526,12 +526,16 @@ def _hold(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> Non
     since = job.waiting_since or job.submitted_at
     if (state.now - since).total_seconds() < state.options.reserve_after_s:
         return
-    if not _satisfiable(job, quota, state):
-        return  # it may never hold back others: nothing that frees up would let it start
     if short.pool is None:
-        state.holds.setdefault(quota.id, job)
-    # Only the first long waiter of a pool reserves: two reservations could deadlock.
-    elif short.pool.key not in state.reserved_for and short.pool.reserve_for(job.shape):
+        if quota.id not in state.holds and _satisfiable(job, quota, state):
+            state.holds[quota.id] = job
+    # Only the first long waiter of a pool reserves: two reservations could deadlock. A job
+    # that nothing freeing up would let start may never hold back others.
+    elif (
+        short.pool.key not in state.reserved_for
+        and _satisfiable(job, quota, state)
+        and short.pool.reserve_for(job.shape)
+    ):
         state.reserved_for[short.pool.key] = job.id
 
 
