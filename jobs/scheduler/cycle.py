@@ -1,6 +1,6 @@
 """One scheduling cycle: the imperative shell around `plan()` (DESIGN §5).
 
-    lock → load snapshot (7 queries) → plan() → apply, all in ONE transaction.
+    lock → load snapshot (8 queries) → plan() → apply, all in ONE transaction.
 
 Serialisation: on PostgreSQL `pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)` is the first
 statement of the cycle's transaction and is released by its commit, so two cycles (two
@@ -17,7 +17,7 @@ A job that lost (stopped meanwhile) is skipped and its pods are not created; the
 UPDATE that comes second matches no row and `request_stop` turns into a graceful stop.
 Capacity is only ever freed outside the lock, so a slightly old snapshot is conservative.
 
-Queries per cycle do not grow with the number of waiting jobs: 7 reads, one lock, one
+Queries per cycle do not grow with the number of waiting jobs: 8 reads, one lock, one
 UPDATE of statuses, one INSERT of events, one of pods, one UPDATE of queue reasons and
 positions (plus one statement per further 500 rows changed). Preemptions (rare) cost a few
 statements per victim: each goes through `jobs.actions.stop.request_stop(final_status=
@@ -31,7 +31,7 @@ import threading
 from collections import Counter, defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from django.conf import settings
@@ -138,7 +138,7 @@ def plan_options() -> PlanOptions:
 
 
 def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
-    """Read everything plan() needs in seven queries, whatever the number of jobs."""
+    """Read everything plan() needs in eight queries, whatever the number of jobs."""
     busy: dict[int, set[int]] = defaultdict(set)
     node_cpus: Counter[int] = Counter()
     node_memory: Counter[int] = Counter()
@@ -235,6 +235,7 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
             )
         )
 
+    preempted_at, reclaimed_by = _recent_preemptions()
     jobs, rows = [], {}
     # A fault-tolerance restart backing off after a crash (restart_not_before) waits.
     waiting = Job.objects.filter(
@@ -281,6 +282,7 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
                 excluded_node_ids=(
                     frozenset(e["id"] for e in excluded) if excluded else frozenset()
                 ),
+                reclaimed_by=reclaimed_by.get(jid, ()),
             )
         )
         rows[jid] = WaitingRow(jid, status, attempt, reason, pos, g, c, m)
@@ -288,12 +290,33 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
         nodes=tuple(nodes),
         quotas=tuple(quotas),
         jobs=tuple(jobs),
-        running=_load_running(holders),
+        running=_load_running(holders, preempted_at),
     )
     return snapshot, rows
 
 
-def _load_running(holders: dict[int, list]) -> tuple[RunningSnap, ...]:
+def _recent_preemptions() -> tuple[dict[int, tuple], dict[int, tuple]]:
+    """From the pods preempted in the last hour (one query): per job, when it was preempted
+    (the per-hour cap) and which lenders reclaimed it (the re-borrow cool-down)."""
+    since = timezone.now() - timedelta(hours=1)
+    times: dict[int, dict[int, datetime]] = defaultdict(dict)  # job → attempt → when
+    lenders: dict[int, dict[int, datetime]] = defaultdict(dict)  # job → lender → when
+    rows = Pod.objects.filter(status=PodStatus.PREEMPTED, finished_at__gte=since).values_list(
+        "job_id", "attempt", "charged_quota_id", "in_quota", "finished_at"
+    )
+    for job_id, attempt, charged, in_quota, finished in rows:
+        times[job_id][attempt] = max(finished, times[job_id].get(attempt, finished))
+        if not in_quota:
+            lenders[job_id][charged] = max(finished, lenders[job_id].get(charged, finished))
+    return (
+        {j: tuple(sorted(t.values())) for j, t in times.items()},
+        {j: tuple(sorted(q.items())) for j, q in lenders.items()},
+    )
+
+
+def _load_running(
+    holders: dict[int, list], preempted_at: dict[int, tuple]
+) -> tuple[RunningSnap, ...]:
     """Placed jobs holding GPUs, with their newest committed checkpoint (2 queries)."""
     placed = [s.value for s in PLACED_JOB_STATUSES]
     checkpoints = dict(
@@ -323,6 +346,7 @@ def _load_running(holders: dict[int, list]) -> tuple[RunningSnap, ...]:
                 last_checkpoint_at=checkpoints.get(jid),
                 stopping=stop_at is not None,
                 name=name,
+                preempted_at=preempted_at.get(jid, ()),
             )
         )
     return tuple(running)

@@ -96,3 +96,37 @@ def test_priority_preemption_in_a_lower_priority_quota(submit, quota):
         job=low, reason="stop requested: preempted by higher-priority job high in quota team-a"
     ).exists()
     assert run_cycle().admitted == (high.id,)
+
+
+def test_a_reclaimed_borrower_keeps_its_history_for_the_cap_and_the_cool_down(
+    submit, quota, other_quota, settings
+):
+    """The cycle derives the per-hour cap's and the cool-down's inputs from the preempted
+    pods themselves (no extra table): when the job was preempted, and by which lender."""
+    from jobs.scheduler.cycle import load_snapshot
+
+    settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = 0
+    make_node("node-0")
+    Quota.objects.filter(pk=other_quota.pk).update(gpus=0)
+    borrower = submit(
+        name="b1",
+        target=other_quota,
+        gpus=8,
+        idle_resources=IdleResources.ONLY,
+        fault_tolerance=True,
+    )
+    run_cycle()
+    owner = submit(name="a1", gpus=8)
+    assert run_cycle().preempted == (borrower.id,)
+    exit_all(borrower)
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.PENDING  # restarted by fault tolerance
+    snapshot, _ = load_snapshot()
+    [again] = [j for j in snapshot.jobs if j.id == borrower.id]
+    [(lender, when)] = again.reclaimed_by
+    assert lender == quota.id and when is not None
+    # The owner takes the freed GPUs; the borrower waits without re-borrowing team-a.
+    assert run_cycle().admitted == (owner.id,)
+    snapshot, _ = load_snapshot()
+    [running] = [r for r in snapshot.running if r.id == owner.id]
+    assert running.preempted_at == ()
