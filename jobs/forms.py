@@ -399,8 +399,16 @@ class JobForm(forms.Form):
             memory_gb=quota.memory_gb,
             tenant_gpus=tenant_gpus or 0,
         )
+        node_gpus = tuple(
+            Node.objects.filter(
+                gpu_type=quota.gpu_type,
+                resource_type=quota.resource_type,
+                state__in=[NodeState.READY, NodeState.NOT_READY],
+            ).values_list("gpus", flat=True)
+        )
         problem = never_fits(
             size,
+            node_gpus=node_gpus,
             workers=data["workers"],
             gpus_per_worker=data["gpus_per_worker"],
             cpus_per_worker=data["cpus_per_worker"],

@@ -64,6 +64,10 @@ class Simulation:
         for q in scenario.quotas:
             key = (q.tenant, q.resource_type, q.gpu_type)
             pooled[key] = pooled.get(key, 0) + q.gpus
+        self.pool_gpus: dict[tuple[str, str], tuple[int, ...]] = {}  # each node's GPUs
+        for n in scenario.nodes:
+            key = (n.resource_type, n.gpu_type)
+            self.pool_gpus[key] = (*self.pool_gpus.get(key, ()), n.gpus)
         self.sizes = {
             qid: QuotaSize(
                 q.name,
@@ -157,6 +161,7 @@ class Simulation:
             workers=spec.workers,
             gpus_per_worker=spec.gpus_per_worker,
             idle=spec.idle_resources,
+            node_gpus=self.pool_gpus.get(self._pool_of(spec.quota), ()),
         )
         if problem:  # the console refuses it at submission: never created (SCENARIOS.md)
             self._out({"job": spec.name, "refused": problem})
@@ -167,6 +172,10 @@ class Simulation:
         self.job_by_id[job.id] = job
         self.active[job.id] = job
         self._job_event(job, S.PENDING, "submitted")
+
+    def _pool_of(self, quota_name: str) -> tuple[str, str]:
+        quota = self.quotas[quota_name][1]
+        return (quota.resource_type, quota.gpu_type)
 
     def _on_action(self, action) -> None:
         if action.kind in ("node_down", "node_up"):

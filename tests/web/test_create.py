@@ -322,6 +322,25 @@ def test_a_job_that_can_never_fit_its_quota_is_refused(request, cluster, send, c
 
 @pytest.mark.parametrize("idle", ["Acceptable", "Only Idle Resources"])
 def test_a_lingjun_idle_job_may_be_larger_than_its_own_quota(api, cluster, idle):
-    # team-a 16 + team-b 8 of the same tenant and GPU type: 24 GPUs could be pooled.
+    # team-a 16 + team-b 8 of the same tenant and GPU type: 24 GPUs could be pooled (and
+    # three nodes host the gang).
+    make_node("node-1")
+    make_node("node-2")
     body = GOOD | {"workers": 3, "gpus_per_worker": 8, "idle_resources": idle}
     assert _post_api(api, body).status_code == 201
+
+
+@pytest.mark.parametrize("send", [_post_page, _post_api])
+def test_a_gang_the_nodes_could_never_host_is_refused(request, cluster, send):
+    # One 8-GPU node: two workers of 8 fit team-a's 16 GPUs but never the pool.
+    client = request.getfixturevalue("member_client" if send is _post_page else "api")
+    response = send(client, GOOD | {"workers": 2, "gpus_per_worker": 8, "idle_resources": "Off"})
+    message = (
+        "The job needs 2 workers of 8 GPUs; the Lingjun H200 nodes can host 1 at most, "
+        "so it could never start."
+    )
+    if send is _post_page:
+        assert response.context["form"].errors["workers"] == [message]
+    else:
+        assert response.json()["error"]["message"] == message
+    assert Job.objects.count() == 0
