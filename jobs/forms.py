@@ -9,7 +9,7 @@ from typing import Any
 
 from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, Sum
 from django.utils.choices import CallableChoiceIterator
 from django.utils.functional import cached_property
 
@@ -17,6 +17,7 @@ from cluster.models import Node, NodeState
 from jobs.actions.submit import JobSpec, create_job
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
 from jobs.models import Job
+from jobs.scheduler.fit import QuotaSize, never_fits
 from jobs.statuses import IdleResources
 from protocol import limits
 from protocol.agent import job_problems
@@ -353,6 +354,7 @@ class JobForm(forms.Form):
             self.quota_obj = quota
             self.workspace_obj = self._pick_workspace(quota, data.get("workspace") or "")
             self._check_fits_a_node(quota, data)
+            self._check_fits_the_quota(quota, data)
         if not data.get("name") and data.get("image"):
             data["name"] = default_name(data["image"])[: limits.JOB_NAME]
         self._check_agent_accepts(data)
@@ -393,6 +395,44 @@ class JobForm(forms.Form):
             )
             return None
         return candidates[0]
+
+    def _check_fits_the_quota(self, quota: Quota, data: dict[str, Any]) -> None:
+        """A job that could never start on its quota is refused, never left waiting (§5)."""
+        sizes = ("workers", "gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker")
+        if any(data.get(field) is None for field in (*sizes, "idle_resources")):
+            return  # a field already has its own error
+        tenant_gpus = Quota.objects.filter(
+            tenant_id=quota.tenant_id,
+            resource_type=quota.resource_type,
+            gpu_type=quota.gpu_type,
+        ).aggregate(total=Sum("gpus"))["total"]
+        size = QuotaSize(
+            name=quota.name,
+            resource_type=quota.resource_type,
+            gpu_type=quota.gpu_type,
+            gpus=quota.gpus,
+            cpus=quota.cpus,
+            memory_gb=quota.memory_gb,
+            tenant_gpus=tenant_gpus or 0,
+        )
+        node_gpus = tuple(
+            Node.objects.filter(
+                gpu_type=quota.gpu_type,
+                resource_type=quota.resource_type,
+                state__in=[NodeState.READY, NodeState.NOT_READY],
+            ).values_list("gpus", flat=True)
+        )
+        problem = never_fits(
+            size,
+            node_gpus=node_gpus,
+            workers=data["workers"],
+            gpus_per_worker=data["gpus_per_worker"],
+            cpus_per_worker=data["cpus_per_worker"],
+            memory_gb_per_worker=data["memory_gb_per_worker"],
+            idle=data["idle_resources"],
+        )
+        if problem:
+            self.add_error("workers", problem)
 
     def _check_fits_a_node(self, quota: Quota, data: dict[str, Any]) -> None:
         """A worker must fit on one node of the quota's type, or it could never be placed."""

@@ -138,7 +138,12 @@ def decide(config: FtConfig, counters: Counters, failure: Failure) -> Decision:
             else counters.node_losses + 1
         )
         label = "preemption" if failure.kind == FailureKind.PREEMPTED else "node loss"
-        return Decision(Action.RESTART_JOB, f"restart after {label} {counted}: {what}")
+        # A job preempted again and again backs off like a crash loop (first time: at once),
+        # so it stops re-taking capacity that is wanted back (issue 10: reclaim loops).
+        backoff = backoff_for(counters.preemptions) if failure.kind == FailureKind.PREEMPTED else 0
+        return Decision(
+            Action.RESTART_JOB, f"restart after {label} {counted}: {what}", backoff_seconds=backoff
+        )
     if failure.kind == FailureKind.HANG:
         if config.hang_action == HangAction.STOP:
             return Decision(Action.STOP, f"stopped: {what}", rule="hang")

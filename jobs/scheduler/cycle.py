@@ -1,6 +1,6 @@
 """One scheduling cycle: the imperative shell around `plan()` (DESIGN §5).
 
-    lock → load snapshot (7 queries) → plan() → apply (`jobs.actions.scheduling`), all in
+    lock → load snapshot (8 queries) → plan() → apply (`jobs.actions.scheduling`), all in
     ONE transaction.
 
 Serialisation: on PostgreSQL `pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)` is the first
@@ -16,7 +16,7 @@ row in `jobs.actions.scheduling.apply_plan`: only jobs still in the status the s
 move. Capacity is only ever freed outside the lock, so a slightly old snapshot is
 conservative.
 
-Queries per cycle do not grow with the number of waiting jobs: 7 reads, one lock, then the
+Queries per cycle do not grow with the number of waiting jobs: 8 reads, one lock, then the
 writes (see `apply_plan`). Preemptions (rare) cost a few statements per victim.
 """
 
@@ -26,7 +26,7 @@ import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -39,7 +39,13 @@ from jobs.actions.scheduling import CycleResult, WaitingRow, apply_plan
 from jobs.models import Checkpoint, Job, Pod
 from jobs.scheduler.model import JobSnap, NodeSnap, Plan, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
-from jobs.statuses import ACTIVE_POD_STATUSES, PLACED_JOB_STATUSES, IdleResources, JobStatus
+from jobs.statuses import (
+    ACTIVE_POD_STATUSES,
+    PLACED_JOB_STATUSES,
+    IdleResources,
+    JobStatus,
+    PodStatus,
+)
 from quotas.models import Quota
 
 log = logging.getLogger(__name__)
@@ -104,7 +110,7 @@ def plan_options() -> PlanOptions:
 
 
 def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
-    """Read everything plan() needs in seven queries, whatever the number of jobs."""
+    """Read everything plan() needs in eight queries, whatever the number of jobs."""
     busy: dict[int, set[int]] = defaultdict(set)
     node_cpus: Counter[int] = Counter()
     node_memory: Counter[int] = Counter()
@@ -201,6 +207,7 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
             )
         )
 
+    preempted_at, reclaimed_by = _recent_preemptions()
     jobs, rows = [], {}
     # A fault-tolerance restart backing off after a crash (restart_not_before) waits.
     waiting = (
@@ -261,6 +268,7 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
                 excluded_node_ids=(
                     frozenset(e["id"] for e in excluded) if excluded else frozenset()
                 ),
+                reclaimed_by=reclaimed_by.get(jid, ()),
             )
         )
         rows[jid] = WaitingRow(jid, status, attempt, reason, pos, g, c, m)
@@ -268,12 +276,33 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
         nodes=tuple(nodes),
         quotas=tuple(quotas),
         jobs=tuple(jobs),
-        running=_load_running(holders),
+        running=_load_running(holders, preempted_at),
     )
     return snapshot, rows
 
 
-def _load_running(holders: dict[int, list]) -> tuple[RunningSnap, ...]:
+def _recent_preemptions() -> tuple[dict[int, tuple], dict[int, tuple]]:
+    """From the pods preempted in the last hour (one query): per job, when it was preempted
+    (the per-hour cap) and which lenders reclaimed it (the re-borrow cool-down)."""
+    since = timezone.now() - timedelta(hours=1)
+    times: dict[int, dict[int, datetime]] = defaultdict(dict)  # job → attempt → when
+    lenders: dict[int, dict[int, datetime]] = defaultdict(dict)  # job → lender → when
+    rows = Pod.objects.filter(status=PodStatus.PREEMPTED, finished_at__gte=since).values_list(
+        "job_id", "attempt", "charged_quota_id", "in_quota", "finished_at"
+    )
+    for job_id, attempt, charged, in_quota, finished in rows:
+        times[job_id][attempt] = max(finished, times[job_id].get(attempt, finished))
+        if not in_quota:
+            lenders[job_id][charged] = max(finished, lenders[job_id].get(charged, finished))
+    return (
+        {j: tuple(sorted(t.values())) for j, t in times.items()},
+        {j: tuple(sorted(q.items())) for j, q in lenders.items()},
+    )
+
+
+def _load_running(
+    holders: dict[int, list], preempted_at: dict[int, tuple]
+) -> tuple[RunningSnap, ...]:
     """Placed jobs holding GPUs, with their newest committed checkpoint (2 queries)."""
     placed = [s.value for s in PLACED_JOB_STATUSES]
     checkpoints = dict(
@@ -303,6 +332,7 @@ def _load_running(holders: dict[int, list]) -> tuple[RunningSnap, ...]:
                 last_checkpoint_at=checkpoints.get(jid),
                 stopping=stop_at is not None,
                 name=name,
+                preempted_at=preempted_at.get(jid, ()),
             )
         )
     return tuple(running)

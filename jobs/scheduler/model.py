@@ -77,6 +77,8 @@ class RunningSnap:
     last_checkpoint_at: datetime | None = None  # newest committed checkpoint
     stopping: bool = False  # a stop or preemption is under way: its GPUs are being released
     name: str = ""
+    # When it was preempted before (any attempt, newest last): the per-hour cap's input.
+    preempted_at: tuple[datetime, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -103,6 +105,9 @@ class JobSnap:
     waiting_since: datetime | None = None
     # Nodes this job must not be placed on (a `retry_elsewhere` failure there: ECC/Xid).
     excluded_node_ids: frozenset[int] = frozenset()
+    # (lending quota id, when) of its recent reclaims: it does not borrow from that lender
+    # again until the cool-down has passed (no borrow-reclaim-borrow loop).
+    reclaimed_by: tuple[tuple[int, datetime], ...] = ()
 
     @property
     def label(self) -> str:

@@ -86,6 +86,7 @@ class PoolIndex:
         self.pos_of = {node.snap.id: pos for pos, node in enumerate(self.nodes)}
         # Nodes held back for a starving head job or a preemptor: no one else gets them.
         self.reserved: set[int] = set()
+        self._sizes: Counter[int] | None = None  # node size → count (hosts_when_drained)
 
     # -- bucket maintenance -------------------------------------------------------------
     def _insert(self, pos: int, node: NodeState) -> None:
@@ -128,7 +129,7 @@ class PoolIndex:
     def placeable_by_gpus(self, gpus: int, limit: int) -> int:
         """Workers of `gpus` GPUs that fit by GPU count alone (O(distinct free counts))."""
         if gpus == 0:
-            return limit if self.nodes else 0
+            return limit if len(self.reserved) < len(self.nodes) else 0
         total = 0
         for free in self._free_counts(gpus):
             total += len(self._buckets[free]) * (free // gpus)
@@ -140,7 +141,9 @@ class PoolIndex:
         """Workers that fit counting CPUs and memory too (a scan: used for diagnosis)."""
         workers, gpus, cpus, memory_gb = shape
         total = 0
-        for node in self.nodes:
+        for pos, node in enumerate(self.nodes):
+            if pos in self.reserved:
+                continue
             total += node.capacity(gpus, cpus, memory_gb, workers)
             if total >= workers:
                 return workers
@@ -153,7 +156,7 @@ class PoolIndex:
         are released? Used to check a preemptor's eligibility after subtracting victims.
         Nodes in `excluded` (the job must avoid them) count for nothing."""
         if gpus == 0:
-            return bool(self.nodes)
+            return len(self.reserved) < len(self.nodes)
         total = self.placeable_by_gpus(gpus, 1 << 30)
         skip = self.excluded_positions(excluded) if excluded else set()
         for pos in skip:
@@ -165,6 +168,21 @@ class PoolIndex:
             free = len(self.nodes[pos].free)
             total += (free + extra) // gpus - free // gpus
         return total >= workers
+
+    def hosts_when_drained(self, gpus: int, excluded: frozenset[int] = frozenset()) -> int:
+        """Workers of `gpus` GPUs this pool could host once every running job has ended:
+        the most that capacity which will free up can ever satisfy. Unhealthy GPUs are
+        counted as healthy (a repair frees them too); unschedulable nodes are not pools'."""
+        if gpus == 0:
+            return 1 << 30 if self.nodes else 0
+        if self._sizes is None:  # node sizes never change inside a plan: count them once
+            self._sizes = Counter(node.snap.gpus for node in self.nodes)
+        hosts = sum(count * (size // gpus) for size, count in self._sizes.items())
+        for node_id in excluded:
+            pos = self.pos_of.get(node_id)
+            if pos is not None:
+                hosts -= self.nodes[pos].snap.gpus // gpus
+        return hosts
 
     def reserve(self, node_ids) -> None:
         """Take nodes out of play for the rest of this plan (capacity only shrinks)."""
@@ -236,9 +254,11 @@ class PoolIndex:
     def _walk(self, gpus: int, at_least: int, descending: bool):
         """(free GPUs, [positions best first]) per bucket with at least `at_least` free."""
         if gpus == 0:
-            # CPU-only workers fit any node; rare, so one plain walk in preference order.
+            # CPU-only workers fit any node still in play (a reserved node is out of the
+            # buckets and must stay out: `take` re-buckets what it books); rare, so one
+            # plain walk in preference order.
             ordered = sorted(
-                range(len(self.nodes)),
+                (p for p in range(len(self.nodes)) if p not in self.reserved),
                 key=lambda p: (self.nodes[p].cpus, self.nodes[p].memory_gb, self.nodes[p].order),
                 reverse=descending,
             )

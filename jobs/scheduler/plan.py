@@ -9,11 +9,16 @@ Cut into small pieces with their own table tests, composed in `plan()`:
 
 - `choose_victims` (preempt.py): reclaim of lent capacity and priority preemption.
 
-Per job, in admission order: a guaranteed try (its own quota's guarantee, the quota's
-charged capacity, a gang placement); `Acceptable` then tries idle capacity, `Only Idle
-Resources` only that; a guaranteed job that still waits may preempt (reclaim borrowers of
-its quota, or lower-priority jobs of a `LowerPriority` quota). A preemptor is not placed in
-the same plan: it waits until its victims have exited and their GPUs are released.
+Two passes in admission order, so capacity free now goes to guarantees before borrowers
+(a borrower placed first would only be reclaimed by the guaranteed job behind it, and on a
+quota larger than its pool that loops forever). First pass, `Off` and `Acceptable`: a
+guaranteed try (its own quota's guarantee, the quota's charged capacity, a gang placement);
+an `Off` job that still waits may preempt (reclaim borrowers of its quota, or lower-priority
+jobs of a `LowerPriority` quota). Second pass: `Only Idle Resources` and the `Acceptable`
+jobs still waiting try idle capacity; an `Acceptable` job that cannot borrow then has every
+right of an `Off` job in its own quota (DESIGN §5). A preemptor is not placed in the same
+plan: it waits until its victims have exited and their GPUs are released. A job whose
+evaluation raises is set aside with a reason (and logged); the others go on.
 
 No head-of-line starvation (the rule): backfill is greedy, so a small job that fits never
 waits behind a big one that cannot start. But once a waiting guaranteed job has waited
@@ -24,6 +29,7 @@ will host its whole gang, and nothing else is placed on them, so they only drain
 continues on every other node: it cannot delay the reserved job.
 """
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,16 +48,19 @@ from jobs.scheduler.model import (
     Snapshot,
 )
 from jobs.scheduler.placement import CapacityIndex, PoolIndex
-from jobs.scheduler.preempt import choose_victims, reclaimable
+from jobs.scheduler.preempt import choose_victims, preempted_within_hour, reclaimable
 from jobs.scheduler.reasons import (
     _n,
     describe_placements,
     diagnose_excluded,
+    diagnose_never,
     diagnose_placement,
     diagnose_unschedulable_pool,
     format_indices,
 )
 from jobs.statuses import IdleResources
+
+log = logging.getLogger(__name__)
 
 __all__ = [  # the table tests import the wording helpers from here
     "PlanOptions",
@@ -71,7 +80,12 @@ __all__ = [  # the table tests import the wording helpers from here
 @dataclass(frozen=True, slots=True)
 class PlanOptions:
     backfill: bool = True
-    min_runtime_before_reclaim_s: float = 0.0
+    # A borrower runs at least this long before it can be reclaimed (against flapping).
+    min_runtime_before_reclaim_s: float = 300.0
+    # A job preempted this many times within the last hour is not preempted again.
+    max_preemptions_per_hour: int = 3
+    # A reclaimed job does not borrow from the lender that reclaimed it for this long.
+    reclaim_cooldown_s: float = 600.0
     # Starvation rule (module docstring): a job waiting this long holds its quota / nodes.
     reserve_after_s: float = 600.0
 
@@ -147,10 +161,19 @@ class _Working:
     # Per quota: GPUs its waiting guaranteed jobs could claim within the guarantee. Not lent
     # out, or an idle job earlier in line would take back what a reclaim just freed.
     demand: dict[int, int] = field(default_factory=dict)
+    claimants: set[int] = field(default_factory=set)  # jobs counted in `demand`
     full_at: dict[int, int] = field(default_factory=dict)  # quota → smallest GPU need refused
     # Placement diagnoses by (pool, shape): a long queue of same-sized jobs that cannot
     # fit is diagnosed once, not once per job.
     diagnoses: dict[tuple, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Both:
+    """An `Acceptable` job that waits on both sides: its own quota and idle capacity."""
+
+    guaranteed: "str | _Short"
+    idle: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,14 +223,30 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     order = admission_order(snapshot.jobs)
     _claim_demand(order, state)
     admissions: list[Admission] = []
-    waits: dict[int, str | _Short] = {}
-    for job in order:
-        result = _evaluate(job, state)
-        if isinstance(result, Admission):
-            admissions.append(result)
-            _book(state, job, result)
-        else:
-            waits[job.id] = result
+    waits: dict[int, str | _Short | _Both] = {}
+    # Two passes: capacity free now goes to guarantees before borrowers (a borrower placed
+    # first would be reclaimed by the guaranteed job behind it: the reclaim loop of §9).
+    deferred: dict[int, str | _Short | None] = {}
+    for phase in (_guaranteed_pass, _idle_pass):
+        for job in order:
+            if phase is _idle_pass and job.id not in deferred:
+                continue
+            try:
+                result = phase(job, state, deferred)
+            except Exception as exc:  # one bad job must not stop admissions cluster-wide
+                log.exception("scheduler: evaluating %s failed; set aside this cycle", job.label)
+                deferred.pop(job.id, None)
+                waits[job.id] = (
+                    f"set aside: the scheduler could not evaluate this job ({_error(exc)})"
+                )
+                continue
+            if result is _DEFER:
+                continue
+            if isinstance(result, Admission):
+                admissions.append(result)
+                _book(state, job, result)
+            else:
+                waits[job.id] = result
 
     positions: dict[int, int] = {}
     queued: list[QueueDecision] = []
@@ -215,29 +254,41 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         wait = waits.get(job.id)
         if wait is not None:
             positions[job.quota_id] = positions.get(job.quota_id, 0) + 1
-            reason = wait if isinstance(wait, str) else _word(wait, job, state)
+            try:
+                reason = _reason(wait, job, state)
+            except Exception as exc:
+                log.exception("scheduler: wording why %s waits failed", job.label)
+                reason = f"waiting (the scheduler could not word why: {_error(exc)})"
             queued.append(QueueDecision(job.id, reason, positions[job.quota_id]))
     return Plan(
         admissions=tuple(admissions), queued=tuple(queued), preemptions=tuple(state.preemptions)
     )
 
 
+def _error(exc: Exception) -> str:
+    text = " ".join(str(exc).split())[:120]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _claim_demand(order: list[JobSnap], state: _Working) -> None:
-    """Capacity each quota keeps for its own waiting guaranteed (`Off`) jobs, in order."""
+    """Capacity each quota keeps for its own waiting jobs with a guarantee (`Off` and
+    `Acceptable`), in order: not lent out, or a borrower would take what a reclaim freed."""
     for job in order:
         quota = state.quotas.get(job.quota_id)
-        if quota is None or job.idle_resources != IdleResources.OFF or job.active_pods:
+        if quota is None or job.idle_resources == IdleResources.ONLY or job.active_pods:
             continue
         claimed = state.demand.get(quota.id, 0)
         if quota.guaranteed_gpus + claimed + job.total_gpus <= quota.gpus:
             state.demand[quota.id] = claimed + job.total_gpus
+            state.claimants.add(job.id)
 
 
 def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
-    if admission.in_quota and job.idle_resources == IdleResources.OFF:
-        claimed = state.demand.get(admission.charged_quota_id, 0)
+    if job.id in state.claimants:  # admitted (in quota or borrowing): no longer a claim
+        state.claimants.discard(job.id)
+        claimed = state.demand.get(job.quota_id, 0)
         if claimed:
-            state.demand[admission.charged_quota_id] = max(claimed - job.total_gpus, 0)
+            state.demand[job.quota_id] = max(claimed - job.total_gpus, 0)
     used = state.usage[admission.charged_quota_id]
     used.gpus += job.total_gpus
     used.cpus += job.workers * job.cpus_per_worker
@@ -246,28 +297,48 @@ def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
         used.borrowed += job.total_gpus
 
 
-def _evaluate(job: JobSnap, state: _Working) -> Admission | str | _Short:
-    """One job: an admission, or why it waits. Capacity is booked by the caller."""
+_DEFER = object()  # the job is looked at again in the idle pass
+
+
+def _guaranteed_pass(job: JobSnap, state: _Working, deferred: dict) -> object:
+    """First pass: everything but borrowing. Returns an admission, why the job waits, or
+    _DEFER for a job that may borrow (its guaranteed result kept in `deferred`)."""
     quota = state.quotas.get(job.quota_id)
     if quota is None:
         return f"quota #{job.quota_id} no longer exists"
     if job.active_pods:
         return f"waiting for {_n(job.active_pods, 'worker')} of the previous attempt to exit"
     if job.idle_resources == IdleResources.ONLY:
-        return _borrow(job, quota, state)
+        deferred[job.id] = None
+        return _DEFER
     result = _guaranteed(job, quota, state)
     if isinstance(result, Admission):
         return result
     if job.idle_resources == IdleResources.ACCEPTABLE:
-        # Whichever comes first: the guarantee was not free, so idle capacity it is.
-        idle = _borrow(job, quota, state)
-        if isinstance(idle, Admission):
-            return idle
-    elif isinstance(result, _Short):
+        deferred[job.id] = result  # whichever comes first: idle capacity is tried next
+        return _DEFER
+    return _wait_guaranteed(job, quota, result, state)
+
+
+def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str | _Short | _Both:
+    """Second pass: idle jobs borrow; an `Acceptable` job that cannot borrow then has every
+    right of an `Off` job in its own quota (reclaim, priority preemption, the hold)."""
+    quota = state.quotas[job.quota_id]
+    idle = _borrow(job, quota, state)
+    guaranteed = deferred.pop(job.id)
+    if isinstance(idle, Admission) or guaranteed is None:
+        return idle
+    return _Both(_wait_guaranteed(job, quota, guaranteed, state), idle)
+
+
+def _wait_guaranteed(
+    job: JobSnap, quota: QuotaSnap, result: str | _Short, state: _Working
+) -> str | _Short:
+    """A guaranteed try failed: preempt if that makes room, else hold what it waits for."""
+    if isinstance(result, _Short):
         waiting = _preempt(job, quota, result, state)
         if waiting:
             return waiting
-    if isinstance(result, _Short):
         _hold(job, quota, result, state)
     return result
 
@@ -327,6 +398,12 @@ def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaS
 def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     need = job.total_gpus
     lenders = lenders_for(quota, state.lenders)
+    cooling = _cooling(job, state)
+    if cooling:
+        lenders = [q for q in lenders if q.id not in cooling]
+        if not lenders:
+            names = ", ".join(sorted(state.quotas[i].name for i in cooling if i in state.quotas))
+            return f"idle resources: reclaimed by {names} recently; not borrowing there yet"
     room = {q.id: q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0) for q in lenders}
     able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
     if not able:
@@ -358,6 +435,21 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     )
 
 
+def _cooling(job: JobSnap, state: _Working) -> set[int]:
+    """Lenders that reclaimed this job within the cool-down and still want capacity back
+    (jobs of theirs wait, or they reclaim in this plan). A lender with nothing waiting lends
+    to it again at once: GPUs are never left idle for the cool-down's sake."""
+    if not job.reclaimed_by:
+        return set()
+    window = state.options.reclaim_cooldown_s
+    return {
+        q
+        for q, when in job.reclaimed_by
+        if (state.now - when).total_seconds() < window
+        and (state.demand.get(q) or q in state.reclaiming)
+    }
+
+
 # -- preemption -----------------------------------------------------------------------------
 def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> str | None:
     """Reclaim or priority-preempt for a guaranteed job. Returns its waiting reason, or
@@ -369,11 +461,15 @@ def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> 
     if short.pool is None and not short.lent and not lower:
         return None  # short of its own guarantee: only priority preemption helps
     min_runtime = state.options.min_runtime_before_reclaim_s
+    cap = state.options.max_preemptions_per_hour
     candidates: list[RunningSnap] = []
     protected = 0
     for r in state.charged_to.get(quota.id, ()):
         if r.id in state.victims:
             continue
+        if not r.stopping and preempted_within_hour(r, state.now) >= cap:
+            protected += not r.in_quota
+            continue  # preempted often enough this hour: it keeps running
         if not r.in_quota:
             if reclaimable(r, state.now, min_runtime):
                 candidates.append(r)
@@ -431,23 +527,57 @@ def _hold(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> Non
     if (state.now - since).total_seconds() < state.options.reserve_after_s:
         return
     if short.pool is None:
-        state.holds.setdefault(quota.id, job)
-    elif short.pool.key not in state.reserved_for:
-        # Only the first long waiter of a pool reserves: two reservations could deadlock.
+        if quota.id not in state.holds and _satisfiable(job, quota, state):
+            state.holds[quota.id] = job
+    # Only the first long waiter of a pool reserves: two reservations could deadlock. A job
+    # that nothing freeing up would let start may never hold back others.
+    elif (
+        short.pool.key not in state.reserved_for
+        and _satisfiable(job, quota, state)
+        and short.pool.reserve_for(job.shape)
+    ):
         state.reserved_for[short.pool.key] = job.id
-        short.pool.reserve_for(job.shape)
+
+
+def _never_in_quota(quota: QuotaSnap, job: JobSnap) -> bool:
+    """More than the quota guarantees in all (refused at submission; may still reach here
+    for jobs submitted before a quota shrank)."""
+    return (
+        job.total_gpus > quota.gpus
+        or (bool(quota.cpus) and job.workers * job.cpus_per_worker > quota.cpus)
+        or (bool(quota.memory_gb) and job.workers * job.memory_gb_per_worker > quota.memory_gb)
+    )
+
+
+def _satisfiable(job: JobSnap, quota: QuotaSnap, state: _Working) -> bool:
+    """Could capacity that will free up (running jobs ending) ever start this job in its
+    quota? Its guarantee must hold it and its pool's schedulable nodes host the gang."""
+    if _never_in_quota(quota, job):
+        return False
+    pool = state.capacity.pool(quota.pool)
+    if pool is None:
+        return False
+    excluded = job.excluded_node_ids
+    return pool.hosts_when_drained(job.gpus_per_worker, excluded) >= job.workers
 
 
 def _diagnose(pool: PoolIndex, job: JobSnap, state: _Working) -> str:
     excluded = [i for i in job.excluded_node_ids if i in pool.pos_of]
     memo = (pool.key, job.shape, frozenset(excluded))
     if memo not in state.diagnoses:
-        state.diagnoses[memo] = (
+        never = diagnose_never(pool, job, state.capacity.unschedulable.get(pool.key))
+        state.diagnoses[memo] = never or (
             diagnose_excluded(pool, job, excluded, state.capacity.names)
             if excluded
             else diagnose_placement(pool, job)
         )
     return state.diagnoses[memo]
+
+
+def _reason(wait: "str | _Short | _Both", job: JobSnap, state: _Working) -> str:
+    if isinstance(wait, _Both):
+        return f"{_reason(wait.guaranteed, job, state)}; {wait.idle}"
+    return wait if isinstance(wait, str) else _word(wait, job, state)
 
 
 def _word(short: _Short, job: JobSnap, state: _Working) -> str:

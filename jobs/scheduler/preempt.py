@@ -42,6 +42,11 @@ def victim_order(candidates: Sequence[RunningSnap], now: datetime) -> list[Runni
     return sorted(candidates, key=key)
 
 
+def preempted_within_hour(victim: RunningSnap, now: datetime) -> int:
+    """How often the job was preempted in the hour before `now` (the per-hour cap)."""
+    return sum(1 for when in victim.preempted_at if (now - when).total_seconds() < 3600)
+
+
 def reclaimable(victim: RunningSnap, now: datetime, min_runtime_s: float) -> bool:
     """Whether min_runtime_before_reclaim still protects a borrower."""
     if victim.stopping or not min_runtime_s or victim.in_quota:

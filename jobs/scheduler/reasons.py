@@ -27,6 +27,26 @@ def diagnose_unschedulable_pool(key: PoolKey, unschedulable: dict[str, int] | No
     return f"no schedulable {resource_type} {gpu_type} node ({parts})"
 
 
+def diagnose_never(pool: PoolIndex, job: JobSnap, unschedulable: dict[str, int] | None) -> str:
+    """A gang the pool's schedulable nodes could not host even empty, or "" if they could:
+    said plainly, so no one waits for it to start."""
+    if job.gpus_per_worker > pool.max_node_gpus:
+        return ""  # diagnose_placement names the largest node: plain enough
+    # (Nodes excluded for this job are named by diagnose_excluded instead.)
+    hosts = pool.hosts_when_drained(job.gpus_per_worker)
+    if hosts >= job.workers:
+        return ""
+    gpu_type = pool.key[1]
+    text = (
+        f"can never be placed while the pool stays as it is: needs {_n(job.workers, 'worker')} of "
+        f"{_gpus(job.gpus_per_worker, gpu_type)}; the schedulable {gpu_type} nodes can host "
+        f"{hosts}"
+    )
+    if unschedulable:
+        text += " (" + ", ".join(f"{n} {why}" for why, n in sorted(unschedulable.items())) + ")"
+    return text
+
+
 def diagnose_placement(pool: PoolIndex, job: JobSnap) -> str:
     """Why the gang cannot be placed in this pool now (called after `find` said no)."""
     gpu_type = pool.key[1]
@@ -37,6 +57,8 @@ def diagnose_placement(pool: PoolIndex, job: JobSnap) -> str:
             f"the largest {gpu_type} node has {pool.max_node_gpus}"
         )
     by_gpus = pool.placeable_by_gpus(gpus, workers)
+    if gpus == 0 and by_gpus == 0:
+        return f"every schedulable {gpu_type} node is held for jobs that waited longer"
     if by_gpus == 0:
         largest = pool.largest_free_block()
         tail = f"largest free block is {largest}" if largest else f"all {gpu_type} GPUs are in use"

@@ -22,6 +22,7 @@ import itertools
 from jobs.derive import PodView, derive_job_transitions
 from jobs.faulttolerance import hang
 from jobs.faulttolerance.policy import Action, Failure, FailureKind, decide
+from jobs.scheduler.fit import QuotaSize, never_fits
 from jobs.scheduler.model import QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 from jobs.simulator.scenario import JobSpec, Scenario
@@ -58,6 +59,25 @@ class Simulation:
         self.job_by_id: dict[int, SimJob] = {}
         self.violations: list[Violation] = []
         self.preemption_count = 0
+        self.refused: dict[str, str] = {}  # job name → why it was refused at submission
+        pooled: dict[tuple, int] = {}
+        for q in scenario.quotas:
+            key = (q.tenant, q.resource_type, q.gpu_type)
+            pooled[key] = pooled.get(key, 0) + q.gpus
+        self.pool_gpus: dict[tuple[str, str], tuple[int, ...]] = {}  # each node's GPUs
+        for n in scenario.nodes:
+            key = (n.resource_type, n.gpu_type)
+            self.pool_gpus[key] = (*self.pool_gpus.get(key, ()), n.gpus)
+        self.sizes = {
+            qid: QuotaSize(
+                q.name,
+                q.resource_type,
+                q.gpu_type,
+                q.gpus,
+                tenant_gpus=pooled[(q.tenant, q.resource_type, q.gpu_type)],
+            )
+            for qid, q in self.quotas.values()
+        }
         self.options = PlanOptions(
             min_runtime_before_reclaim_s=self.cfg.min_runtime_before_reclaim,
             reserve_after_s=self.cfg.reserve_after,
@@ -136,17 +156,34 @@ class Simulation:
     # -- event handlers -----------------------------------------------------------------------
     def _on_submit(self, spec: JobSpec) -> None:
         qid, _ = self.quotas[spec.quota]
+        problem = never_fits(
+            self.sizes[qid],
+            workers=spec.workers,
+            gpus_per_worker=spec.gpus_per_worker,
+            idle=spec.idle_resources,
+            node_gpus=self.pool_gpus.get(self._pool_of(spec.quota), ()),
+        )
+        if problem:  # the console refuses it at submission: never created (SCENARIOS.md)
+            self._out({"job": spec.name, "refused": problem})
+            self.refused[spec.name] = problem
+            return
         job = SimJob(len(self.jobs) + 1, spec, qid, self.t)
         self.jobs[spec.name] = job
         self.job_by_id[job.id] = job
         self.active[job.id] = job
         self._job_event(job, S.PENDING, "submitted")
 
+    def _pool_of(self, quota_name: str) -> tuple[str, str]:
+        quota = self.quotas[quota_name][1]
+        return (quota.resource_type, quota.gpu_type)
+
     def _on_action(self, action) -> None:
         if action.kind in ("node_down", "node_up"):
             return self._node_action(action)
         job = self.jobs.get(action.target)
         if job is None:
+            if action.target in self.refused:
+                return self._refuse(action, "the job was refused at submission")
             return self._refuse(action, "the job has not been submitted yet")
         if action.kind == "restart":
             if job.status not in FINAL_JOB_STATUSES:
@@ -227,7 +264,7 @@ class Simulation:
                 self._derive(pod.job)
 
     def _on_wake(self) -> None:
-        pass  # a restart backoff ended: the cycle after this batch looks again
+        pass  # a deadline passed (backoff, protection, hold, cool-down): the cycle looks again
 
     def _node_action(self, action) -> None:
         node = self.nodes[action.target]
@@ -327,6 +364,7 @@ class Simulation:
             if change.to_status in (S.FAILED, S.COMPLETED, S.STOPPED, S.TERMINATED):
                 return self._end(job, change.to_status, change.reason, stop_rest=True)
             if change.to_status == S.PREEMPTED:
+                self._note_preempted(job)
                 self._end(job, S.PREEMPTED, change.reason)
                 self.preemption_count += 1
                 failure = Failure(FailureKind.PREEMPTED, message=change.reason)
@@ -341,6 +379,18 @@ class Simulation:
                 if job.first_running_t is None:
                     job.first_running_t = self.t
                 self._progress(job)
+
+    def _note_preempted(self, job: SimJob) -> None:
+        """What the next plans need to know about a preemption (as the console's rows
+        would tell): when (the per-hour cap) and which lenders reclaimed it (cool-down).
+        The loop wakes when either stops mattering."""
+        job.preempted_times.append(self.t)
+        self._push(self.t + 3600, "wake")
+        lenders = {p.charged_to for p in job.pods if not p.in_quota and p.status == P.PREEMPTED}
+        for lender in sorted(lenders):
+            job.reclaimed_by.append((lender, self.t))
+        if lenders:
+            self._push(self.t + self.options.reclaim_cooldown_s, "wake")
 
     def _end(self, job: SimJob, status: JobStatus, reason: str, stop_rest: bool = False) -> None:
         job.settle(self.t)
@@ -414,6 +464,7 @@ class Simulation:
                         last_checkpoint_at=at(job.checkpoint_t) if job.checkpoint_t else None,
                         stopping=job.stop_final is not None or bool(job.pending_restart),
                         name=job.name,
+                        preempted_at=tuple(at(t) for t in job.preempted_times),
                     )
                 )
         quotas = tuple(
@@ -460,11 +511,17 @@ class Simulation:
                 job.pods.append(pod)
                 self._pod_event(pod, P.STARTING)
             self._push(self.t + self.cfg.start_delay, "pods_running", job, job.attempt)
+            if not admission.in_quota and self.options.min_runtime_before_reclaim_s:
+                # The production loop reclaims once the protection ends: so does this one.
+                self._push(self.t + self.options.min_runtime_before_reclaim_s, "wake")
         for q in decided.queued:
             job = self.job_by_id[q.job_id]
             job.queue_reason, job.queue_position = q.reason, q.position
             if job.status == S.PENDING:
                 self._job_event(job, S.INQUEUE, q.reason)
+                # The starvation hold starts then: the production loop would act on it.
+                since = job.wait_since if job.attempt > 1 else job.submitted_t
+                self._push(max(self.t, since + self.options.reserve_after_s), "wake")
         for p in decided.preemptions:
             victim = self.job_by_id[p.job_id]
             victim.preempted_by = p.for_job_id
@@ -492,6 +549,7 @@ class Simulation:
             "jobs": jobs,
             "gpu_utilization": round(busy / (total_gpus * horizon), 4) if horizon else 0.0,
             "preemptions": self.preemption_count,
+            "refused": sorted(self.refused),
             "lost_gpu_seconds": round(lost, 3),
             "end": round(end, 3),
             "invariant_violations": [f"t={v.t}: {v.text}" for v in self.violations],

@@ -5,7 +5,9 @@ that many 8-GPU H200 nodes; jobs in submit order with time 0 at the first one, w
 most 8 GPUs (ceil(GPUs / 8) workers, GPUs spread evenly), the trace's duration as work.
 Jobs of the four VCs missing from the table are dropped. Jobs larger than their VC can never
 run in quota, so they are submitted with `Only Idle Resources` (borrowing the tenant's unused
-quota); `idle_fraction` turns every k-th other job into an idle one too.
+quota); `idle_fraction` turns every k-th other job into an idle one too (`idle_mode`:
+Only Idle Resources or Acceptable), optionally with checkpoints and fault tolerance.
+`scale` sizes every VC (and so the cluster) by a factor; `offered_load` says how busy.
 """
 
 import csv
@@ -58,10 +60,19 @@ def philly_scenario(
     limit: int | None = None,
     skip: int = 0,
     idle_fraction: float = 0.0,
+    scale: float = 1.0,
+    idle_mode: str = "Only Idle Resources",
+    checkpoint_every: float = 0,
+    fault_tolerance: bool = False,
 ) -> dict:
     if not 0 <= idle_fraction <= 1:
         raise ScenarioError(f"--idle-fraction: must be between 0 and 1, got {idle_fraction}")
-    vcs = _vcs(vc_file)
+    if not 0 < scale <= 100:
+        raise ScenarioError(f"--scale: must be above 0 and at most 100, got {scale}")
+    # philly_vc.csv sizes the whole cluster (about 7.5x what philly.csv needs): --scale
+    # shrinks (or grows) every VC alike, at least one node each, so a what-if can run near
+    # saturation.
+    vcs = {vc: max(1, round(nodes * scale)) for vc, nodes in _vcs(vc_file).items()}
     rows = [r for r in _rows(trace) if r[3] in vcs and r[2] > 0]
     rows = rows[skip : skip + limit if limit is not None else None]
     every = round(1 / idle_fraction) if idle_fraction else 0
@@ -72,7 +83,14 @@ def philly_scenario(
         if gpus > total_nodes * GPUS_PER_NODE:
             continue
         workers = math.ceil(gpus / GPUS_PER_NODE)
-        idle = gpus > vcs[vc] * GPUS_PER_NODE or (every and i % every == 0)
+        oversized = gpus > vcs[vc] * GPUS_PER_NODE  # can only ever borrow
+        picked = bool(every and i % every == 0)
+        mode = "Only Idle Resources" if oversized else (idle_mode if picked else "Off")
+        extra: dict = {}
+        if checkpoint_every:
+            extra["checkpoint_every"] = checkpoint_every
+        if fault_tolerance:
+            extra["fault_tolerance"] = {"run_type": "Synchronous", "max_restarts": 3}
         jobs.append(
             {
                 "name": f"j{skip + i}",
@@ -81,7 +99,8 @@ def philly_scenario(
                 "workers": workers,
                 "gpus_per_worker": math.ceil(gpus / workers),
                 "work": duration,
-                "idle_resources": "Only Idle Resources" if idle else "Off",
+                "idle_resources": mode,
+                **extra,
             }
         )
     return {
@@ -108,3 +127,15 @@ def philly_scenario(
         ],
         "jobs": jobs,
     }
+
+
+def offered_load(raw: dict) -> float:
+    """GPU-seconds the jobs ask for over the cluster's GPU-seconds while they arrive (the
+    arrival rate times the mean job size over capacity; about 1: saturated)."""
+    jobs = raw["jobs"]
+    if not jobs:
+        return 0.0
+    span = max(j["submit_at"] for j in jobs) - min(j["submit_at"] for j in jobs)
+    gpus = sum(n["count"] * n["gpus"] for n in raw["nodes"])
+    demand = sum(j["workers"] * j["gpus_per_worker"] * j["work"] for j in jobs)
+    return demand / (gpus * span) if span and gpus else 0.0

@@ -128,6 +128,8 @@ class SimJob:
     queue_reason: str = ""
     queue_position: int | None = None
     preempted_by: int | None = None
+    preempted_times: list = field(default_factory=list)  # when it was preempted
+    reclaimed_by: list = field(default_factory=list)  # (lender quota id, when)
 
     @property
     def name(self) -> str:
@@ -211,6 +213,7 @@ class SimJob:
             active_pods=active_pods,
             name=self.spec.name,
             waiting_since=at(self.wait_since) if self.attempt > 1 else None,
+            reclaimed_by=tuple((q, at(t)) for q, t in self.reclaimed_by),
         )
 
     def summary(self) -> dict:

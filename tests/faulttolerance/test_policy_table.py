@@ -221,8 +221,17 @@ def test_a_zero_budget_never_restarts_a_failure():
 def test_preemptions_and_lost_nodes_never_consume_the_budget(kind, counters, reason):
     decision = decide(ON, counters, Failure(kind, worker_rank=0))
     assert decision.action == Action.RESTART_JOB
-    assert not decision.consumes_budget and decision.backoff_seconds == 0
+    assert not decision.consumes_budget
+    # Repeated preemptions back off like a crash loop (issue 10); lost nodes do not.
+    expected = backoff_for(counters.preemptions) if kind == FailureKind.PREEMPTED else 0
+    assert decision.backoff_seconds == expected
     assert decision.reason.startswith(f"restart after {reason}: ")
+
+
+@pytest.mark.parametrize(("earlier", "seconds"), [(0, 0), (1, 10), (2, 20), (3, 40), (9, 300)])
+def test_restarts_after_repeated_preemptions_back_off(earlier, seconds):
+    failure = Failure(FailureKind.PREEMPTED, message="reclaimed by team-b")
+    assert decide(ON, Counters(preemptions=earlier), failure).backoff_seconds == seconds
 
 
 HANG = Failure(FailureKind.HANG, message="no new step for 1800s")

@@ -151,10 +151,12 @@ def test_stop_committed_while_the_cycle_plans_wins(quota, researcher, workspace,
 
 
 def test_two_cycles_at_once_borrow_and_reclaim_without_double_booking(
-    quota, other_quota, researcher, outsider, workspace, other_workspace
+    quota, other_quota, researcher, outsider, workspace, other_workspace, settings
 ):
     from jobs.actions.workers import apply_worker_state
     from jobs.statuses import IdleResources
+
+    settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = 0  # reclaim at once (default: 300 s)
 
     make_node("node-0")
     make_node("node-1")

@@ -183,11 +183,12 @@ def test_restart_attempt_waits_for_the_old_workers(submit, node):
     assert list(job.pods.filter(attempt=2).values_list("gpu_indices", flat=True)) == [[0, 1]]
 
 
-def test_snapshot_takes_seven_queries(submit, node, django_assert_num_queries):
+def test_snapshot_takes_eight_queries(submit, node, django_assert_num_queries):
     for i in range(5):
         submit(name=f"j{i}", gpus=1)
-    # pods, unhealthy GPUs, nodes, quotas, waiting jobs, placed jobs, their checkpoints
-    with django_assert_num_queries(7):
+    # pods, unhealthy GPUs, nodes, quotas, pods preempted in the last hour (the per-hour cap
+    # and the re-borrow cool-down), waiting jobs, placed jobs, their checkpoints
+    with django_assert_num_queries(8):
         snapshot, rows = load_snapshot()
     assert (len(snapshot.jobs), len(snapshot.nodes), len(rows)) == (5, 1, 5)
     assert snapshot.nodes[0].free_gpu_indices == tuple(range(8))
@@ -216,12 +217,12 @@ def test_cycle_query_count_does_not_grow_with_the_queue(submit, node, django_ass
     first, second = _cycle_queries(
         submit, 3, CaptureQueriesContext(connection), CaptureQueriesContext(connection)
     )
-    # The cycle's savepoint and its release (the test runs in a transaction), 7 reads, one
+    # The cycle's savepoint and its release (the test runs in a transaction), 8 reads, one
     # SELECT … FOR UPDATE, one UPDATE of statuses, one INSERT of events, the placed nodes'
     # GPU UUIDs and one INSERT of pods, one UPDATE of queue reasons; plus the advisory lock
     # on PostgreSQL.
-    assert first <= 16
-    assert second <= 16
+    assert first <= 17
+    assert second <= 17
     _cycle_queries(submit, 40, django_assert_num_queries(first), django_assert_num_queries(second))
 
 
@@ -285,3 +286,20 @@ def test_queue_refresh_does_not_overwrite_a_job_stopped_meanwhile(
     assert (first.status, first.queue_position) == (JobStatus.INQUEUE, 2)
     assert (second.status, second.status_reason) == (JobStatus.STOPPED, "stopped by alice")
     assert second.queue_position is None
+
+
+def test_a_job_whose_evaluation_raises_waits_with_the_reason_and_others_start(
+    submit, node, monkeypatch
+):
+    from tests.scheduler.test_plan_liveness import _place_failing_for
+
+    bad = submit(name="bad", gpus=2)
+    good = submit(name="good", gpus=2)
+    _place_failing_for(bad.id, monkeypatch)
+    result = run_cycle()
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert result.admitted == (good.id,)
+    assert good.status == JobStatus.STARTING
+    assert bad.status == JobStatus.INQUEUE
+    assert bad.status_reason.startswith("set aside: the scheduler could not evaluate this job")

@@ -15,7 +15,20 @@ def exit_all(job: Job) -> None:
         apply_worker_state(pod, running=False, exit_code=143)
 
 
-def test_borrow_then_reclaim_waits_for_the_victim_then_places(submit, quota, other_quota):
+def test_by_default_a_borrower_that_just_started_is_protected(submit, quota, other_quota):
+    make_node("node-0")
+    Quota.objects.filter(pk=other_quota.pk).update(gpus=0)
+    borrower = submit(name="b1", target=other_quota, gpus=8, idle_resources=IdleResources.ONLY)
+    run_cycle()
+    owner = submit(name="a1", gpus=8)
+    assert run_cycle().preempted == ()  # min_runtime_before_reclaim defaults to 300 s
+    owner.refresh_from_db()
+    assert "protected by the minimum runtime before reclaim" in owner.status_reason
+    assert borrower.pods.get().in_quota is False
+
+
+def test_borrow_then_reclaim_waits_for_the_victim_then_places(submit, quota, other_quota, settings):
+    settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = 0  # the reclaim itself is tested here
     n0, n1 = make_node("node-0"), make_node("node-1")
     Quota.objects.filter(pk=other_quota.pk).update(gpus=0)
     borrower = submit(
@@ -83,3 +96,37 @@ def test_priority_preemption_in_a_lower_priority_quota(submit, quota):
         job=low, reason="stop requested: preempted by higher-priority job high in quota team-a"
     ).exists()
     assert run_cycle().admitted == (high.id,)
+
+
+def test_a_reclaimed_borrower_keeps_its_history_for_the_cap_and_the_cool_down(
+    submit, quota, other_quota, settings
+):
+    """The cycle derives the per-hour cap's and the cool-down's inputs from the preempted
+    pods themselves (no extra table): when the job was preempted, and by which lender."""
+    from jobs.scheduler.cycle import load_snapshot
+
+    settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = 0
+    make_node("node-0")
+    Quota.objects.filter(pk=other_quota.pk).update(gpus=0)
+    borrower = submit(
+        name="b1",
+        target=other_quota,
+        gpus=8,
+        idle_resources=IdleResources.ONLY,
+        fault_tolerance=True,
+    )
+    run_cycle()
+    owner = submit(name="a1", gpus=8)
+    assert run_cycle().preempted == (borrower.id,)
+    exit_all(borrower)
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.PENDING  # restarted by fault tolerance
+    snapshot, _ = load_snapshot()
+    [again] = [j for j in snapshot.jobs if j.id == borrower.id]
+    [(lender, when)] = again.reclaimed_by
+    assert lender == quota.id and when is not None
+    # The owner takes the freed GPUs; the borrower waits without re-borrowing team-a.
+    assert run_cycle().admitted == (owner.id,)
+    snapshot, _ = load_snapshot()
+    [running] = [r for r in snapshot.running if r.id == owner.id]
+    assert running.preempted_at == ()

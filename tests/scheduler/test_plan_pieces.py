@@ -129,3 +129,38 @@ def test_describe_placements(placements, text):
 )
 def test_diagnose_unschedulable_pool(counts, text):
     assert diagnose_unschedulable_pool(("Lingjun", "H200"), counts) == text
+
+
+NEEDS_24 = "The job needs 24 GPUs (3 workers of 8); "
+NEEDS_40 = "The job needs 40 GPUs (5 workers of 8); "
+TEAM_A_16 = "quota team-a has 16 in all, so it could never start."
+TENANT_32 = "all H200 quotas of this tenant have 32 in all, so it could never start."
+
+
+@pytest.mark.parametrize(
+    ("resource_type", "idle", "workers", "expected"),
+    [
+        ("Lingjun", "Off", 2, None),
+        ("Lingjun", "Off", 3, NEEDS_24 + TEAM_A_16),
+        ("Lingjun", "Acceptable", 3, None),
+        ("Lingjun", "Only Idle Resources", 4, None),
+        ("Lingjun", "Only Idle Resources", 5, NEEDS_40 + TENANT_32),
+        ("General-purpose", "Only Idle Resources", 3, NEEDS_24 + TEAM_A_16),
+        ("General-purpose", "Acceptable", 2, None),
+    ],
+)  # fmt: skip
+def test_never_fits(resource_type, idle, workers, expected):
+    from jobs.scheduler.fit import QuotaSize, never_fits
+
+    size = QuotaSize("team-a", resource_type, "H200", 16, tenant_gpus=32)
+    assert never_fits(size, workers=workers, gpus_per_worker=8, idle=idle) == expected
+
+
+def test_never_fits_counts_limited_cpus():
+    from jobs.scheduler.fit import QuotaSize, never_fits
+
+    size = QuotaSize("team-a", "Lingjun", "H200", 16, cpus=64)
+    assert never_fits(size, workers=2, gpus_per_worker=4, cpus_per_worker=48) == (
+        "The job needs 96 CPUs (2 workers of 48); quota team-a has 64 in all, "
+        "so it could never start."
+    )

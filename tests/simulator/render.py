@@ -3,6 +3,8 @@
 
 def render(event: dict) -> str:
     t = f"{event['t']:g}"
+    if "refused" in event and "action" not in event:  # a submission the console refuses
+        return f"{t} {event['job']}: submission refused | {event['refused']}"
     if "refused" in event:
         return f"{t} {event['job']}: {event['action']} refused | {event['refused']}"
     if "pod" in event:

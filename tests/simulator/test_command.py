@@ -125,3 +125,28 @@ def test_philly_trace_slice_runs_with_every_invariant_holding():
     assert len(summary["jobs"]) == 300
     statuses = {j["status"] for j in summary["jobs"].values()}
     assert statuses <= {"Completed", "Preempted", "Running", "Inqueue", "Starting"}
+
+
+def test_philly_scale_sizes_the_vcs_for_offered_load(tmp_path):
+    full, small = tmp_path / "full.yaml", tmp_path / "small.yaml"
+    code, _, err_full = simulate("--trace", TRACE, "--limit", 500, "--write-scenario", full)
+    assert code == 0
+    code, _, err_small = simulate(
+        "--trace", TRACE, "--limit", 500, "--scale", 0.15, "--idle-fraction", 0.5,
+        "--idle-mode", "Acceptable", "--checkpoint-every", 1800, "--fault-tolerance",
+        "--write-scenario", small,
+    )  # fmt: skip
+    assert code == 0
+    load_full = float(err_full.removeprefix("offered load "))
+    load_small = float(err_small.removeprefix("offered load "))
+    assert load_small > 5 * load_full
+    a, b = yaml.safe_load(full.read_text()), yaml.safe_load(small.read_text())
+    assert b["nodes"][0]["count"] < a["nodes"][0]["count"] * 0.2
+    modes = [j["idle_resources"] for j in b["jobs"]]
+    assert modes.count("Acceptable") >= len(modes) // 2 - 50
+    assert all(j["checkpoint_every"] == 1800 and j["fault_tolerance"] for j in b["jobs"])
+
+
+def test_philly_scale_must_be_positive():
+    code, _, err = simulate("--trace", TRACE, "--limit", 10, "--scale", 0)
+    assert code == 2 and "--scale" in err

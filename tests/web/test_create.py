@@ -285,3 +285,62 @@ def test_clone_prefills_the_form(member_client, cluster, researcher, workspace, 
     html = member_client.get(reverse("jobs:create") + f"?clone={job.pk}").text
     assert 'name="workers" value="3"' in html
     assert "SEED=7" in html
+
+
+# Jobs that can never fit their quota (DESIGN §5): refused with the numbers ------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param(
+            {"workers": 3, "gpus_per_worker": 8, "idle_resources": "Off"},
+            "The job needs 24 GPUs (3 workers of 8); quota team-a has 16 in all, "
+            "so it could never start.",
+            id="off-larger-than-its-quota",
+        ),
+        pytest.param(
+            {"workers": 4, "gpus_per_worker": 8, "idle_resources": "Only Idle Resources"},
+            "The job needs 32 GPUs (4 workers of 8); "
+            "all H200 quotas of this tenant have 24 in all, so it could never start.",
+            id="lingjun-idle-larger-than-the-tenants-quotas",
+        ),
+    ],
+)
+@pytest.mark.parametrize("send", [_post_page, _post_api])
+def test_a_job_that_can_never_fit_its_quota_is_refused(request, cluster, send, changes, message):
+    client = request.getfixturevalue("member_client" if send is _post_page else "api")
+    response = send(client, GOOD | changes)
+    if send is _post_page:
+        _assert_page_error(response, "workers")
+        assert response.context["form"].errors["workers"] == [message]
+    else:
+        _assert_api_error(response, "workers")
+        assert response.json()["error"]["message"] == message
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("idle", ["Acceptable", "Only Idle Resources"])
+def test_a_lingjun_idle_job_may_be_larger_than_its_own_quota(api, cluster, idle):
+    # team-a 16 + team-b 8 of the same tenant and GPU type: 24 GPUs could be pooled (and
+    # three nodes host the gang).
+    make_node("node-1")
+    make_node("node-2")
+    body = GOOD | {"workers": 3, "gpus_per_worker": 8, "idle_resources": idle}
+    assert _post_api(api, body).status_code == 201
+
+
+@pytest.mark.parametrize("send", [_post_page, _post_api])
+def test_a_gang_the_nodes_could_never_host_is_refused(request, cluster, send):
+    # One 8-GPU node: two workers of 8 fit team-a's 16 GPUs but never the pool.
+    client = request.getfixturevalue("member_client" if send is _post_page else "api")
+    response = send(client, GOOD | {"workers": 2, "gpus_per_worker": 8, "idle_resources": "Off"})
+    message = (
+        "The job needs 2 workers of 8 GPUs; the Lingjun H200 nodes can host 1 at most, "
+        "so it could never start."
+    )
+    if send is _post_page:
+        assert response.context["form"].errors["workers"] == [message]
+    else:
+        assert response.json()["error"]["message"] == message
+    assert Job.objects.count() == 0

@@ -1,5 +1,6 @@
 """python manage.py simulate SCENARIO.yaml [--until S] [--summary-only]
-python manage.py simulate --trace philly.csv [--vc philly_vc.csv] [--limit N] [--idle-fraction F]
+python manage.py simulate --trace philly.csv [--vc philly_vc.csv] [--limit N] [--scale F]
+    [--idle-fraction F] [--idle-mode Acceptable] [--checkpoint-every S] [--fault-tolerance]
 
 Runs a scenario (SCENARIOS.md) on the real plan()/lifecycle/fault-tolerance code with a
 simulated clock and prints JSON Lines: one event per line, then {"summary": …}. Exit 0 when
@@ -17,7 +18,7 @@ from django.core.management.base import BaseCommand
 
 from jobs.simulator.engine import Simulation
 from jobs.simulator.scenario import ScenarioError, parse
-from jobs.simulator.trace import philly_scenario
+from jobs.simulator.trace import offered_load, philly_scenario
 
 
 class Command(BaseCommand):
@@ -36,6 +37,21 @@ class Command(BaseCommand):
             type=float,
             default=0.0,
             help="trace: share of jobs submitted with Only Idle Resources (every k-th job)",
+        )
+        parser.add_argument(
+            "--scale", type=float, default=1.0, help="trace: size every VC by this factor"
+        )
+        parser.add_argument(
+            "--idle-mode",
+            default="Only Idle Resources",
+            choices=["Only Idle Resources", "Acceptable"],
+            help="trace: the idle mode of the --idle-fraction jobs",
+        )
+        parser.add_argument(
+            "--checkpoint-every", type=float, default=0, help="trace: seconds between checkpoints"
+        )
+        parser.add_argument(
+            "--fault-tolerance", action="store_true", help="trace: jobs restart after preemption"
         )
         parser.add_argument(
             "--write-scenario", help="trace: write the scenario as YAML here and exit"
@@ -74,7 +90,12 @@ class Command(BaseCommand):
                 limit=opts.get("limit"),
                 skip=opts["skip"],
                 idle_fraction=opts["idle_fraction"],
+                scale=opts["scale"],
+                idle_mode=opts["idle_mode"],
+                checkpoint_every=opts["checkpoint_every"],
+                fault_tolerance=opts["fault_tolerance"],
             )
+            self.stderr.write(f"offered load {offered_load(raw):.3f}")
             if opts.get("write_scenario"):
                 Path(opts["write_scenario"]).write_text(yaml.safe_dump(raw, sort_keys=False))
             return parse(raw)

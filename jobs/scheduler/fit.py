@@ -1,0 +1,100 @@
+"""Jobs that can never fit their quota, refused at submission (pure; DESIGN §5).
+
+One rule for the create form (and so the API) and the simulator's `refused` event:
+- an `Off` job, and any General-purpose job, needing more GPUs (or guaranteed CPUs or
+  memory, where the quota limits them) than its quota has: its guarantee can never hold it
+  and idle capacity of a General-purpose quota is that same quota;
+- a Lingjun idle job (`Acceptable`, `Only Idle Resources`) needing more GPUs than all its
+  tenant's quotas of that GPU type together: no set of lenders can ever hold it.
+- a gang the pool's registered nodes could not host even when empty.
+(A worker larger than any node is the form's node check, and an invalid scenario.)
+"""
+
+from dataclasses import dataclass
+
+from jobs.statuses import IdleResources
+
+LINGJUN = "Lingjun"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSize:
+    name: str
+    resource_type: str
+    gpu_type: str
+    gpus: int
+    cpus: int = 0  # 0: the quota does not limit CPUs
+    memory_gb: int = 0
+    # GPUs of all the tenant's quotas of the same resource and GPU type, this one included.
+    tenant_gpus: int = 0
+
+
+def _workers(n: int) -> str:
+    return "1 worker" if n == 1 else f"{n} workers"
+
+
+def never_fits(
+    quota: QuotaSize,
+    *,
+    workers: int,
+    gpus_per_worker: int,
+    cpus_per_worker: int = 0,
+    memory_gb_per_worker: int = 0,
+    idle: IdleResources | str = IdleResources.OFF,
+    node_gpus: tuple[int, ...] | None = None,
+) -> str | None:
+    """The error a user sees for a job that could never start on this quota, or None.
+    `node_gpus`: GPUs of each registered node of the quota's pool, when known: a gang the
+    whole pool could not host even empty is refused too."""
+    return _beyond_quota(
+        quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
+    ) or _beyond_pool(quota, workers, gpus_per_worker, node_gpus)
+
+
+def _beyond_pool(
+    quota: QuotaSize, workers: int, gpus_per_worker: int, node_gpus: tuple[int, ...] | None
+) -> str | None:
+    if node_gpus is None or not gpus_per_worker:
+        return None
+    hosts = sum(n // gpus_per_worker for n in node_gpus)
+    if 0 < hosts < workers:  # (0: a worker larger than any node, the node check's error)
+        return (
+            f"The job needs {_workers(workers)} of {gpus_per_worker} GPUs; the "
+            f"{quota.resource_type} {quota.gpu_type} nodes can host {hosts} at most, "
+            "so it could never start."
+        )
+    return None
+
+
+def _beyond_quota(
+    quota: QuotaSize,
+    workers: int,
+    gpus_per_worker: int,
+    cpus_per_worker: int,
+    memory_gb_per_worker: int,
+    idle: IdleResources | str,
+) -> str | None:
+    gpus = workers * gpus_per_worker
+    if quota.resource_type == LINGJUN and IdleResources(idle) != IdleResources.OFF:
+        pooled = max(quota.tenant_gpus, quota.gpus)
+        if gpus > pooled:
+            return (
+                f"The job needs {gpus} GPUs ({_workers(workers)} of {gpus_per_worker}); "
+                f"all {quota.gpu_type} quotas of this tenant have {pooled} in all, "
+                "so it could never start."
+            )
+        return None
+    checks = [("GPUs", quota.gpus, gpus, gpus_per_worker)]
+    if quota.cpus:
+        checks.append(("CPUs", quota.cpus, workers * cpus_per_worker, cpus_per_worker))
+    if quota.memory_gb:
+        checks.append(
+            ("GB memory", quota.memory_gb, workers * memory_gb_per_worker, memory_gb_per_worker)
+        )
+    for unit, size, need, each in checks:
+        if need > size:
+            return (
+                f"The job needs {need} {unit} ({_workers(workers)} of {each}); "
+                f"quota {quota.name} has {size} in all, so it could never start."
+            )
+    return None

@@ -1,0 +1,104 @@
+"""Property test (issue 10): whole random scenarios with CPU-only jobs, quotas larger than
+their pool, nodes that go silent (and are lost past the timeout) and fault-tolerant
+borrowers. Every run must end, every job that was not refused must end in a final status,
+and no job is preempted more than the per-hour cap allows."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs.scheduler.plan import PlanOptions
+from jobs.simulator.engine import Simulation
+from jobs.simulator.scenario import parse
+from jobs.statuses import FINAL_JOB_STATUSES
+
+IDLE = ["Off", "Acceptable", "Only Idle Resources"]
+HORIZON = 400_000  # far beyond any run that ends; only bounds a regression
+
+
+@st.composite
+def scenarios(draw):
+    groups = draw(st.integers(1, 3))
+    nodes = [
+        {"name": f"n{i}", "count": draw(st.integers(1, 2)), "resource_type": "Lingjun",
+         "gpu_type": "H200", "gpus": draw(st.sampled_from([4, 8]))}
+        for i in range(groups)
+    ]  # fmt: skip
+    largest = max(n["gpus"] for n in nodes)
+    pool = sum(n["count"] * n["gpus"] for n in nodes)
+    quotas = [
+        {"name": f"q{i}", "tenant": "acme", "resource_type": "Lingjun", "gpu_type": "H200",
+         # up to twice the pool: quotas larger than their pool are the point
+         "gpus": draw(st.integers(0, 2 * pool)),
+         "preemption": draw(st.sampled_from(["Never", "LowerPriority"]))}
+        for i in range(draw(st.integers(1, 3)))
+    ]  # fmt: skip
+    jobs = []
+    for i in range(draw(st.integers(1, 10))):
+        job = {
+            "name": f"j{i}",
+            "submit_at": draw(st.integers(0, 2000)),
+            "quota": draw(st.sampled_from(quotas))["name"],
+            "workers": draw(st.integers(1, 3)),
+            "gpus_per_worker": draw(st.integers(0, largest)),  # 0: CPU-only
+            "work": draw(st.integers(10, 3000)),
+            "priority": draw(st.integers(0, 2)),
+            "idle_resources": draw(st.sampled_from(IDLE)),
+            "checkpoint_every": draw(st.sampled_from([0, 300])),
+        }
+        if draw(st.booleans()):
+            job["fault_tolerance"] = {"max_restarts": 2}
+        jobs.append(job)
+    actions = []
+    names = [f"n{i}-{k}" for i, n in enumerate(nodes) for k in range(n["count"])]
+    for _ in range(draw(st.integers(0, 2))):
+        node, down = draw(st.sampled_from(names)), draw(st.integers(0, 3000))
+        # Silent for a while (lost past node_lost_timeout), then back: a node that never
+        # returns would leave jobs needing the whole pool waiting, rightly.
+        actions.append({"at": down, "node_down": node})
+        actions.append({"at": down + draw(st.integers(60, 1200)), "node_up": node})
+    return {
+        "settings": {"min_runtime_before_reclaim": draw(st.sampled_from([0, 300])),
+                     "reserve_after": draw(st.sampled_from([0, 600])),
+                     "node_lost_timeout": 300},
+        "tenants": ["acme"], "nodes": nodes, "quotas": quotas, "jobs": jobs,
+        "actions": actions,
+    }  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_every_run_ends_with_every_job_final_and_bounded_preemption(raw):
+    sim = Simulation(parse(raw), until=HORIZON, audit=True)
+    summary = sim.run()
+    assert summary["invariant_violations"] == []
+    # Known gap (issue 10 item 4, not built yet): a Lingjun idle job larger than every single
+    # lender needs several lenders at once and still waits; it is left out here, not hidden.
+    pooled = _needs_several_lenders(raw)
+    waiting = {
+        n: j["status"]
+        for n, j in summary["jobs"].items()
+        if j["status"] not in FINAL and n not in pooled
+    }
+    assert waiting == {}, f"never ended: {waiting} in {raw}"
+    assert sim.last_t < HORIZON
+    cap = PlanOptions().max_preemptions_per_hour
+    preempted: dict[str, list[float]] = {}
+    for event in sim.events:
+        if event.get("to") == "Preempted":
+            preempted.setdefault(event["job"], []).append(event["t"])
+    for name, times in preempted.items():
+        for i, start in enumerate(times):
+            within = [t for t in times[i:] if t < start + 3600]
+            assert len(within) <= cap, f"{name} preempted {len(within)} times in an hour"
+
+
+FINAL = {s.value for s in FINAL_JOB_STATUSES}
+
+
+def _needs_several_lenders(raw: dict) -> set[str]:
+    largest = max(q["gpus"] for q in raw["quotas"])  # one tenant, one pool in these runs
+    return {
+        j["name"]
+        for j in raw["jobs"]
+        if j["idle_resources"] != "Off" and j["workers"] * j["gpus_per_worker"] > largest
+    }
