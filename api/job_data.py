@@ -75,14 +75,16 @@ def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
     while True:
         pod = logview.pick_pod(job, rank=params.rank, attempt=params.attempt)
         lines = logview.read_after(pod, params.after, params.limit) if pod else []
-        complete = logview.logs_complete(
+        newer = _newer_attempt(job, pod, params.rank, timezone.now())
+        # Complete only on the last attempt: a job that failed, restarted and finished
+        # before the reader got here still has the newer attempt's lines to read.
+        complete = newer is None and logview.logs_complete(
             job_final=job.status in FINAL_JOB_STATUSES,
             finished_at=job.finished_at,
             now=timezone.now(),
             caught_up=len(lines) < params.limit,
             settle=logview.settle_seconds(),
         )
-        newer = _newer_attempt(job, pod, params.rank, timezone.now())
         worker_final = pod is not None and pod.status in FINAL_POD_STATUSES
         if lines or complete or newer or time.monotonic() >= deadline:
             break

@@ -196,7 +196,7 @@ def test_a_restarted_job_waits_from_its_restart_not_its_submission(
 
 @pytest.mark.django_db
 def test_query_count_does_not_grow_with_jobs(metrics_token, researcher, workspace, quota):
-    node = make_node()
+    node = make_node(gpus=16)  # one GPU for each running job (a GPU has one live holder)
 
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:

@@ -144,7 +144,7 @@ def test_logs_follow_a_job_across_its_restart(running_console, tmp_path):
     job_id = str(run_json(running_console, "submit", "-f", str(spec))["id"])
     logs = run(running_console, "logs", job_id, "-f", timeout=180)
     assert logs.returncode == 0, logs.stderr
-    assert own_lines(logs.stdout) == ["first attempt", "second attempt"]
+    assert own_lines(logs.stdout) == ["first attempt", "second attempt"], (logs.stdout, logs.stderr)
     assert "--- attempt 2 ---" in logs.stderr
     assert run(running_console, "wait", job_id, "--interval", "0.5").returncode == 0
     shown = run_json(running_console, "show", job_id)
