@@ -9,7 +9,7 @@ from typing import Any
 
 from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
 from django.utils.choices import CallableChoiceIterator
 from django.utils.functional import cached_property
 
@@ -249,7 +249,18 @@ class JobForm(forms.Form):
         raw = self.cleaned_data["quota"].strip()
         by_id = raw.isascii() and raw.isdigit() and len(raw) <= 18  # fits a bigint
         lookup = {"pk": int(raw)} if by_id else {"name": raw}
-        quota = Quota.objects.filter(**lookup).first()
+        # With its tenant's GPUs of the same kind (the never-fit check), in the same query.
+        tenant_gpus = (
+            Quota.objects.filter(
+                tenant_id=OuterRef("tenant_id"),
+                resource_type=OuterRef("resource_type"),
+                gpu_type=OuterRef("gpu_type"),
+            )
+            .values("tenant_id")
+            .annotate(total=Sum("gpus"))
+            .values("total")
+        )
+        quota = Quota.objects.filter(**lookup).annotate(tenant_gpus=Subquery(tenant_gpus)).first()
         if quota is None:
             raise forms.ValidationError(f"Unknown quota {raw[:100]!r}.")
         self._quota_workspaces = list(
@@ -401,11 +412,13 @@ class JobForm(forms.Form):
         sizes = ("workers", "gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker")
         if any(data.get(field) is None for field in (*sizes, "idle_resources")):
             return  # a field already has its own error
-        tenant_gpus = Quota.objects.filter(
-            tenant_id=quota.tenant_id,
-            resource_type=quota.resource_type,
-            gpu_type=quota.gpu_type,
-        ).aggregate(total=Sum("gpus"))["total"]
+        tenant_gpus = getattr(quota, "tenant_gpus", None)
+        if tenant_gpus is None:  # a quota not read by clean_quota
+            tenant_gpus = Quota.objects.filter(
+                tenant_id=quota.tenant_id,
+                resource_type=quota.resource_type,
+                gpu_type=quota.gpu_type,
+            ).aggregate(total=Sum("gpus"))["total"]
         size = QuotaSize(
             name=quota.name,
             resource_type=quota.resource_type,
@@ -415,13 +428,7 @@ class JobForm(forms.Form):
             memory_gb=quota.memory_gb,
             tenant_gpus=tenant_gpus or 0,
         )
-        node_gpus = tuple(
-            Node.objects.filter(
-                gpu_type=quota.gpu_type,
-                resource_type=quota.resource_type,
-                state__in=[NodeState.READY, NodeState.NOT_READY],
-            ).values_list("gpus", flat=True)
-        )
+        node_gpus = self._pool(quota, data)["node_gpus"]
         problem = never_fits(
             size,
             node_gpus=node_gpus,
@@ -434,20 +441,15 @@ class JobForm(forms.Form):
         if problem:
             self.add_error("workers", problem)
 
-    def _check_fits_a_node(self, quota: Quota, data: dict[str, Any]) -> None:
-        """A worker must fit on one node of the quota's type, or it could never be placed."""
-        nodes = Node.objects.filter(
-            gpu_type=quota.gpu_type,
-            resource_type=quota.resource_type,
-            state__in=[NodeState.READY, NodeState.NOT_READY],
-        )
-        wanted = {
-            "gpus_per_worker": ("most_gpus", "GPUs"),
-            "cpus_per_worker": ("most_cpus", "CPUs"),
-            "memory_gb_per_worker": ("most_memory", "GB of memory"),
-        }
-        sized = all(data.get(field) is not None for field in wanted)
-        # One query: the largest of each, and (when sized) how many nodes take a worker.
+    _WORKER_SIZE = ("gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker")
+
+    def _pool(self, quota: Quota, data: dict[str, Any]) -> dict[str, Any]:
+        """The quota's schedulable nodes in one query, grouped by GPU count (a few rows):
+        the largest of each resource, how many nodes take one worker, and every node's GPU
+        count (the never-fit check)."""
+        if getattr(self, "_pool_cache", None) is not None:
+            return self._pool_cache
+        sized = all(data.get(field) is not None for field in self._WORKER_SIZE)
         fitting = (
             Q(
                 gpus__gte=data["gpus_per_worker"],
@@ -457,13 +459,40 @@ class JobForm(forms.Form):
             if sized
             else Q(pk__in=[])
         )
-        largest = nodes.aggregate(
-            count=Count("pk"),
-            most_gpus=Max("gpus"),
-            most_cpus=Max("cpus"),
-            most_memory=Max("memory_gb"),
-            fitting=Count("pk", filter=fitting),
+        rows = list(
+            Node.objects.filter(
+                gpu_type=quota.gpu_type,
+                resource_type=quota.resource_type,
+                state__in=[NodeState.READY, NodeState.NOT_READY],
+            )
+            .values("gpus")
+            .annotate(
+                count=Count("pk"),
+                most_cpus=Max("cpus"),
+                most_memory=Max("memory_gb"),
+                fitting=Count("pk", filter=fitting),
+            )
+            .order_by("gpus")
         )
+        self._pool_cache = {
+            "count": sum(r["count"] for r in rows),
+            "most_gpus": max((r["gpus"] for r in rows), default=None),
+            "most_cpus": max((r["most_cpus"] for r in rows), default=None),
+            "most_memory": max((r["most_memory"] for r in rows), default=None),
+            "fitting": sum(r["fitting"] for r in rows),
+            "node_gpus": tuple(r["gpus"] for r in rows for _ in range(r["count"])),
+        }
+        return self._pool_cache
+
+    def _check_fits_a_node(self, quota: Quota, data: dict[str, Any]) -> None:
+        """A worker must fit on one node of the quota's type, or it could never be placed."""
+        wanted = {
+            "gpus_per_worker": ("most_gpus", "GPUs"),
+            "cpus_per_worker": ("most_cpus", "CPUs"),
+            "memory_gb_per_worker": ("most_memory", "GB of memory"),
+        }
+        sized = all(data.get(field) is not None for field in wanted)
+        largest = self._pool(quota, data)
         kind = f"{quota.resource_type} {quota.gpu_type}"
         if not largest["count"]:
             self.add_error(

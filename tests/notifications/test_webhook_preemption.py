@@ -45,6 +45,7 @@ def loop(settings):
     settings.CONSOLE_LOOPS = "inprocess"
     settings.NOTIFY_BACKOFF_BASE = 0.2
     settings.NOTIFY_BACKOFF_MAX = 1
+    settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = 0  # the reclaim is what is tested here
 
     def deliver():
         try:

@@ -42,7 +42,7 @@ def busy(researcher, outsider, workspace, other_workspace, quota, other_quota, n
         outsider,
         other_workspace,
         other_quota,
-        name="borrower",
+        name="mallorys-sweep",
         gpus_per_worker=4,
         idle_resources="Only Idle Resources",
     )
@@ -151,7 +151,7 @@ def test_quotas_page_for_a_researcher(member_client, busy, quota, other_quota):
     # Who borrows from whom: mallory's job is of another workspace, so shown by number only.
     (borrow_row,) = tree.find(data_job=str(busy["borrower"].pk))
     html = member_client.get(reverse("quotas")).text
-    assert "borrower" not in html and "(another workspace)" in html
+    assert "mallorys-sweep" not in html and "(another workspace)" in html
     assert tree.values(borrow_row) == {"gpus": "4"}
     # The queue of team-a, with its position, reason and expected start.
     (queued,) = tree.find(data_job=str(busy["waiting"].pk))
@@ -171,7 +171,7 @@ def test_quotas_page_for_a_quota_owner_shows_the_whole_tenant(
     tree = Tree(html)
     assert tree.find(data_quota="team-a") and tree.find(data_quota="team-b")
     # The owner sees who borrows (their tenant's jobs by name) and both queues.
-    assert "borrower" in html and "mallory" in html
+    assert "mallorys-sweep" in html and "mallory" in html
     assert tree.find(data_queue="team-a") and tree.find(data_queue="team-b")
     (pooled,) = tree.find(data_pool="acme/H200")
     assert tree.values(pooled)["unused"] == str(16 - 6 + 8)
