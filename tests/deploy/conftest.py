@@ -244,10 +244,18 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         )
         # Demo tenant, quotas, researcher and API token (an operator would use the admin).
         s.compose(
-            "exec", "-T", "-e", "CONSOLE_VAR_DIR=/tmp", "web", "python", "manage.py", "seed_demo"
+            # A folder of its own: seed_demo makes its var folder private (chmod 0700).
+            "exec",
+            "-T",
+            "-e",
+            "CONSOLE_VAR_DIR=/tmp/seed",
+            "web",
+            "python",
+            "manage.py",
+            "seed_demo",
         )
         s.creds = json.loads(
-            s.podman("exec", s.container("web"), "cat", "/tmp/demo-credentials.json").stdout
+            s.podman("exec", s.container("web"), "cat", "/tmp/seed/demo-credentials.json").stdout
         )
         token = (
             s.compose(
