@@ -42,6 +42,9 @@ class ConsoleRefused(Exception):
         self.field = field
 
 
+GATEWAY_STATUSES = frozenset({502, 503, 504})
+
+
 class TransportError(Exception):
     """The console could not be reached or kept failing; worth trying again later."""
 
@@ -134,7 +137,10 @@ class AgentClient:
                         problem = f"unexpected reply from {url}: {exc.errors()[0]['msg']}"
                 elif response.status_code == 429 or response.status_code >= 500:
                     problem = f"{url} answered {response.status_code}"
-                    if response.status_code >= 500:
+                    # Only a 500 is the console failing on this request. 502/503/504 come
+                    # from a proxy while the console restarts or is overloaded: an outage,
+                    # which says nothing about the items (they are never set aside for it).
+                    if response.status_code not in GATEWAY_STATUSES and response.status_code >= 500:
                         failure = ServerFailed
                 else:
                     raise _refusal(response)

@@ -11,13 +11,16 @@ exit, no log line of any worker on the node got through.
 """
 
 import contextlib
+import json
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.conf import settings
 
-from agents.node.client import ServerFailed
+from agents.node.client import AgentClient, ServerFailed, TransportError
 from agents.node.logship import LogShipper
 from cluster.models import Node, NodeState
 from jobs.models import Pod
@@ -144,3 +147,43 @@ def test_a_request_the_console_fails_on_is_split_and_only_the_bad_stream_set_asi
     # One whole request, then worker 1 alone N times (set aside), worker 2 alone, the marker.
     assert len(sent) <= 2 + N + 1
     assert len(sent[0].batches) == 2
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_a_proxy_answering_while_the_console_restarts_is_an_outage_not_a_refusal(status):
+    """Behind a proxy (Caddy) a restarting console answers 502/503/504 for a while: the
+    real client reads that as unreachable, and the shipper keeps every line for later
+    instead of counting refusals and setting them aside (found by make test-deploy)."""
+    answers = [status] * (N + 3) + [200]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            code = answers.pop(0)
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            if code == 200:
+                acks = {str(b["pod_id"]): b["first_seq"] + len(b["lines"]) for b in body["batches"]}
+                self.wfile.write(json.dumps({"acks": acks}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = AgentClient(f"http://127.0.0.1:{server.server_port}", token="t")
+    try:
+        shipper = LogShipper(client.send_logs, flush_after=0)
+        shipper.open(1, 1, 0)
+        shipper.append(1, "kept")
+        deadline = time.monotonic() + 10
+        while not shipper.drained() and time.monotonic() < deadline:
+            with contextlib.suppress(TransportError):
+                shipper.ship_once()
+        assert shipper.drained() and not answers
+        assert shipper._streams.get(1) is None or not shipper._streams[1].refusals
+    finally:
+        server.shutdown()
+        server.server_close()
+        client.close()
