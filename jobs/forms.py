@@ -412,13 +412,6 @@ class JobForm(forms.Form):
         sizes = ("workers", "gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker")
         if any(data.get(field) is None for field in (*sizes, "idle_resources")):
             return  # a field already has its own error
-        tenant_gpus = getattr(quota, "tenant_gpus", None)
-        if tenant_gpus is None:  # a quota not read by clean_quota
-            tenant_gpus = Quota.objects.filter(
-                tenant_id=quota.tenant_id,
-                resource_type=quota.resource_type,
-                gpu_type=quota.gpu_type,
-            ).aggregate(total=Sum("gpus"))["total"]
         size = QuotaSize(
             name=quota.name,
             resource_type=quota.resource_type,
@@ -426,7 +419,7 @@ class JobForm(forms.Form):
             gpus=quota.gpus,
             cpus=quota.cpus,
             memory_gb=quota.memory_gb,
-            tenant_gpus=tenant_gpus or 0,
+            tenant_gpus=quota.tenant_gpus or 0,  # annotated by clean_quota
         )
         node_gpus = self._pool(quota, data)["node_gpus"]
         problem = never_fits(
