@@ -34,6 +34,17 @@ def broker(settings):
     client.delete("celery")
 
 
+@pytest.fixture(autouse=True)
+def root_log_level():
+    """An embedded worker sets the root logger's level (celery's `app.log.setup`); the trace
+    logger's "succeeded" line is only written when INFO is enabled as the worker starts, so
+    each worker here starts at INFO and the level is put back for the tests that follow."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
+
+
 def queued_messages(client) -> list[dict]:
     return [json.loads(raw) for raw in client.lrange("celery", 0, -1)]
 
@@ -83,7 +94,9 @@ def test_the_worker_records_the_run_with_the_request_id(broker, settings):
     finally:
         reset_request_id(token)
     try:
-        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+        with start_worker(
+            app, pool="solo", loglevel="INFO", perform_ping_check=False, shutdown_timeout=30
+        ):
             assert wait_for(lambda: LoopRun.objects.filter(name="scheduler", runs__gte=1).exists())
     finally:
         trace_log.removeHandler(collect)
@@ -100,7 +113,9 @@ def test_an_expired_trigger_never_runs(broker, settings):
     [message] = queued_messages(broker)
     expires = datetime.fromisoformat(message["headers"]["expires"]).timestamp()
     assert wait_for(lambda: time.time() > expires + 0.2, timeout=10)  # the outage
-    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+    with start_worker(
+        app, pool="solo", loglevel="INFO", perform_ping_check=False, shutdown_timeout=30
+    ):
         assert wait_for(lambda: not broker.llen("celery"))  # taken off the queue…
         # …and dropped: a later trigger runs, the expired one never did.
         settings.SCHEDULER_INTERVAL = 30
