@@ -121,13 +121,13 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
             rows[admission.job_id].gpus_per_worker,
             rows[admission.job_id].cpus_per_worker,
             rows[admission.job_id].memory_gb_per_worker,
-            admission.charged_quota_id,
+            admission.charge_of(i),  # each pod its own lender (pooled idle jobs)
             admission.in_quota,
             PodStatus.STARTING,
         )
         for admission in decided.admissions
         if admission.job_id in won
-        for p in admission.placements
+        for i, p in enumerate(admission.placements)
     ]
     if pods:
         insert_pods(pods)

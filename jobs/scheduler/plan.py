@@ -193,7 +193,8 @@ def _index(snapshot: Snapshot) -> tuple[dict, dict, dict]:
     charged_to: dict[int, list[RunningSnap]] = {}
     own: dict[int, list[RunningSnap]] = {}
     for r in snapshot.running:
-        charged_to.setdefault(r.charged_quota_id, []).append(r)
+        for lender in r.lenders:  # a pooled idle job is a borrower of each of its lenders
+            charged_to.setdefault(lender, []).append(r)
         own.setdefault(r.quota_id, []).append(r)
     return lenders, charged_to, own
 
@@ -289,12 +290,20 @@ def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
         claimed = state.demand.get(job.quota_id, 0)
         if claimed:
             state.demand[job.quota_id] = max(claimed - job.total_gpus, 0)
-    used = state.usage[admission.charged_quota_id]
-    used.gpus += job.total_gpus
-    used.cpus += job.workers * job.cpus_per_worker
-    used.memory_gb += job.workers * job.memory_gb_per_worker
-    if not admission.in_quota:
-        used.borrowed += job.total_gpus
+    if admission.charges:  # pooled lenders: each charged its own workers
+        for quota_id in admission.charges:
+            _charge(state.usage[quota_id], job, 1, admission.in_quota)
+    else:
+        _charge(state.usage[admission.charged_quota_id], job, job.workers, admission.in_quota)
+
+
+def _charge(used: Usage, job: JobSnap, workers: int, in_quota: bool) -> None:
+    gpus = workers * job.gpus_per_worker
+    used.gpus += gpus
+    used.cpus += workers * job.cpus_per_worker
+    used.memory_gb += workers * job.memory_gb_per_worker
+    if not in_quota:
+        used.borrowed += gpus
 
 
 _DEFER = object()  # the job is looked at again in the idle pass
@@ -406,7 +415,10 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
             return f"idle resources: reclaimed by {names} recently; not borrowing there yet"
     room = {q.id: q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0) for q in lenders}
     able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
-    if not able:
+    pooled: tuple[QuotaSnap, ...] = ()
+    if not able and len(lenders) > 1:
+        pooled = _pool_lenders(job, lenders, room, state)
+    if not able and not pooled:
         best = max(lenders, key=lambda q: (room[q.id], -q.id))
         free = f"{max(room[best.id], 0)} unused"
         if best.id in state.reclaiming:
@@ -424,15 +436,47 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     placements = _place(job, pool, state)
     if placements is None:
         return f"idle resources: {_diagnose(pool, job, state)}"
+    where = describe_placements(placements, state.capacity.names)
+    if pooled:  # each pod charged to one lender, ranks in order, most unused lender first
+        charges = tuple(q.id for q in pooled)
+        names = ", ".join(dict.fromkeys(q.name for q in pooled))
+        return Admission(
+            job_id=job.id,
+            placements=placements,
+            charged_quota_id=charges[0],
+            in_quota=False,
+            reason=f"{where}; idle resources of quotas {names} (not in quota)",
+            charges=charges,
+        )
     lender = able[0]
     return Admission(
         job_id=job.id,
         placements=placements,
         charged_quota_id=lender.id,
         in_quota=False,
-        reason=f"{describe_placements(placements, state.capacity.names)}; "
-        f"idle resources of quota {lender.name} (not in quota)",
+        reason=f"{where}; idle resources of quota {lender.name} (not in quota)",
     )
+
+
+def _pool_lenders(
+    job: JobSnap, lenders: list[QuotaSnap], room: dict[int, int], state: _Working
+) -> tuple[QuotaSnap, ...]:
+    """No single lender has the whole job (Lingjun only): one lender per worker, the lender
+    with the most unused GPUs first (then by id), each taking as many whole workers as its
+    room holds. Returns the lender of each rank, or () when the tenant's room is too small.
+    A worker is never split between lenders, so no lender is charged beyond its size."""
+    per = job.gpus_per_worker
+    order = sorted(
+        (q for q in lenders if q.id not in state.reclaiming and room[q.id] >= per),
+        key=lambda q: (-room[q.id], q.id),
+    )
+    charges: list[QuotaSnap] = []
+    for q in order:
+        take = min(room[q.id] // per, job.workers - len(charges)) if per else job.workers
+        charges.extend([q] * take)
+        if len(charges) == job.workers:
+            return tuple(charges)
+    return ()
 
 
 def _cooling(job: JobSnap, state: _Working) -> set[int]:
@@ -490,8 +534,10 @@ def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> 
     need = job.total_gpus
 
     def eligible(victims) -> bool:
-        freed = sum(v.gpus for v in victims)
-        freed_guaranteed = sum(v.gpus for v in victims if v.in_quota)
+        # Only a victim's workers charged to this quota give it capacity back (a pooled idle
+        # job stops whole, but its other workers free their own lenders' capacity).
+        freed = sum(v.gpus_charged_to(quota.id) for v in victims)
+        freed_guaranteed = sum(v.gpus_charged_to(quota.id) for v in victims if v.in_quota)
         if used.guaranteed - freed_guaranteed + need > quota.gpus:
             return False
         if used.gpus - freed + need > quota.gpus:

@@ -458,6 +458,8 @@ class Simulation:
                         quota_id=job.quota_id,
                         charged_quota_id=live[0].charged_to,
                         in_quota=live[0].in_quota,
+                        charges=_charges(live),
+                        idle_resources=job.spec.idle_resources,
                         priority=job.spec.priority,
                         gpus_by_node=tuple((p.node.id, len(p.gpus)) for p in live),
                         started_at=at(job.admitted_t),
@@ -499,11 +501,11 @@ class Simulation:
             job = self.job_by_id[admission.job_id]
             self._job_event(job, S.STARTING, admission.reason)
             job.admitted_t = self.t
-            for p in admission.placements:
+            for i, p in enumerate(admission.placements):
                 node = self.node_by_id[p.node_id]
                 pod = SimPod(job, p.rank, job.attempt, node, p.gpu_indices)
                 pod.charged_to, pod.in_quota, pod.started_t = (
-                    admission.charged_quota_id,
+                    admission.charge_of(i),  # each pod its own lender (pooled idle jobs)
                     admission.in_quota,
                     self.t,
                 )
@@ -554,3 +556,11 @@ class Simulation:
             "end": round(end, 3),
             "invariant_violations": [f"t={v.t}: {v.text}" for v in self.violations],
         }
+
+
+def _charges(live: list[SimPod]) -> tuple[int, ...]:
+    """Per live worker, its lender, when they are not all the same (a pooled idle job)."""
+    first = live[0].charged_to
+    if all(p.charged_to == first for p in live):
+        return ()
+    return tuple(p.charged_to for p in live)
