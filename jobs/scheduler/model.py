@@ -200,10 +200,23 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class ChargeHome:
+    """A running `Acceptable` job that borrowed moves its charge to its own quota, in quota
+    (DESIGN §5): its quota now has room for the whole job, so it is no reclaim victim."""
+
+    job_id: int
+    quota_id: int  # its own quota: the pods' new charge
+    from_quota_ids: tuple[int, ...]  # the lenders its pods are charged to now
+    pods: int  # its live pods: all of them move, or none (compare-and-set)
+    reason: str  # "charge moved home to quota team-a (in quota)"
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     admissions: tuple[Admission, ...] = ()
     queued: tuple[QueueDecision, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
+    charges_home: tuple[ChargeHome, ...] = ()
 
     def admission_for(self, job_id: int) -> Admission | None:
         return next((a for a in self.admissions if a.job_id == job_id), None)

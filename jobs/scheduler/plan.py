@@ -37,6 +37,7 @@ from operator import attrgetter
 
 from jobs.scheduler.model import (
     Admission,
+    ChargeHome,
     JobSnap,
     Placement,
     Plan,
@@ -156,6 +157,7 @@ class _Working:
     # Quotas that need lent capacity back: they lend nothing more in this plan.
     reclaiming: set[int] = field(default_factory=set)
     victims: set[int] = field(default_factory=set)  # chosen or waited for in this plan
+    moved: set[int] = field(default_factory=set)  # charges moved home: in quota now
     preemptions: list[Preemption] = field(default_factory=list)
     no_victims: set[tuple] = field(default_factory=set)  # (quota, priority, shape) that failed
     # Per quota: GPUs its waiting guaranteed jobs could claim within the guarantee. Not lent
@@ -228,6 +230,9 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     # Two passes: capacity free now goes to guarantees before borrowers (a borrower placed
     # first would be reclaimed by the guaranteed job behind it: the reclaim loop of §9).
     deferred: dict[int, str | _Short | None] = {}
+    # Before both passes: what a move home takes, the quota's waiting jobs did not claim,
+    # and a lender whose job arrives now gets the room back instead of reclaiming.
+    charges_home = _move_home(snapshot.running, state)
     for phase in (_guaranteed_pass, _idle_pass):
         for job in order:
             if phase is _idle_pass and job.id not in deferred:
@@ -262,7 +267,10 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
                 reason = f"waiting (the scheduler could not word why: {_error(exc)})"
             queued.append(QueueDecision(job.id, reason, positions[job.quota_id]))
     return Plan(
-        admissions=tuple(admissions), queued=tuple(queued), preemptions=tuple(state.preemptions)
+        admissions=tuple(admissions),
+        queued=tuple(queued),
+        preemptions=tuple(state.preemptions),
+        charges_home=tuple(charges_home),
     )
 
 
@@ -307,6 +315,50 @@ def _charge(used: Usage, job: JobSnap, workers: int, in_quota: bool) -> None:
 
 
 _DEFER = object()  # the job is looked at again in the idle pass
+
+
+def _move_home(running: Iterable[RunningSnap], state: _Working) -> list[ChargeHome]:
+    """Borrowing `Acceptable` jobs whose own quota now has room for the whole job move
+    their charge home, in quota: no longer reclaim victims (DESIGN §5). Room is what the
+    quota's waiting guaranteed jobs (its demand) leave; by priority, then oldest first."""
+    moves: list[ChargeHome] = []
+    candidates = [
+        r
+        for r in running
+        if r.idle_resources == IdleResources.ACCEPTABLE and not r.in_quota and not r.stopping
+    ]
+    if not candidates:
+        return moves
+    far = datetime.max.replace(tzinfo=state.now.tzinfo)
+    candidates.sort(key=lambda r: (-r.priority, r.started_at or far, r.id))
+    for r in candidates:
+        quota = state.quotas.get(r.quota_id)
+        # A quota that limits CPUs or memory is left out: RunningSnap does not carry them,
+        # and a move must never take a quota over its guarantee.
+        if quota is None or quota.cpus or quota.memory_gb or quota.id in state.reclaiming:
+            continue
+        used, home = state.usage[quota.id], r.gpus_charged_to(quota.id)
+        claimed = state.demand.get(quota.id, 0)
+        if used.guaranteed + claimed + r.gpus > quota.gpus:
+            continue
+        if used.gpus - home + r.gpus + claimed > quota.gpus:
+            continue
+        for lender in r.lenders:
+            gpus = r.gpus_charged_to(lender)
+            state.usage[lender].gpus -= gpus
+            state.usage[lender].borrowed -= gpus
+        used.gpus += r.gpus
+        state.moved.add(r.id)
+        moves.append(
+            ChargeHome(
+                job_id=r.id,
+                quota_id=quota.id,
+                from_quota_ids=r.lenders,
+                pods=len(r.gpus_by_node),
+                reason=f"charge moved home to quota {quota.name} (in quota)",
+            )
+        )
+    return moves
 
 
 def _guaranteed_pass(job: JobSnap, state: _Working, deferred: dict) -> object:
@@ -509,7 +561,7 @@ def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> 
     candidates: list[RunningSnap] = []
     protected = 0
     for r in state.charged_to.get(quota.id, ()):
-        if r.id in state.victims:
+        if r.id in state.victims or r.id in state.moved:
             continue
         if not r.stopping and preempted_within_hour(r, state.now) >= cap:
             protected += not r.in_quota

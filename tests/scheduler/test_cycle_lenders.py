@@ -2,10 +2,13 @@
 
 import pytest
 
+from jobs.models import Pod
+from jobs.scheduler import cycle
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.statuses import IdleResources
+from jobs.statuses import IdleResources, PodStatus
 from quotas.models import Quota
 from tests.conftest import make_node
+from tests.scheduler.conftest import finish_pods
 from tests.scheduler.test_cycle_reclaim import exit_all
 
 
@@ -38,3 +41,44 @@ def test_a_pooled_idle_job_charges_each_pod_to_its_lender_and_is_reclaimed_by_on
     exit_all(pooled)
     assert run_cycle().admitted == (owner.id,)
     assert owner.pods.get().charged_quota_id == third_quota.id
+
+
+def borrow_while_full(submit, quota):
+    """team-a (8) is full with a1, so the Acceptable job borrows team-b's 8 on node-1."""
+    make_node("node-0"), make_node("node-1")
+    Quota.objects.filter(pk=quota.pk).update(gpus=8)
+    filler = submit(name="a1", gpus=8)
+    acc = submit(name="acc", gpus=8, idle_resources=IdleResources.ACCEPTABLE)
+    assert run_cycle().admitted == (filler.id, acc.id)
+    return filler, acc
+
+
+def test_an_acceptable_borrower_moves_its_charge_home_and_is_not_reclaimed(
+    submit, quota, other_quota, settings
+):
+    settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = 0
+    filler, acc = borrow_while_full(submit, quota)
+    assert acc.pods.get().charged_quota_id == other_quota.id
+    assert run_cycle().charged_home == ()  # team-a is still full
+    finish_pods(filler)
+    assert run_cycle().charged_home == (acc.id,)
+    pod = acc.pods.get()
+    assert (pod.charged_quota_id, pod.in_quota) == (quota.id, True)
+    # team-b's own job finds its capacity back: no one is reclaimed, it just starts.
+    owner = submit(name="b1", target=other_quota, gpus=8)
+    result = run_cycle()
+    assert (result.admitted, result.preempted) == ((owner.id,), ())
+
+
+def test_a_move_home_is_compare_and_set_on_the_pods(submit, quota, other_quota, monkeypatch):
+    filler, acc = borrow_while_full(submit, quota)
+    finish_pods(filler)
+
+    def meanwhile(decided):  # the pod changes between plan() and the writes
+        assert [m.job_id for m in decided.charges_home] == [acc.id]
+        Pod.objects.filter(job=acc).update(status=PodStatus.FAILED)
+
+    monkeypatch.setattr(cycle, "after_plan", meanwhile)
+    assert run_cycle().charged_home == ()
+    pod = acc.pods.get()
+    assert (pod.charged_quota_id, pod.in_quota) == (other_quota.id, False)

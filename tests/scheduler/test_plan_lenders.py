@@ -96,3 +96,56 @@ def test_reclaim_credits_a_lender_only_with_the_pods_charged_to_it():
     jobs = [job(1, quota=2, workers=2, gpus=8, name="b1")]
     result = plan(snapshot(nodes, quotas, jobs, held), LATER)
     assert sorted(p.job_id for p in result.preemptions) == [10, 11]
+
+
+# -- Acceptable moves its charge home ---------------------------------------------------------
+ACCEPTABLE = IdleResources.ACCEPTABLE
+
+
+def borrowed_acceptable(id: int = 20, **kw):
+    """A running Acceptable job of team-a (8) on node-1, charged to team-b, not in quota."""
+    r = running(id, on={1: 8}, quota=1, charged=2, **kw)
+    return replace(r, idle_resources=ACCEPTABLE)
+
+
+def home_quotas(a_used: int = 0):
+    return [
+        quota(1, name="team-a", gpus=8, used=a_used),
+        quota(2, name="team-b", gpus=8, used=8, borrowed_gpus=8),
+    ]
+
+
+def test_a_borrowed_acceptable_job_moves_its_charge_home_when_its_quota_has_room():
+    result = plan(
+        snapshot([node(0), node(1, free=())], home_quotas(), [], [borrowed_acceptable()]), T0
+    )
+    [move] = result.charges_home
+    assert (move.job_id, move.quota_id, move.from_quota_ids, move.pods) == (20, 1, (2,), 1)
+    assert move.reason == "charge moved home to quota team-a (in quota)"
+
+
+def test_no_move_home_while_its_quota_is_full_or_claimed_by_a_waiting_job():
+    held = [borrowed_acceptable()]
+    full = plan(snapshot([node(0, free=()), node(1, free=())], home_quotas(8), [], held), T0)
+    assert full.charges_home == ()
+    # team-a's own waiting job claims the room first (it cannot be placed: no free GPUs).
+    jobs = [job(1, gpus=8, name="a1")]
+    claimed = plan(snapshot([node(0, free=()), node(1, free=())], home_quotas(), jobs, held), T0)
+    assert claimed.charges_home == ()
+
+
+def test_after_moving_home_the_lender_has_its_capacity_and_reclaims_nothing():
+    # team-b's own job arrives in the same plan: the moved job is not its victim and the
+    # room the move gave back to team-b lets b1 start on node-0's free GPUs.
+    jobs = [job(1, quota=2, gpus=8, name="b1")]
+    held = [borrowed_acceptable()]
+    result = plan(snapshot([node(0), node(1, free=())], home_quotas(), jobs, held), LATER)
+    assert [m.job_id for m in result.charges_home] == [20]
+    assert result.preemptions == ()
+    assert [a.job_id for a in result.admissions] == [1]
+
+
+def test_only_acceptable_borrowers_move_home():
+    only = running(20, on={1: 8}, quota=1, charged=2)  # Only Idle Resources keeps borrowing
+    result = plan(snapshot([node(0), node(1, free=())], home_quotas(), [], [only]), T0)
+    assert result.charges_home == ()

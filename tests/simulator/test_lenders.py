@@ -44,3 +44,18 @@ def test_an_only_idle_gang_pools_two_lenders_then_one_reclaims_it():
     jobs = summary["jobs"]
     assert jobs["i1"]["status"] == "Preempted" and jobs["b1"]["status"] == "Completed"
     assert peak_charge(sim) == {"team-b": 8, "team-c": 8}  # never above either quota
+
+
+def test_an_acceptable_borrower_moves_home_and_is_not_reclaimed_when_the_lender_returns():
+    sim, summary = simulate("acceptable_moves_charge_home")
+    assert summary["invariant_violations"] == []
+    moves = [e for e in sim.events if e.get("job") == "acc" and "pod" in e]
+    assert [(e["t"], e["charged_to"], e["in_quota"]) for e in moves][-2:] == [
+        (630, "team-a", True),
+        (3630, "team-a", True),
+    ]
+    jobs = summary["jobs"]
+    assert jobs["acc"]["preemptions"] == 0 and jobs["acc"]["work_lost"] == 0
+    assert jobs["acc"]["status"] == jobs["b1"]["status"] == "Completed"
+    assert summary["preemptions"] == 0
+    assert peak_charge(sim) == {"team-a": 8, "team-b": 8}
