@@ -95,6 +95,8 @@ def run_cycle(now: datetime | None = None) -> CycleResult:
             len(result.conflicts),
             list(result.admitted[:5]),
         )
+    if result.charged_home:
+        log.info("scheduler: charge moved home (in quota) for job(s) %s", list(result.charged_home))
     return result
 
 

@@ -43,12 +43,14 @@ def test_a_pooled_idle_job_charges_each_pod_to_its_lender_and_is_reclaimed_by_on
     assert owner.pods.get().charged_quota_id == third_quota.id
 
 
-def borrow_while_full(submit, quota):
+def borrow_while_full(submit, quota, workers=1):
     """team-a (8) is full with a1, so the Acceptable job borrows team-b's 8 on node-1."""
     make_node("node-0"), make_node("node-1")
     Quota.objects.filter(pk=quota.pk).update(gpus=8)
     filler = submit(name="a1", gpus=8)
-    acc = submit(name="acc", gpus=8, idle_resources=IdleResources.ACCEPTABLE)
+    acc = submit(
+        name="acc", workers=workers, gpus=8 // workers, idle_resources=IdleResources.ACCEPTABLE
+    )
     assert run_cycle().admitted == (filler.id, acc.id)
     return filler, acc
 
@@ -71,14 +73,17 @@ def test_an_acceptable_borrower_moves_its_charge_home_and_is_not_reclaimed(
 
 
 def test_a_move_home_is_compare_and_set_on_the_pods(submit, quota, other_quota, monkeypatch):
-    filler, acc = borrow_while_full(submit, quota)
+    filler, acc = borrow_while_full(submit, quota, workers=2)
     finish_pods(filler)
 
-    def meanwhile(decided):  # the pod changes between plan() and the writes
-        assert [m.job_id for m in decided.charges_home] == [acc.id]
-        Pod.objects.filter(job=acc).update(status=PodStatus.FAILED)
+    def meanwhile(decided):  # one worker exits between plan() and the writes
+        assert [(m.job_id, m.pods) for m in decided.charges_home] == [(acc.id, 2)]
+        Pod.objects.filter(job=acc, rank=1).update(status=PodStatus.FAILED)
 
     monkeypatch.setattr(cycle, "after_plan", meanwhile)
     assert run_cycle().charged_home == ()
-    pod = acc.pods.get()
-    assert (pod.charged_quota_id, pod.in_quota) == (other_quota.id, False)
+    # All or nothing: the live worker's charge is not moved either.
+    assert set(acc.pods.values_list("charged_quota_id", "in_quota")) == {(other_quota.id, False)}
+    monkeypatch.setattr(cycle, "after_plan", None)
+    assert run_cycle().charged_home == (acc.id,)  # the next cycle decides again
+    assert acc.pods.get(rank=0).charged_quota_id == quota.id
