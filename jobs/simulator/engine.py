@@ -67,10 +67,10 @@ class Simulation:
         self.violations: list[Violation] = []
         self.preemption_count = 0
         self.refused: dict[str, str] = {}  # job name → why it was refused at submission
-        pooled: dict[tuple, int] = {}
+        pooled: dict[tuple, tuple[int, ...]] = {}  # each quota's GPUs, per tenant and pool
         for q in scenario.quotas:
             key = (q.tenant, q.resource_type, q.gpu_type)
-            pooled[key] = pooled.get(key, 0) + q.gpus
+            pooled[key] = (*pooled.get(key, ()), q.gpus)
         self.pool_gpus: dict[tuple[str, str], tuple[int, ...]] = {}  # each node's GPUs
         for n in scenario.nodes:
             key = (n.resource_type, n.gpu_type)
@@ -81,7 +81,8 @@ class Simulation:
                 q.resource_type,
                 q.gpu_type,
                 q.gpus,
-                tenant_gpus=pooled[(q.tenant, q.resource_type, q.gpu_type)],
+                tenant_gpus=sum(pooled[(q.tenant, q.resource_type, q.gpu_type)]),
+                tenant_quota_gpus=pooled[(q.tenant, q.resource_type, q.gpu_type)],
             )
             for qid, q in self.quotas.values()
         }
