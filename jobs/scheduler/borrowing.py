@@ -6,7 +6,7 @@ Never across tenants or GPU types; never a lender in reclaim or in its cool-down
 
 from jobs.scheduler.guaranteed import _wait_guaranteed
 from jobs.scheduler.model import Admission, JobSnap, PoolKey, QuotaSnap
-from jobs.scheduler.reasons import describe_placements, diagnose_unschedulable_pool
+from jobs.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
 from jobs.scheduler.working import _Both, _diagnose, _place, _Short, _Working
 
 
@@ -52,9 +52,17 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
             free += ", being reclaimed"
         if len(lenders) == 1:
             return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}"
+        # Several lenders are pooled (whole workers each): say what they have together.
+        total = sum(max(room[q.id], 0) for q in lenders if q.id not in state.reclaiming)
+        short = (
+            f"job needs {need}"
+            if total < need
+            else f"not as {_n(job.workers, 'whole worker')} of {job.gpus_per_worker}"
+        )
+        most = f" (most: {best.name}, {free})" if total or best.id in state.reclaiming else ""
         return (
-            f"idle resources: no {quota.gpu_type} quota of this tenant has {need} GPUs unused "
-            f"(most: {best.name}, {free})"
+            f"idle resources: the {quota.gpu_type} quotas of this tenant have {total} GPUs "
+            f"unused in all, {short}{most}"
         )
     key = quota.pool
     pool = state.capacity.pool(key)

@@ -50,7 +50,10 @@ def test_a_worker_is_never_split_and_no_lender_is_over_committed():
     jobs = [job(1, workers=2, gpus=8, idle=ONLY)]
     result = plan(snapshot([node(0), node(1)], quotas, jobs), T0)
     assert result.admissions == ()
-    assert result.queued[0].reason.startswith("idle resources: no H200 quota of this tenant")
+    assert result.queued[0].reason == (
+        "idle resources: the H200 quotas of this tenant have 16 GPUs unused in all, "
+        "not as 2 whole workers of 8 (most: team-b, 12 unused)"
+    )
 
 
 def test_pooled_charges_count_per_lender_in_the_same_plan():

@@ -163,8 +163,8 @@ def test_an_acceptable_jobs_reason_covers_both_sides():
     jobs = [job(1, gpus=8, idle=ACCEPTABLE)]
     result = plan(snapshot([node(0, free=()), node(1, free=())], quotas, jobs), LATER)
     assert reasons(result)[1] == (
-        "quota team-a: 8/8 GPUs in use, job needs 8; idle resources: no H200 quota of this "
-        "tenant has 8 GPUs unused (most: team-a, 0 unused)"
+        "quota team-a: 8/8 GPUs in use, job needs 8; idle resources: the H200 quotas of this "
+        "tenant have 0 GPUs unused in all, job needs 8"
     )
 
 
