@@ -43,8 +43,11 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     room = {q.id: q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0) for q in lenders}
     able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
     pooled: tuple[QuotaSnap, ...] = ()
+    total = 0  # unused GPUs of the lenders together (not counting those in reclaim)
     if not able and len(lenders) > 1:
-        pooled = _pool_lenders(job, lenders, room, state)
+        total = sum(room[q.id] for q in lenders if room[q.id] > 0 and q.id not in state.reclaiming)
+        if total >= need:  # else no set of lenders can hold it: skip the pooling
+            pooled = _pool_lenders(job, lenders, room, state)
     if not able and not pooled:
         best = max(lenders, key=lambda q: (room[q.id], -q.id))
         free = f"{max(room[best.id], 0)} unused"
@@ -53,7 +56,6 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         if len(lenders) == 1:
             return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}"
         # Several lenders are pooled (whole workers each): say what they have together.
-        total = sum(max(room[q.id], 0) for q in lenders if q.id not in state.reclaiming)
         short = (
             f"job needs {need}"
             if total < need
