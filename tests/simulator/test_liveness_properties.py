@@ -71,14 +71,9 @@ def test_every_run_ends_with_every_job_final_and_bounded_preemption(raw):
     sim = Simulation(parse(raw), until=HORIZON, audit=True)
     summary = sim.run()
     assert summary["invariant_violations"] == []
-    # Known gap (issue 10 item 4, not built yet): a Lingjun idle job larger than every single
-    # lender needs several lenders at once and still waits; it is left out here, not hidden.
-    pooled = _needs_several_lenders(raw)
-    waiting = {
-        n: j["status"]
-        for n, j in summary["jobs"].items()
-        if j["status"] not in FINAL and n not in pooled
-    }
+    # Lingjun idle jobs larger than every single lender pool several (issue 10 item 4), so
+    # no job is left out here any more.
+    waiting = {n: j["status"] for n, j in summary["jobs"].items() if j["status"] not in FINAL}
     assert waiting == {}, f"never ended: {waiting} in {raw}"
     assert sim.last_t < HORIZON
     cap = PlanOptions().max_preemptions_per_hour
@@ -93,12 +88,3 @@ def test_every_run_ends_with_every_job_final_and_bounded_preemption(raw):
 
 
 FINAL = {s.value for s in FINAL_JOB_STATUSES}
-
-
-def _needs_several_lenders(raw: dict) -> set[str]:
-    largest = max(q["gpus"] for q in raw["quotas"])  # one tenant, one pool in these runs
-    return {
-        j["name"]
-        for j in raw["jobs"]
-        if j["idle_resources"] != "Off" and j["workers"] * j["gpus_per_worker"] > largest
-    }
