@@ -6,7 +6,7 @@ rule), but only while capacity that will free up could ever satisfy it."""
 from jobs.scheduler.model import Admission, JobSnap, QuotaSnap
 from jobs.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
 from jobs.scheduler.reclaim import _preempt
-from jobs.scheduler.working import _place, _Short, _Working, quota_shortfall
+from jobs.scheduler.working import Usage, _place, _Short, _Working, quota_shortfall
 from jobs.statuses import IdleResources
 
 _DEFER = object()  # the job is looked at again in the idle pass
@@ -49,16 +49,24 @@ def _guaranteed(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | 
     # Fast path for a long queue on a full quota: guaranteed use only grows inside a plan,
     # so a GPU need at least as large as one that already did not fit cannot fit either.
     gpus_only = not quota.cpus and not quota.memory_gb
+    claimant = state.claims.get(quota.id)
+    if claimant is not None:
+        return (
+            f"waiting behind {claimant.label}, first in line for the GPUs being released "
+            f"in quota {quota.name}"
+        )
     if gpus_only and job.total_gpus >= state.full_at.get(quota.id, 1 << 62):
         return _Short(quota)
     if quota_shortfall(quota, used, job):
         if gpus_only:
             state.full_at[quota.id] = min(job.total_gpus, state.full_at.get(quota.id, 1 << 62))
+        _claim_releasing(job, quota, state)
         return _Short(quota)
     holder = state.holds.get(quota.id)
     if holder is not None:
         return f"waiting behind {holder.label}, which has waited longest for quota {quota.name}"
     if used.gpus + job.total_gpus > quota.gpus:
+        _claim_releasing(job, quota, state)
         return _Short(quota, lent=True)
     key = quota.pool
     pool = state.capacity.pool(key)
@@ -77,6 +85,32 @@ def _guaranteed(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | 
         in_quota=True,
         reason=describe_placements(placements, state.capacity.names),
     )
+
+
+# -- claims on capacity being released ----------------------------------------------------
+def _claim_releasing(job: JobSnap, quota: QuotaSnap, state: _Working) -> None:
+    """The first job in line that the quota's GPUs being released would let start claims
+    them: until it starts, later jobs of the quota do not start in quota and the quota lends
+    nothing. Without the claim, a preemptor's freed GPUs go to whoever is looked at between
+    its victims' exits, and it preempts again (the Kueue baseline looped like that). Derived
+    from the snapshot each cycle, so a claim lasts exactly while the release does."""
+    releasing_in_quota, releasing = state.releasing.get(quota.id, (0, 0))
+    if not releasing or quota.id in state.claims:
+        return
+    used = state.usage[quota.id]
+    # The quota once the release is done. CPUs and memory being released are not known
+    # here: a job short of those does not claim (a claim must be backed by what frees up).
+    after = Usage(
+        used.gpus - releasing,
+        used.cpus,
+        used.memory_gb,
+        used.borrowed - (releasing - releasing_in_quota),
+    )
+    if quota_shortfall(quota, after, job) or after.gpus + job.total_gpus > quota.gpus:
+        return
+    if _satisfiable(job, quota, state):
+        state.claims[quota.id] = job
+        state.reclaiming.add(quota.id)
 
 
 # -- starvation -----------------------------------------------------------------------------

@@ -21,8 +21,12 @@ an `Off` job that still waits may preempt (reclaim borrowers of its quota, or lo
 jobs of a `LowerPriority` quota). Second pass: `Only Idle Resources` and the `Acceptable`
 jobs still waiting try idle capacity; an `Acceptable` job that cannot borrow then has every
 right of an `Off` job in its own quota (DESIGN §5). A preemptor is not placed in the same
-plan: it waits until its victims have exited and their GPUs are released. A job whose
-evaluation raises is set aside with a reason (and logged); the others go on.
+plan: it waits until its victims have exited and their GPUs are released, and meanwhile it
+claims them: the first job in line that the GPUs being released would let start keeps its
+quota's room (later jobs of the quota do not start in quota, the quota lends nothing), in
+every cycle until the release is done (derived from the snapshot: nothing persisted, so a
+claim cannot outlive what backs it). A job whose evaluation raises is set aside with a
+reason (and logged); the others go on.
 
 No head-of-line starvation (the rule): backfill is greedy, so a small job that fits never
 waits behind a big one that cannot start. But once a waiting guaranteed job has waited
@@ -56,6 +60,7 @@ from jobs.scheduler.working import (
     _claim_demand,
     _diagnose,
     _index,
+    _releasing,
     _Short,
     _Working,
     admission_order,
@@ -100,6 +105,7 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         lenders=lenders,
         charged_to=charged_to,
         own=own,
+        releasing=_releasing(snapshot.running),
     )
     order = admission_order(snapshot.jobs)
     _claim_demand(order, state)

@@ -98,6 +98,11 @@ class _Working:
     blocked_by: dict[PoolKey, int] = field(default_factory=dict)
     # Starvation holds: quota id → the job waiting longest for its guarantee.
     holds: dict[int, JobSnap] = field(default_factory=dict)
+    # Claims: quota id → the first job in line that the GPUs being released (stopping or
+    # preempted jobs) will let start; later jobs of the quota do not take its room meanwhile.
+    claims: dict[int, JobSnap] = field(default_factory=dict)
+    # GPUs charged to each quota that are being released: (in quota, all).
+    releasing: dict[int, tuple[int, int]] = field(default_factory=dict)
     reserved_for: dict[PoolKey, int] = field(default_factory=dict)  # pool → starving job
     # Quotas that need lent capacity back: they lend nothing more in this plan.
     reclaiming: set[int] = field(default_factory=set)
@@ -144,6 +149,19 @@ def _index(snapshot: Snapshot) -> tuple[dict, dict, dict]:
             charged_to.setdefault(lender, []).append(r)
         own.setdefault(r.quota_id, []).append(r)
     return lenders, charged_to, own
+
+
+def _releasing(running: Iterable[RunningSnap]) -> dict[int, tuple[int, int]]:
+    """GPUs being released per quota they are charged to: (in quota, all)."""
+    out: dict[int, tuple[int, int]] = {}
+    for r in running:
+        if not r.stopping:
+            continue
+        for lender in r.lenders:
+            gpus = r.gpus_charged_to(lender)
+            in_quota, total = out.get(lender, (0, 0))
+            out[lender] = (in_quota + (gpus if r.in_quota else 0), total + gpus)
+    return out
 
 
 def _claim_demand(order: list[JobSnap], state: _Working) -> None:
