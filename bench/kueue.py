@@ -276,6 +276,15 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
                 time.sleep(1)
             total = time.monotonic() - t0
         # -- figures from the database -------------------------------------------------
+        # Where the time goes: what the loops did during the run (LoopRun, /metrics' source).
+        loops = {
+            r.name: {
+                "runs": r.runs,
+                "failures": r.failures,
+                "mean_ms": round(1000 * r.seconds_total / r.runs, 1) if r.runs else None,
+            }
+            for r in LoopRun.objects.all()
+        }
         created = dict(Job.objects.values_list("id", "created_at"))
         statuses = defaultdict(int)
         preemptions = 0
@@ -331,6 +340,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
         "finished": done,
         "statuses": dict(statuses),
         "preemptions": preemptions,
+        "loops": loops,
         "min_quota_usage": round(min(usages), 3),
         "mean_quota_usage": round(sum(usages) / len(usages), 3),
         "refused_requests": len(errors),
