@@ -22,6 +22,13 @@
       sync();
       if (toggle.checked) panel.open = true;
     });
+    // The click (and Enter/Space, which click a summary) is refused at once; closing it
+    // again on "toggle" would let it open for a moment (the event comes a task later).
+    if (summary) {
+      summary.addEventListener("click", function (event) {
+        if (!toggle.checked && !panel.open) event.preventDefault();
+      });
+    }
     panel.addEventListener("toggle", function () {
       if (panel.open && !toggle.checked) panel.open = false;
     });
