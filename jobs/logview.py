@@ -154,7 +154,9 @@ def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Foll
     """
     settle = settle_seconds()
     later = None
-    if pod is not None:
+    # Only an ended worker can have a later attempt (the database keeps one live copy of a
+    # rank): a running one costs no query.
+    if pod is not None and pod.status in FINAL_POD_STATUSES:
         later = (
             Pod.objects.filter(job=job, rank=pod.rank, attempt__gt=pod.attempt)
             .order_by("attempt")
@@ -162,8 +164,8 @@ def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Foll
             .first()
         )
     ended = (
-        pod is not None
-        and pod.status in FINAL_POD_STATUSES
+        later is not None
+        and pod is not None
         and (pod.finished_at is None or now - pod.finished_at >= timedelta(seconds=settle))
     )
     complete = later is None and logs_complete(
