@@ -2,7 +2,7 @@
 checkpoints, metrics, why-pending and the expected start."""
 
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -19,7 +19,7 @@ from jobs.accounting import account
 from jobs.forecast import current_snapshot, expected_start_json
 from jobs.models import Job, Pod, WorkerGpuSample
 from jobs.serializers import checkpoint_json, event_json, log_line_json, progress_json, restart_json
-from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES
+from jobs.statuses import FINAL_POD_STATUSES
 from jobs.usage import WAITING, usage_json
 
 router = Router()
@@ -31,7 +31,7 @@ MAX_SAMPLES = 10_000
 class LogParams(schemas.Schema):
     rank: int = Field(0, ge=0, le=10_000, description="The worker.")
     attempt: int | None = Field(
-        None, ge=1, le=1_000_000, description="Default: the newest attempt that has workers."
+        None, ge=1, le=1_000_000, description="Default: this worker's newest attempt."
     )
     after: int = Field(-1, ge=-1, le=2**62, description="Return lines after this seq.")
     limit: int = Field(logview.DEFAULT_LIMIT, ge=1, le=logview.MAX_LIMIT)
@@ -39,22 +39,6 @@ class LogParams(schemas.Schema):
         False, description="Wait (long-poll) for new lines when there are none yet."
     )
     wait: int = Field(20, ge=0, le=300, description="Longest wait in follow mode, seconds.")
-
-
-def _newer_attempt(job: Job, pod: Pod | None, rank: int, now: datetime) -> int | None:
-    """The next attempt that has this rank, once this worker has ended and its last lines
-    had time to arrive (agents ship them in batches, like `logs_complete`'s settle)."""
-    if pod is None or pod.status not in FINAL_POD_STATUSES:
-        return None
-    settle = timedelta(seconds=logview.settle_seconds())
-    if pod.finished_at is not None and now - pod.finished_at < settle:
-        return None
-    return (
-        Pod.objects.filter(job=job, rank=rank, attempt__gt=pod.attempt)
-        .order_by("attempt")
-        .values_list("attempt", flat=True)
-        .first()
-    )
 
 
 @router.get(
@@ -75,16 +59,8 @@ def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
     while True:
         pod = logview.pick_pod(job, rank=params.rank, attempt=params.attempt)
         lines = logview.read_after(pod, params.after, params.limit) if pod else []
-        newer = _newer_attempt(job, pod, params.rank, timezone.now())
-        # Complete only on the last attempt: a job that failed, restarted and finished
-        # before the reader got here still has the newer attempt's lines to read.
-        complete = newer is None and logview.logs_complete(
-            job_final=job.status in FINAL_JOB_STATUSES,
-            finished_at=job.finished_at,
-            now=timezone.now(),
-            caught_up=len(lines) < params.limit,
-            settle=logview.settle_seconds(),
-        )
+        state = logview.follow(job, pod, caught_up=len(lines) < params.limit, now=timezone.now())
+        complete, newer = state.complete, state.newer_attempt
         worker_final = pod is not None and pod.status in FINAL_POD_STATUSES
         if lines or complete or newer or time.monotonic() >= deadline:
             break

@@ -275,7 +275,10 @@ class Logs(Schema):
     attempt: int | None
     lines: list[LogLine]
     next_after: int
-    complete: bool = Field(description="The job is final and every line has been read.")
+    complete: bool = Field(
+        description="The job is final, this is the worker's last attempt and every line "
+        "has been read."
+    )
     worker_final: bool = Field(description="This worker of this attempt has ended.")
     newer_attempt: int | None = Field(
         description="A later attempt that has this rank: follow it next."

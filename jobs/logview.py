@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from jobs.display import clean_log_line
 from jobs.models import Job, LogChunk, Pod
+from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES
 
 MAX_LIMIT = 5000
 DEFAULT_LIMIT = 1000
@@ -121,18 +122,60 @@ def read_tail(pod: Pod, count: int = TAIL_LINES) -> list[LogLine]:
 
 
 def pick_pod(job: Job, *, rank: int | None, attempt: int | None) -> Pod | None:
-    """The worker whose log to show: the given rank and attempt, by default rank 0 of the
-    newest attempt that has workers."""
-    pods = Pod.objects.filter(job=job)
+    """The worker whose log to show: the given rank (default 0) and attempt, by default
+    that worker's newest attempt (after an Asynchronous restart only the restarted worker
+    has the job's newest attempt; the others go on in their own)."""
+    pods = Pod.objects.filter(job=job, rank=rank or 0)
     if attempt is None:
-        latest = pods.order_by("-attempt").values_list("attempt", flat=True).first()
-        attempt = latest if latest is not None else job.attempt
-    return pods.filter(attempt=attempt, rank=rank or 0).first()
+        return pods.order_by("-attempt").first()
+    return pods.filter(attempt=attempt).first()
 
 
 def settle_seconds() -> int:
     """How long after a job ends its last log lines may still arrive (agents batch them)."""
     return 3 * settings.AGENT_HEARTBEAT_INTERVAL
+
+
+@dataclass(frozen=True)
+class Follow:
+    """What a follower of one worker's log does next (the job page's viewer and the API)."""
+
+    complete: bool  # stop: nothing more will come, in this attempt or a later one
+    newer_attempt: int | None  # move on to this attempt (after=-1): this one is all read
+
+
+def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Follow:
+    """The one rule for following a worker across restarts (DESIGN §7: seqs are per pod).
+
+    `complete` only on the worker's last attempt: a job that failed, restarted and finished
+    before the reader came back still has the newer attempt's lines. `newer_attempt` only
+    once this worker has ended and its last lines had time to arrive (agents ship them in
+    batches); until then the follower stays where it is.
+    """
+    settle = settle_seconds()
+    later = None
+    # Only an ended worker can have a later attempt (the database keeps one live copy of a
+    # rank): a running one costs no query.
+    if pod is not None and pod.status in FINAL_POD_STATUSES:
+        later = (
+            Pod.objects.filter(job=job, rank=pod.rank, attempt__gt=pod.attempt)
+            .order_by("attempt")
+            .values_list("attempt", flat=True)
+            .first()
+        )
+    ended = (
+        later is not None
+        and pod is not None
+        and (pod.finished_at is None or now - pod.finished_at >= timedelta(seconds=settle))
+    )
+    complete = later is None and logs_complete(
+        job_final=job.status in FINAL_JOB_STATUSES,
+        finished_at=job.finished_at,
+        now=now,
+        caught_up=caught_up,
+        settle=settle,
+    )
+    return Follow(complete=complete, newer_attempt=later if ended else None)
 
 
 def logs_complete(

@@ -128,17 +128,16 @@ def _int_arg(request: HttpRequest, name: str, default: int | None) -> int | None
 
 def _log_context(job: Job, pod: Pod | None, lines: list, *, caught_up: bool) -> dict:
     after = lines[-1].seq if lines else -1
+    state = logview.follow(job, pod, caught_up=caught_up, now=timezone.now())
     return {
         "log_pod": pod,
         "log_lines": lines,
         "log_after": after,
-        "log_complete": logview.logs_complete(
-            job_final=job.status in FINAL_JOB_STATUSES,
-            finished_at=job.finished_at,
-            now=timezone.now(),
-            caught_up=caught_up,
-            settle=logview.settle_seconds(),
-        ),
+        "log_complete": state.complete,
+        "log_newer_attempt": state.newer_attempt,
+        # A page opened on an attempt that already has a newer one shows it as history: its
+        # worker has ended and its lines are all here, and the viewer stays on that tab.
+        "log_live": not state.complete and state.newer_attempt is None,
     }
 
 
@@ -215,6 +214,8 @@ def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
                 "lines": [_line_json(line) for line in lines],
                 "next_after": context["log_after"],
                 "complete": context["log_complete"],
+                # The viewer moves there (after=-1) once a poll brings no more lines.
+                "newer_attempt": context["log_newer_attempt"],
             }
         )
     context["log_attempt"] = pod.attempt if pod else attempt or job.attempt

@@ -141,6 +141,26 @@
       else if (jump) jump.hidden = false;
       updateCount();
     }
+    // The worker restarted (a new attempt, its lines numbered from 0 again): go on there,
+    // and so do the toolbar's "Full log" and "Download raw" links.
+    function withAttempt(href, attempt) {
+      return href.replace(/([?&]attempt=)\d+/, "$1" + attempt);
+    }
+    function nextAttempt(attempt) {
+      url = withAttempt(url, attempt);
+      box.setAttribute("data-src", url);
+      after = -1;
+      box.setAttribute("data-after", after);
+      document.querySelectorAll(".log-toolbar a[href]").forEach(function (a) {
+        a.setAttribute("href", withAttempt(a.getAttribute("href"), attempt));
+      });
+      var stick = atBottom();
+      var mark = document.createElement("div");
+      mark.className = "log-attempt";
+      mark.textContent = "attempt " + attempt;
+      box.appendChild(mark);
+      if (stick) toBottom();
+    }
     function poll() {
       if (!live) return;
       if (!visible()) { setTimeout(poll, POLL_MS * 4); return; }
@@ -152,8 +172,9 @@
             after = page.next_after;
             box.setAttribute("data-after", after);
             if (page.complete) { live = false; box.removeAttribute("data-live"); return; }
+            if (page.newer_attempt && !page.lines.length) nextAttempt(page.newer_attempt);
           }
-          setTimeout(poll, page && page.lines.length ? 0 : POLL_MS);
+          setTimeout(poll, page && (page.lines.length || page.newer_attempt) ? 0 : POLL_MS);
         })
         .catch(function () { setTimeout(poll, POLL_MS * 4); });
     }

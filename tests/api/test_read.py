@@ -6,6 +6,7 @@ import time
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -146,6 +147,30 @@ def test_logs_point_to_a_newer_attempt(api, job, node):
     second = api.get(f"/api/v1/jobs/{job.pk}/logs?attempt=2").json()
     assert [line["text"] for line in second["lines"]] == ["attempt two"]
     assert second["newer_attempt"] is None
+
+
+def test_logs_of_a_restarted_job_that_finished_are_complete_only_on_the_last_attempt(
+    api, job, node
+):
+    """The same rule as the job page's viewer (jobs.logview.follow): the job failed,
+    restarted and finished before this reader came; attempt 1 is read, attempt 2 is not."""
+    (pod,) = place(job, node)
+    add_log(pod, 0, ["attempt one"])
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.FAILED, finished_at=timezone.now())
+    transition(job, JobStatus.PENDING, reason="restart 1/3", actor=Actor.AGENT, attempt=2)
+    new = Pod.objects.create(
+        job=job, attempt=2, rank=0, node=node, gpu_indices=[0], gpus=1,
+        charged_quota=job.quota, status=PodStatus.SUCCEEDED, finished_at=timezone.now(),
+    )  # fmt: skip
+    add_log(new, 0, ["attempt two"])
+    for status in (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.COMPLETED):
+        transition(job, status, reason="attempt 2", actor=Actor.AGENT)
+    with time_machine.travel(timezone.now() + timedelta(minutes=5), tick=False):
+        old = api.get(f"/api/v1/jobs/{job.pk}/logs?attempt=1&after=0").json()
+        assert old["complete"] is False and old["newer_attempt"] == 2
+        last = api.get(f"/api/v1/jobs/{job.pk}/logs?attempt=2").json()
+        assert [line["text"] for line in last["lines"]] == ["attempt two"]
+        assert last["complete"] is True
 
 
 # Events, restarts, checkpoints, metrics ---------------------------------------------------

@@ -1,5 +1,6 @@
 """A researcher in a real browser (headless Chromium): log in, submit a job from the form,
-and watch the detail page update itself through HTMX until the job is Completed."""
+and watch the detail page update itself through HTMX until the job is Completed (after one
+Automatic Fault Tolerance restart, which the log viewer follows to the new attempt)."""
 
 import pytest
 
@@ -23,23 +24,30 @@ def test_submit_from_form_and_watch_it_complete(browser, running_console: Runnin
     page.select_option("select[name=quota]", value=quota.get_attribute("value"))
     page.fill("input[name=image]", "busybox:latest")
     # Several lines: the browser submits them with CRLF, which must run as a shell script.
+    # The first attempt fails; fault tolerance runs it again as attempt 2, which succeeds.
     page.fill(
         "textarea[name=command]",
-        "sleep 2\nfor i in 1 2 3; do\n  echo browser-line-$i\ndone\nif true; then echo ok; fi",
+        "sleep 2\nfor i in 1 2 3; do\n  echo browser-line-$i\ndone\nif true; then echo ok; fi\n"
+        'if [ "$ATTEMPT" = 1 ]; then exit 3; fi\necho attempt-$ATTEMPT-done',
     )
     page.fill("input[name=gpus_per_worker]", "1")
     page.fill("input[name=cpus_per_worker]", "1")
     page.fill("input[name=memory_gb_per_worker]", "1")
+    page.check("input[name=fault_tolerance]")
+    page.select_option("select[name=restart_policy]", value="OnFailure")
     page.click("button[type=submit]")
     page.wait_for_url("**/jobs/*/")
 
-    # No reload: the status badge and the log panel update through HTMX polling.
+    # No reload: the status badge and the log panel update through HTMX polling, and the
+    # log viewer, opened on attempt 1, moves on to attempt 2 once attempt 1 has ended.
     page.locator("#job-live .status-line .badge", has_text="Completed").wait_for()
-    page.locator("text=browser-line-3").wait_for()
+    page.locator("text=attempt-2-done").wait_for()
     logs = page.locator("#logs").inner_text()
     assert (
         logs.index("browser-line-1") < logs.index("browser-line-2") < logs.index("browser-line-3")
     )
+    assert logs.index("browser-line-3") < logs.index("attempt 2") < logs.index("attempt-2-done")
+    assert page.locator("#log-lines .log-attempt").inner_text() == "attempt 2"
     page.screenshot(path=str(running_console.var_dir / "job-detail.png"), full_page=True)
 
 

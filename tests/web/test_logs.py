@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from jobs.models import Pod
 from jobs.statuses import JobStatus
-from tests.web.conftest import Tree, add_log, finish, place
+from tests.web.conftest import Tree, add_log, finish, free_gpus, place
 
 HOSTILE = [
     "<script>alert('owned')</script>",
@@ -102,7 +102,7 @@ def test_viewer_follows_new_lines_and_advances_its_cursor(member_client, job, no
 
     # Nothing new: no lines, same cursor, keeps following while the job runs.
     page = _follow(member_client, source + "&after=3")
-    assert page == {"lines": [], "next_after": 3, "complete": False}
+    assert page == {"lines": [], "next_after": 3, "complete": False, "newer_attempt": None}
 
 
 def test_viewer_reads_a_cursor_in_the_middle_of_a_chunk(member_client, job, node):
@@ -186,3 +186,119 @@ def test_tail_shows_the_newest_lines_across_chunks(member_client, job, node):
     html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
     assert "old-102" not in html and "old-103" in html and "new-2" in html
     assert "Showing the newest lines" in html
+
+
+# Restarts: the viewer follows the job from attempt to attempt -----------------------------
+
+
+def _shown(tree: Tree) -> list[str]:
+    """The lines of the job page's log viewer."""
+    return [e.text for e in tree.elements if e.attrs.get("class") == "log-line"]
+
+
+def _restart(job, node, pod, *, at) -> Pod:
+    """A Synchronous restart (DESIGN §4): the worker failed at `at`, the job went back to
+    Pending as attempt 2 and the scheduler placed the new attempt's worker."""
+    from jobs.actions.transitions import transition
+    from jobs.statuses import Actor, PodStatus
+
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.FAILED, exit_code=1, finished_at=at)
+    transition(job, JobStatus.PENDING, reason="restart 1/3", actor=Actor.AGENT, attempt=2)
+    transition(job, JobStatus.STARTING, reason="placed", actor=Actor.SCHEDULER)
+    new = Pod.objects.create(
+        job=job, attempt=2, rank=0, node=node, gpu_indices=[0], gpus=1,
+        charged_quota=job.quota, status=PodStatus.RUNNING,
+    )  # fmt: skip
+    transition(job, JobStatus.RUNNING, reason="all workers running", actor=Actor.AGENT)
+    return new
+
+
+def test_viewer_is_not_complete_while_a_newer_attempt_has_lines(member_client, job, node):
+    """The race of the API's follow mode, through the job page's own viewer: the page was
+    opened on attempt 1, the job failed, restarted and finished before the next poll. The
+    poll for attempt 1 must not say `complete` (the viewer would stop and never show attempt
+    2); it points to attempt 2 instead, whose lines the viewer then reads from the start."""
+    from jobs.actions.transitions import transition
+    from jobs.statuses import Actor
+
+    pod = place(job, node)[0]
+    add_log(pod, 0, ["attempt one"])
+    viewer = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text).by_id("log-lines")
+    source, after = viewer.attrs["data-src"], viewer.attrs["data-after"]
+    assert "attempt=1" in source and "data-live" in viewer.attrs
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        new = _restart(job, node, pod, at=timezone.now())
+        add_log(new, 0, ["attempt two"])
+        transition(job, JobStatus.COMPLETED, reason="done", actor=Actor.AGENT)
+        # Attempt 1's worker just ended: its last lines may still arrive, stay on it.
+        page = _follow(member_client, f"{source}&after={after}")
+        assert page["complete"] is False and page.get("newer_attempt") is None
+        clock.shift(timedelta(seconds=60))
+        page = _follow(member_client, f"{source}&after={after}")
+        assert page["lines"] == [] and page["complete"] is False
+        assert page["newer_attempt"] == 2
+        # The viewer moves to the newer attempt (console.js) and reads it from the start.
+        moved = _follow(member_client, source.replace("attempt=1", "attempt=2") + "&after=-1")
+        assert [line["text"] for line in moved["lines"]] == ["attempt two"]
+        assert moved["complete"] is True and moved["newer_attempt"] is None
+
+
+def test_viewer_keeps_following_between_attempts(member_client, job, node):
+    """Restarting (Pending, then Starting) before the new attempt's worker exists: the job
+    is not final, so the viewer keeps polling the old attempt and is pointed on later."""
+    from jobs.actions.transitions import transition
+    from jobs.statuses import Actor, PodStatus
+
+    pod = place(job, node)[0]
+    add_log(pod, 0, ["attempt one"])
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.FAILED, finished_at=timezone.now())
+    transition(job, JobStatus.PENDING, reason="restart 1/3", actor=Actor.AGENT, attempt=2)
+    url = reverse("jobs:logs", args=[job.pk]) + "?attempt=1&rank=0&format=json&after=0"
+    with time_machine.travel(timezone.now() + timedelta(seconds=60), tick=False):
+        page = _follow(member_client, url)
+        assert page["lines"] == [] and page["next_after"] == 0
+        assert page["complete"] is False and page.get("newer_attempt") is None
+        # The page opened now shows attempt 1 (the newest with a worker) and follows it.
+        html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+        assert "data-live" in Tree(html).by_id("log-lines").attrs
+
+
+def test_old_attempt_tab_is_history_and_does_not_follow(member_client, job, node):
+    """A tab opened on an attempt that already has a newer one (its worker ended and its
+    lines had time to arrive) shows it as it is: nothing more can come, so no polling, and
+    the viewer does not wander off to another attempt under that tab."""
+    pod = place(job, node)[0]
+    add_log(pod, 0, ["attempt one"])
+    with time_machine.travel(timezone.now() - timedelta(hours=1), tick=False):
+        new = _restart(job, node, pod, at=timezone.now())
+    add_log(new, 0, ["attempt two"])
+    url = reverse("jobs:detail", args=[job.pk])
+    old = Tree(member_client.get(url + "?attempt=1&rank=0").text)
+    assert _shown(old) == ["attempt one"]
+    assert "data-live" not in old.by_id("log-lines").attrs
+    newest = Tree(member_client.get(url).text)
+    assert _shown(newest) == ["attempt two"] and "data-live" in newest.by_id("log-lines").attrs
+
+
+def test_default_log_is_the_workers_newest_attempt(
+    member_client, researcher, workspace, quota, node
+):
+    """After an Asynchronous restart only the failed worker has the newer attempt: worker
+    0's log is still its attempt 1, which the page shows and follows by default."""
+    from jobs.statuses import PodStatus
+    from tests.web.conftest import submit
+
+    job = submit(researcher, workspace, quota, workers=2)
+    pods = place(job, node)
+    add_log(pods[0], 0, ["rank zero, attempt one"])
+    Pod.objects.filter(pk=pods[1].pk).update(status=PodStatus.FAILED)
+    Pod.objects.create(
+        job=job, attempt=2, rank=1, node=node, gpu_indices=free_gpus(node, 1), gpus=1,
+        charged_quota=job.quota, status=PodStatus.RUNNING,
+    )  # fmt: skip
+    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    viewer = tree.by_id("log-lines")
+    assert _shown(tree) == ["rank zero, attempt one"] and "data-live" in viewer.attrs
+    assert "attempt=1&rank=0" in viewer.attrs["data-src"]
+    page = _follow(member_client, reverse("jobs:logs", args=[job.pk]) + "?format=json&after=-1")
+    assert [line["text"] for line in page["lines"]] == ["rank zero, attempt one"]
