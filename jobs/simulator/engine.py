@@ -60,6 +60,7 @@ class Simulation:
         self.violations: list[Violation] = []
         self.preemption_count = 0
         self.refused: dict[str, str] = {}  # job name → why it was refused at submission
+        self._waits: dict[int, tuple[str, int]] = {}  # this instant's reasons and positions
         pooled: dict[tuple, int] = {}
         for q in scenario.quotas:
             key = (q.tenant, q.resource_type, q.gpu_type)
@@ -98,15 +99,49 @@ class Simulation:
         if self.emit_line:
             self.emit_line(event)
 
-    def _job_event(self, job: SimJob, to: JobStatus, reason: str) -> None:
+    def _job_event(
+        self, job: SimJob, to: JobStatus, reason: str, position: int | None = None
+    ) -> None:
         if job.status is not None and not is_allowed(job.status, to):
             self.violations.append(Violation(self.t, f"{job.name}: {job.status} → {to} refused"))
             return
         event = {"job": job.name, "to": str(to)}
         if job.status is not None:
             event = {"job": job.name, "from": str(job.status), "to": str(to), "reason": reason}
+        if position is not None:
+            event["position"] = position
         job.status = to
         self._out(event)
+
+    def _waiting(self, job: SimJob, reason: str, position: int) -> None:
+        """What plan() says of a waiting job (`QueueDecision`), as the console shows it.
+        Pending → Inqueue is a transition carrying reason and position at once; later
+        decisions are kept and written by `_flush_waiting` when the instant is over."""
+        if job.status == S.PENDING:
+            job.queue_reason, job.queue_position = reason, position
+            self._job_event(job, S.INQUEUE, reason, position)
+            # The starvation hold starts then: the production loop would act on it.
+            since = job.wait_since if job.attempt > 1 else job.submitted_t
+            self._push(max(self.t, since + self.options.reserve_after_s), "wake")
+        else:
+            self._waits[job.id] = (reason, position)
+
+    def _flush_waiting(self) -> None:
+        """An event for each job still Inqueue whose reason or queue position differs from
+        the last one written: only changes, never one per cycle per job, and not the
+        flicker between the cycles of one instant (a preemptor ahead of it admitted a moment
+        later). Not a transition, so it has `status`, not `from`/`to`."""
+        for job_id, (reason, position) in self._waits.items():
+            job = self.job_by_id[job_id]
+            if job.status != S.INQUEUE or (reason, position) == (
+                job.queue_reason,
+                job.queue_position,
+            ):
+                continue
+            job.queue_reason, job.queue_position = reason, position
+            event = {"job": job.name, "status": str(S.INQUEUE), "reason": reason}
+            self._out({**event, "position": position})
+        self._waits = {}
 
     def _pod_event(self, pod: SimPod, status: PodStatus, reason: str = "") -> None:
         pod.status = status
@@ -148,6 +183,8 @@ class Simulation:
                     self.violations.extend(check_invariants(self, list(self.active.values())))
                 if not again:
                     break
+            if self._waits:
+                self._flush_waiting()
             if self.dirty:
                 self.violations.extend(check_invariants(self, list(self.dirty.values())))
                 self.dirty = {}
@@ -178,6 +215,8 @@ class Simulation:
         return (quota.resource_type, quota.gpu_type)
 
     def _on_action(self, action) -> None:
+        if action.kind in ("cordon", "uncordon"):
+            return self.nodes[action.target].set_cordoned(action.kind == "cordon")
         if action.kind in ("node_down", "node_up"):
             return self._node_action(action)
         job = self.jobs.get(action.target)
@@ -515,13 +554,7 @@ class Simulation:
                 # The production loop reclaims once the protection ends: so does this one.
                 self._push(self.t + self.options.min_runtime_before_reclaim_s, "wake")
         for q in decided.queued:
-            job = self.job_by_id[q.job_id]
-            job.queue_reason, job.queue_position = q.reason, q.position
-            if job.status == S.PENDING:
-                self._job_event(job, S.INQUEUE, q.reason)
-                # The starvation hold starts then: the production loop would act on it.
-                since = job.wait_since if job.attempt > 1 else job.submitted_t
-                self._push(max(self.t, since + self.options.reserve_after_s), "wake")
+            self._waiting(self.job_by_id[q.job_id], q.reason, q.position)
         for p in decided.preemptions:
             victim = self.job_by_id[p.job_id]
             victim.preempted_by = p.for_job_id
