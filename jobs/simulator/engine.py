@@ -34,10 +34,16 @@ S, P = JobStatus, PodStatus
 
 class Simulation:
     def __init__(
-        self, scenario: Scenario, until: float | None = None, emit=None, audit: bool = False
+        self,
+        scenario: Scenario,
+        until: float | None = None,
+        emit=None,
+        audit: bool = False,
+        observe=None,
     ) -> None:
         self.sc = scenario
         self.audit = audit  # check every active job after every cycle (property tests)
+        self.observe = observe  # callable(sim) after each instant's cycles (property tests)
         self.cfg = scenario.settings
         self.until = until
         self.emit_line = emit  # callable(dict) or None: events are kept in self.events
@@ -185,6 +191,8 @@ class Simulation:
                     break
             if self._waits:
                 self._flush_waiting()
+            if self.observe:
+                self.observe(self)
             if self.dirty:
                 self.violations.extend(check_invariants(self, list(self.dirty.values())))
                 self.dirty = {}

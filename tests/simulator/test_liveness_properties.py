@@ -1,13 +1,15 @@
 """Property test (issue 10): whole random scenarios with CPU-only jobs, quotas larger than
 their pool, nodes that go silent (and are lost past the timeout) and fault-tolerant
 borrowers. Every run must end, every job that was not refused must end in a final status,
-and no job is preempted more than the per-hour cap allows."""
+no job is preempted more than the per-hour cap allows, and no GPU sits idle while a job
+that fits it waits longer than one cycle (outside a time-limited reservation)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.scheduler.plan import PlanOptions
 from jobs.simulator.engine import Simulation
+from jobs.simulator.idle import fitting_waiters
 from jobs.simulator.scenario import parse
 from jobs.statuses import FINAL_JOB_STATUSES
 
@@ -56,6 +58,10 @@ def scenarios(draw):
         # returns would leave jobs needing the whole pool waiting, rightly.
         actions.append({"at": down, "node_down": node})
         actions.append({"at": down + draw(st.integers(60, 1200)), "node_up": node})
+    for _ in range(draw(st.integers(0, 2))):  # cordoned a while: its pods run on
+        node, cordon = draw(st.sampled_from(names)), draw(st.integers(0, 3000))
+        actions.append({"at": cordon, "cordon": node})
+        actions.append({"at": cordon + draw(st.integers(60, 1200)), "uncordon": node})
     return {
         "settings": {"min_runtime_before_reclaim": draw(st.sampled_from([0, 300])),
                      "reserve_after": draw(st.sampled_from([0, 600])),
@@ -65,12 +71,33 @@ def scenarios(draw):
     }  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+class IdleWhileFitting:
+    """Observes a run after each instant's cycles: a job that fits idle GPUs (see
+    jobs.simulator.idle) at two observations in a row waited longer than one cycle."""
+
+    def __init__(self) -> None:
+        self.before: dict[str, str] = {}
+        self.found: list[str] = []
+
+    def __call__(self, sim) -> None:
+        now = fitting_waiters(sim)
+        now = {n: how for n, how in now.items() if not _behind_a_claim(sim, how)}
+        for name, how in now.items():
+            if name in self.before:
+                self.found.append(f"t={sim.t:g}: {name} fits idle GPUs ({how}) and waits")
+        self.before = now
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_every_run_ends_with_every_job_final_and_bounded_preemption(raw):
-    sim = Simulation(parse(raw), until=HORIZON, audit=True)
+    idle = IdleWhileFitting()
+    sim = Simulation(parse(raw), until=HORIZON, audit=True, observe=idle)
     summary = sim.run()
     assert summary["invariant_violations"] == []
+    # No GPU sits idle while a job that fits it waits longer than one cycle, except behind
+    # an explicit, time-limited reservation (the starvation hold, a backoff, a cool-down).
+    assert idle.found == [], f"{idle.found[:3]} in {raw}"
     # Known gap (issue 10 item 4, not built yet): a Lingjun idle job larger than every single
     # lender needs several lenders at once and still waits; it is left out here, not hidden.
     pooled = _needs_several_lenders(raw)
@@ -102,3 +129,18 @@ def _needs_several_lenders(raw: dict) -> set[str]:
         for j in raw["jobs"]
         if j["idle_resources"] != "Off" and j["workers"] * j["gpus_per_worker"] > largest
     }
+
+
+def _behind_a_claim(sim, how: str) -> bool:
+    """Known gap (test_liveness.py, xfail strict): a borrower waits beside idle GPUs while
+    the lender keeps that capacity for a guaranteed job of its own that waits (so cannot be
+    placed now, possibly never: plan()'s `_claim_demand`). Left out here, not hidden."""
+    if not how.startswith("idle resources of "):
+        return False
+    lender = how.removeprefix("idle resources of ")
+    return any(
+        j.spec.quota == lender
+        and j.spec.idle_resources != "Only Idle Resources"
+        and j.status in ("Pending", "Inqueue")
+        for j in sim.active.values()
+    )
