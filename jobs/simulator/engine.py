@@ -13,7 +13,10 @@ World model (the choices SCENARIOS.md leaves open):
 - workers start `start_delay` after admission; work advances only while every worker of
   the attempt is Running and none is hung; checkpoints commit every `checkpoint_every` of
   work and a new attempt resumes from the newest one;
-- a silent node's workers are Unknown (no work); after `node_lost_timeout` they are Lost.
+- a silent node's workers are Unknown (no work); after `node_lost_timeout` they are Lost;
+  a cordoned node keeps its workers and takes no new ones;
+- a waiting job's reason and queue position (plan()'s `QueueDecision`, the console's
+  `status_reason`/`queue_position`) are written when they change, once per instant.
 """
 
 import heapq
@@ -23,9 +26,10 @@ from jobs.derive import PodView, derive_job_transitions
 from jobs.faulttolerance import hang
 from jobs.faulttolerance.policy import Action, Failure, FailureKind, decide
 from jobs.scheduler.fit import QuotaSize, never_fits
-from jobs.scheduler.model import QuotaSnap, RunningSnap, Snapshot
+from jobs.scheduler.model import Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 from jobs.simulator.scenario import JobSpec, Scenario
+from jobs.simulator.views import snapshot_of, summary_of
 from jobs.simulator.world import SimJob, SimNode, SimPod, Violation, at, check_invariants
 from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES, JobStatus, PodStatus, is_allowed
 
@@ -119,18 +123,24 @@ class Simulation:
         job.status = to
         self._out(event)
 
-    def _waiting(self, job: SimJob, reason: str, position: int) -> None:
-        """What plan() says of a waiting job (`QueueDecision`), as the console shows it.
-        Pending → Inqueue is a transition carrying reason and position at once; later
-        decisions are kept and written by `_flush_waiting` when the instant is over."""
-        if job.status == S.PENDING:
-            job.queue_reason, job.queue_position = reason, position
-            self._job_event(job, S.INQUEUE, reason, position)
-            # The starvation hold starts then: the production loop would act on it.
-            since = job.wait_since if job.attempt > 1 else job.submitted_t
-            self._push(max(self.t, since + self.options.reserve_after_s), "wake")
-        else:
-            self._waits[job.id] = (reason, position)
+    def _queued(self, decided_queued) -> None:
+        """What plan() says of the waiting jobs (`QueueDecision`s), as the console shows it.
+        Pending → Inqueue is a transition carrying reason and position at once; a later
+        decision that differs from the last one written is kept for `_flush_waiting` (and
+        forgotten if the next cycle of the same instant says what was written)."""
+        waits, jobs = self._waits, self.job_by_id
+        for q in decided_queued:
+            job = jobs[q.job_id]
+            if job.status == S.PENDING:
+                job.queue_reason, job.queue_position = q.reason, q.position
+                self._job_event(job, S.INQUEUE, q.reason, q.position)
+                # The starvation hold starts then: the production loop would act on it.
+                since = job.wait_since if job.attempt > 1 else job.submitted_t
+                self._push(max(self.t, since + self.options.reserve_after_s), "wake")
+            elif q.reason != job.queue_reason or q.position != job.queue_position:
+                waits[q.job_id] = (q.reason, q.position)
+            elif waits:
+                waits.pop(q.job_id, None)
 
     def _flush_waiting(self) -> None:
         """An event for each job still Inqueue whose reason or queue position differs from
@@ -483,56 +493,7 @@ class Simulation:
 
     # -- scheduling ---------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        nodes = tuple(n.snap() for n in self.nodes.values())
-        used: dict[int, list[int]] = {qid: [0, 0] for qid, _ in self.quotas.values()}
-        running, waiting = [], []
-        for job in list(self.active.values()):
-            live = [p for p in job.pods if p.status not in FINAL_POD_STATUSES]
-            if job.status in FINAL_JOB_STATUSES and not live:
-                del self.active[job.id]
-                continue
-            for p in live:
-                used[p.charged_to][0] += len(p.gpus)
-                if not p.in_quota:
-                    used[p.charged_to][1] += len(p.gpus)
-            if job.status in (S.PENDING, S.INQUEUE):
-                if job.not_before is None or job.not_before <= self.t:
-                    waiting.append(job.snap(len(live)))
-            elif live and job.status in (S.STARTING, S.RUNNING) and self._victim_kind(live[0]):
-                running.append(
-                    RunningSnap(
-                        id=job.id,
-                        quota_id=job.quota_id,
-                        charged_quota_id=live[0].charged_to,
-                        in_quota=live[0].in_quota,
-                        priority=job.spec.priority,
-                        gpus_by_node=tuple((p.node.id, len(p.gpus)) for p in live),
-                        started_at=at(job.admitted_t),
-                        last_checkpoint_at=at(job.checkpoint_t) if job.checkpoint_t else None,
-                        stopping=job.stop_final is not None or bool(job.pending_restart),
-                        name=job.name,
-                        preempted_at=tuple(at(t) for t in job.preempted_times),
-                    )
-                )
-        quotas = tuple(
-            QuotaSnap(
-                id=qid,
-                name=q.name,
-                tenant_id=self.tenant_ids[q.tenant],
-                resource_type=q.resource_type,
-                gpu_type=q.gpu_type,
-                gpus=q.gpus,
-                used_gpus=used[qid][0],
-                borrowed_gpus=used[qid][1],
-                preemption=q.preemption,
-            )
-            for qid, q in self.quotas.values()
-        )
-        return Snapshot(nodes, quotas, tuple(waiting), tuple(running))
-
-    def _victim_kind(self, pod: SimPod) -> bool:
-        """Only borrowers and jobs of LowerPriority quotas can be victims (preempt.py)."""
-        return not pod.in_quota or self.preemptible[pod.charged_to]
+        return snapshot_of(self)
 
     def _cycle(self) -> bool:
         """One scheduling cycle. Returns whether another should follow at once."""
@@ -561,8 +522,7 @@ class Simulation:
             if not admission.in_quota and self.options.min_runtime_before_reclaim_s:
                 # The production loop reclaims once the protection ends: so does this one.
                 self._push(self.t + self.options.min_runtime_before_reclaim_s, "wake")
-        for q in decided.queued:
-            self._waiting(self.job_by_id[q.job_id], q.reason, q.position)
+        self._queued(decided.queued)
         for p in decided.preemptions:
             victim = self.job_by_id[p.job_id]
             victim.preempted_by = p.for_job_id
@@ -571,27 +531,4 @@ class Simulation:
 
     # -- summary ------------------------------------------------------------------------------
     def summary(self, end: float) -> dict:
-        finished = [j.finished_t for j in self.jobs.values() if j.finished_t is not None]
-        horizon = max(finished) if finished and len(finished) == len(self.jobs) else end
-        total_gpus = sum(n.spec.gpus for n in self.nodes.values())
-        busy = 0.0
-        for job in self.jobs.values():
-            busy += job.busy_gpu_seconds
-            for p in job.pods:
-                if p.status not in FINAL_POD_STATUSES:
-                    busy += len(p.gpus) * (end - p.started_t)
-        jobs = {}
-        lost = 0.0
-        for job in self.jobs.values():
-            job.settle(end)
-            lost += job.work_lost * job.spec.workers * job.spec.gpus_per_worker
-            jobs[job.name] = job.summary()
-        return {
-            "jobs": jobs,
-            "gpu_utilization": round(busy / (total_gpus * horizon), 4) if horizon else 0.0,
-            "preemptions": self.preemption_count,
-            "refused": sorted(self.refused),
-            "lost_gpu_seconds": round(lost, 3),
-            "end": round(end, 3),
-            "invariant_violations": [f"t={v.t}: {v.text}" for v in self.violations],
-        }
+        return summary_of(self, end)
