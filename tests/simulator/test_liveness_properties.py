@@ -1,8 +1,9 @@
-"""Property test (issue 10): whole random scenarios with CPU-only jobs, quotas larger than
-their pool, nodes that go silent (and are lost past the timeout) and fault-tolerant
-borrowers. Every run must end, every job that was not refused must end in a final status,
-no job is preempted more than the per-hour cap allows, and no GPU sits idle while a job
-that fits it waits longer than one cycle (outside a time-limited reservation)."""
+"""Property test (issue 10): whole random scenarios (one Lingjun or General-purpose pool)
+with CPU-only jobs, quotas larger than their pool, nodes that go silent (and are lost past
+the timeout) or are cordoned a while, and fault-tolerant borrowers. Every run must end,
+every job that was not refused must end in a final status, no job is preempted more than
+the per-hour cap allows, and no GPU sits idle while a job that fits it waits longer than one
+cycle (outside a time-limited reservation)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,15 +21,16 @@ HORIZON = 400_000  # far beyond any run that ends; only bounds a regression
 @st.composite
 def scenarios(draw):
     groups = draw(st.integers(1, 3))
+    rt = draw(st.sampled_from(["Lingjun", "General-purpose"]))
     nodes = [
-        {"name": f"n{i}", "count": draw(st.integers(1, 2)), "resource_type": "Lingjun",
+        {"name": f"n{i}", "count": draw(st.integers(1, 2)), "resource_type": rt,
          "gpu_type": "H200", "gpus": draw(st.sampled_from([4, 8]))}
         for i in range(groups)
     ]  # fmt: skip
     largest = max(n["gpus"] for n in nodes)
     pool = sum(n["count"] * n["gpus"] for n in nodes)
     quotas = [
-        {"name": f"q{i}", "tenant": "acme", "resource_type": "Lingjun", "gpu_type": "H200",
+        {"name": f"q{i}", "tenant": "acme", "resource_type": rt, "gpu_type": "H200",
          # up to twice the pool: quotas larger than their pool are the point
          "gpus": draw(st.integers(0, 2 * pool)),
          "preemption": draw(st.sampled_from(["Never", "LowerPriority"]))}
