@@ -44,13 +44,17 @@ class Simulation:
         emit=None,
         audit: bool = False,
         observe=None,
+        keep_events: bool = True,
     ) -> None:
         self.sc = scenario
         self.audit = audit  # check every active job after every cycle (property tests)
         self.observe = observe  # callable(sim) after each instant's cycles (property tests)
         self.cfg = scenario.settings
         self.until = until
-        self.emit_line = emit  # callable(dict) or None: events are kept in self.events
+        self.emit_line = emit  # callable(dict) or None
+        # Events are also kept in self.events unless keep_events is False (a 10,000-job trace
+        # writes over a million: its waiting jobs' queue positions move up as others start).
+        self.keep_events = keep_events
         self.events: list[dict] = []
         self.t = 0.0
         self.last_t = 0.0  # time of the last event written: where an unbounded run ends
@@ -105,7 +109,8 @@ class Simulation:
     def _out(self, event: dict) -> None:
         event = {"t": round(self.t, 3), **event}
         self.last_t = self.t
-        self.events.append(event)
+        if self.keep_events:
+            self.events.append(event)
         if self.emit_line:
             self.emit_line(event)
 

@@ -166,3 +166,21 @@ def test_philly_scale_sizes_the_vcs_for_offered_load(tmp_path):
 def test_philly_scale_must_be_positive():
     code, _, err = simulate("--trace", TRACE, "--limit", 10, "--scale", 0)
     assert code == 2 and "--scale" in err
+
+
+def test_the_command_keeps_no_events_in_memory(monkeypatch):
+    # A 10,000-job trace writes over a million events (waiting jobs' positions move up):
+    # they are written as they happen, never all kept.
+    from jobs.simulator import engine
+
+    made = []
+    real = engine.Simulation.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(engine.Simulation, "__init__", spy)
+    code, lines, _ = simulate(SCENARIOS / "waiting_reasons_update.yaml")
+    assert code == 0 and len(lines) > 40
+    assert made[0].events == []
