@@ -10,7 +10,8 @@ every 100 ms), 100 medium (5 units, 500 ms, priority 100, one every 500 ms), 50 
 admission large 6.7 s, medium 76.8 s, small 215.5 s; minimum queue usage 58.7 %.
 
 Here: 5 Lingjun tenants x 6 quotas of 20 H200 (preemption LowerPriority), every job
-Acceptable (may borrow idle GPUs of its tenant; reclaimed when the owner needs them).
+Acceptable (may borrow idle GPUs of its tenant; reclaimed when the owner needs them) with
+Automatic Fault Tolerance (a preempted job restarts, as Kueue requeues an evicted one).
 Mapped where the product's rules differ: priorities 50/100/200 -> 1/2/3 (the product's
 scale is 1-9); a large job is 4 workers x 5 GPUs (at most 8 GPUs per worker); nodes have
 60 GPUs (10 agents for 600 GPUs). Jobs are submitted on Kueue's schedule through
@@ -138,6 +139,9 @@ def submitter(
                 "memory_gb_per_worker": 1,
                 "priority": k.priority,
                 "idle_resources": "Acceptable",
+                # Kueue requeues an evicted workload; here a preempted job restarts
+                # (Automatic Fault Tolerance), or it would end Preempted.
+                "fault_tolerance": True,
                 "env": {"SIM_RUN_SECONDS": str(k.seconds)},
             }
             status, body = client.json(
@@ -272,10 +276,21 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
                 time.sleep(1)
             total = time.monotonic() - t0
         # -- figures from the database -------------------------------------------------
+        # Where the time goes: what the loops did during the run (LoopRun, /metrics' source).
+        loops = {
+            r.name: {
+                "runs": r.runs,
+                "failures": r.failures,
+                "mean_ms": round(1000 * r.seconds_total / r.runs, 1) if r.runs else None,
+            }
+            for r in LoopRun.objects.all()
+        }
         created = dict(Job.objects.values_list("id", "created_at"))
         statuses = defaultdict(int)
-        for s in Job.objects.values_list("status", flat=True):
+        preemptions = 0
+        for s, count in Job.objects.values_list("status", "preemption_count"):
             statuses[s] += 1
+            preemptions += count
         first_pod: dict[int, object] = {}
         usage = defaultdict(float)
         last_finish = wall0
@@ -324,6 +339,8 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
         "jobs": total_jobs,
         "finished": done,
         "statuses": dict(statuses),
+        "preemptions": preemptions,
+        "loops": loops,
         "min_quota_usage": round(min(usages), 3),
         "mean_quota_usage": round(sum(usages) / len(usages), 3),
         "refused_requests": len(errors),

@@ -104,19 +104,29 @@ def seed(jobs: int, nodes: int, lines: int) -> dict:
     running = list(
         Job.objects.filter(status=JobStatus.RUNNING).exclude(pk=job.pk).values_list("pk", flat=True)
     )
-    # One pod per running job: copies of the measured pod, on node (k mod nodes).
+    # One 1-GPU pod per running job: copies of the measured pod spread over the other nodes,
+    # each on a GPU of its own (live pods hold distinct GPUs: jobs_heldgpu).
+    spread = max(1, nodes - 1)
+    if len(running) > spread * 8:
+        raise ValueError(f"{len(running)} running pods do not fit on {spread} nodes x 8 GPUs")
     with connection.cursor() as cur:
         cols = [f.column for f in Pod._meta.concrete_fields if f.column != "id"]
+        node = f"({first_node} + 1 + j.k % {spread})"
+        index = f"((j.k / {spread}) % 8)"
         computed = {
             "job_id": "j.id",
-            "node_id": f"{first_node} + (j.id % {nodes})",
+            "node_id": node,
+            "gpu_indices": f"jsonb_build_array({index})",
+            "gpu_uuids": f"jsonb_build_array('GPU-' || {node} || '-' || {index})",
+            "gpus": "1",
         }
         values = [computed.get(c, f't."{c}"') for c in cols]
         cur.execute(
             f'INSERT INTO "{Pod._meta.db_table}" ({", ".join(f'"{c}"' for c in cols)}) '
-            f'SELECT {", ".join(values)} FROM "{Pod._meta.db_table}" t '
-            f'CROSS JOIN "{Job._meta.db_table}" j '
-            f"WHERE t.id = {pod.pk} AND j.status = 'Running' AND j.id <> {job.pk}"
+            f'SELECT {", ".join(values)} FROM "{Pod._meta.db_table}" t CROSS JOIN '
+            f"(SELECT id, row_number() OVER (ORDER BY id) - 1 AS k "
+            f" FROM \"{Job._meta.db_table}\" WHERE status = 'Running' AND id <> {job.pk}) j "
+            f"WHERE t.id = {pod.pk}"
         )
     mine = max(1, lines // 5 // LINES_PER_CHUNK)
     _copy_rows(LogChunk, chunk.pk, mine - 1, {

@@ -30,7 +30,9 @@ BENCHMARKS = [
     "forecast",
     "fence_rss",
     "api_submit",  # the create paths in-process (no HTTP)
+    "percall",  # CPU and statements per single submit and per quiet heartbeat, in-process
     "throughput",  # submissions and heartbeats through gunicorn, CPU per request
+    "wake",  # submit -> Running and stop -> Stopped through a real agent (agents.wake)
     "logs",  # log ingest, print-to-page delay through a real agent
     "pages",  # pages at 100k jobs / 1,000 nodes / 1M log lines
     "kueue",  # Kueue's scheduler baseline through the whole product

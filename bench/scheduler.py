@@ -348,7 +348,13 @@ def _fill(size: Size, seed: int) -> None:
         )
 
 
-def bench_db(size: Size, seed: int, profile: bool = False, throwaway: bool = True) -> list[dict]:
+def bench_db(
+    size: Size,
+    seed: int,
+    profile: bool = False,
+    throwaway: bool = True,
+    show_queries: bool = False,
+) -> list[dict]:
     """The DB cycle on a filled database: a throw-away one next to the configured one, or
     (throwaway=False, the suite) the configured one, emptied first."""
     _setup_django()
@@ -396,6 +402,9 @@ def bench_db(size: Size, seed: int, profile: bool = False, throwaway: bool = Tru
             )
             if profiler:
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+            if show_queries:
+                for q in queries.captured_queries:
+                    print(f"    {float(q['time']) * 1000:>8.1f} ms  {q['sql'][:100]}")
             rows.append(
                 {
                     "what": f"DB cycle {size.nodes} nodes, {size.jobs} jobs: {label}",
@@ -492,6 +501,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db-jobs", type=int, default=DB_SIZE.jobs)
     parser.add_argument("--db-quotas", type=int, help="default: one per 50 jobs")
     parser.add_argument("--profile", action="store_true", help="--db: cProfile the first cycle")
+    parser.add_argument("--queries", action="store_true", help="--db: each statement's time")
     parser.add_argument("--full", action="store_true", help="the suite's full variant")
     parser.add_argument("--quick", action="store_true", help="the suite's quick variant")
     args = parser.parse_args(argv)
@@ -504,7 +514,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.db:
         quotas = args.db_quotas or max(1, args.db_jobs // 50)
         size = Size("db", nodes=args.db_nodes, jobs=args.db_jobs, quotas=quotas)
-        bench_db(size, args.seed, args.profile)
+        bench_db(size, args.seed, args.profile, show_queries=args.queries)
         return
     names = [n.strip() for n in args.sizes.split(",") if n.strip()]
     unknown = [n for n in names if n not in SIZES]

@@ -38,6 +38,16 @@ def lines(results: dict) -> list[str]:
             f"{bat['items_per_s']} jobs/s", "≥ 1,000 jobs/s")  # fmt: skip
         add("agent heartbeat (8 GPUs, nothing changed)", f"{hb['requests_per_s']}/s, "
             f"{hb['web_cpu_ms_per_req']} ms CPU", "≥ 1,000/s")  # fmt: skip
+    if (pc := b.get("percall")) and not pc.get("error"):
+        for r in pc["rows"]:
+            add(f"{r['path']}, in-process", f"{r['cpu_ms']} ms CPU, {r['statements']} "
+                f"statements ({r['writes']} writes)", f"≤ {r['target_cpu_ms']:g} ms CPU"
+                + ("; 1 statement" if r["path"].startswith("heartbeat") else ""))  # fmt: skip
+    if (w := b.get("wake")) and not w.get("error"):
+        for r in w["rows"]:
+            add(f"{r['what']} (real agent, waking {'on' if w.get('waking') else 'off'})",
+                f"p50 {r['p50_s']} / p95 {r['p95_s']} s",
+                "p95 ≤ 1 s" if r["what"].startswith("submit") else "")  # fmt: skip
     if (lg := b.get("logs")) and not lg.get("error"):
         rows = lg["rows"]
         fast, page, ingest = rows[0], rows[1], rows[2]
@@ -71,9 +81,18 @@ def lines(results: dict) -> list[str]:
         add("Kueue baseline: minimum quota usage", f"{k['min_quota_usage']:.1%}",
             "≥ 80 % (Kueue 58.7 %)")  # fmt: skip
     if (ph := b.get("philly")) and not ph.get("error"):
+        load = ph.get("offered_load")
         for r in ph["rows"]:
-            add(f"Philly what-if ({r['jobs']:,} jobs), idle {r['idle']}",
-                f"utilisation {r['utilisation']:.1%}, mean wait {r['mean_wait_h']} h")  # fmt: skip
+            lost = r.get("lost_share")
+            add(f"Philly what-if ({r['jobs']:,} jobs"
+                + (f", offered load {load}" if load is not None else "") + f"), idle {r['idle']}",
+                f"utilisation {r['utilisation']:.1%}, mean wait {r['mean_wait_h']} h"
+                + (f", {r['preemptions']} preemptions, {lost:.2%} of GPU time lost"
+                   if lost is not None else ""),
+                "" if r["idle"] == "off" else "wait ≤ 0.5x off; lost < 2 %")  # fmt: skip
+        if ph.get("wait_ratio_on_off") is not None:
+            add("Philly what-if: mean wait, idle on / off", f"{ph['wait_ratio_on_off']}x",
+                "≤ 0.5x")  # fmt: skip
     if (f := b.get("fence_rss")) and not f.get("error"):
         r = f["rows"][0]
         add("worker wrapper memory (fence, C)", f"{r['rss_kib']} KiB RSS, {r['pss_kib']} KiB PSS",

@@ -119,10 +119,9 @@ def _held_by_own_quota(running: Iterable[RunningSnap]) -> dict[int, tuple[int, i
     for r in running:
         if r.in_quota:
             continue
-        if r.charged_quota_id == r.quota_id:
-            held[r.quota_id][0] += r.gpus
-        else:
-            held[r.quota_id][1] += r.gpus
+        own = r.gpus_charged_to(r.quota_id)  # a pooled job may be charged to several
+        held[r.quota_id][0] += own
+        held[r.quota_id][1] += r.gpus - own
     return {qid: (own, away) for qid, (own, away) in held.items()}
 
 
@@ -195,10 +194,11 @@ def account(snapshot: Snapshot) -> Accounting:
         for key, (total, free, in_use, guaranteed) in sorted(totals.items())
     )
 
-    borrows = tuple(
-        Borrow(r.id, r.name, r.quota_id, r.charged_quota_id, r.gpus, r.started_at)
+    borrows = tuple(  # one row per lender: a pooled idle job borrows from each
+        Borrow(r.id, r.name, r.quota_id, lender, r.gpus_charged_to(lender), r.started_at)
         for r in sorted(snapshot.running, key=lambda r: r.id)
         if not r.in_quota
+        for lender in r.lenders
     )
 
     lingjun: dict[tuple[int, str], list[QuotaSnap]] = defaultdict(list)

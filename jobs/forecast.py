@@ -45,6 +45,8 @@ class Held:
     pods: tuple[tuple[int | None, tuple[int, ...], int, int], ...]
     ends_at: datetime | None
     basis: str  # how ends_at was estimated: "max runtime", "progress", "similar past jobs"
+    # Per pod, its lender, when a pooled idle job has several; empty: all charged_quota_id.
+    charges: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +80,18 @@ class _World:
                     free_cpus=node.free_cpus + cpus,
                     free_memory_gb=node.free_memory_gb + memory,
                 )
-        quota = self.quotas.get(held.charged_quota_id)
-        if quota is not None:
-            gpus = sum(len(indices) for _, indices, _, _ in held.pods)
+        charges = held.charges or (held.charged_quota_id,) * len(held.pods)
+        for lender in dict.fromkeys(charges):
+            quota = self.quotas.get(lender)
+            if quota is None:
+                continue
+            pods = [p for p, q in zip(held.pods, charges, strict=True) if q == lender]
+            gpus = sum(len(indices) for _, indices, _, _ in pods)
             self.quotas[quota.id] = replace(
                 quota,
                 used_gpus=max(quota.used_gpus - gpus, 0),
-                used_cpus=max(quota.used_cpus - sum(p[2] for p in held.pods), 0),
-                used_memory_gb=max(quota.used_memory_gb - sum(p[3] for p in held.pods), 0),
+                used_cpus=max(quota.used_cpus - sum(p[2] for p in pods), 0),
+                used_memory_gb=max(quota.used_memory_gb - sum(p[3] for p in pods), 0),
                 borrowed_gpus=max(quota.borrowed_gpus - (0 if held.in_quota else gpus), 0),
             )
         self.running.pop(held.job_id, None)
@@ -105,19 +111,26 @@ class _World:
             pods.append(
                 (p.node_id, tuple(p.gpu_indices), job.cpus_per_worker, job.memory_gb_per_worker)
             )
-        quota = self.quotas[admission.charged_quota_id]
-        self.quotas[quota.id] = replace(
-            quota,
-            used_gpus=quota.used_gpus + job.total_gpus,
-            used_cpus=quota.used_cpus + job.workers * job.cpus_per_worker,
-            used_memory_gb=quota.used_memory_gb + job.workers * job.memory_gb_per_worker,
-            borrowed_gpus=quota.borrowed_gpus + (0 if admission.in_quota else job.total_gpus),
-        )
+        workers: dict[int, int] = {}  # lender → workers charged to it
+        for i in range(len(admission.placements)):
+            lender = admission.charge_of(i)
+            workers[lender] = workers.get(lender, 0) + 1
+        for lender, n in workers.items():
+            quota = self.quotas[lender]
+            gpus = n * job.gpus_per_worker
+            self.quotas[quota.id] = replace(
+                quota,
+                used_gpus=quota.used_gpus + gpus,
+                used_cpus=quota.used_cpus + n * job.cpus_per_worker,
+                used_memory_gb=quota.used_memory_gb + n * job.memory_gb_per_worker,
+                borrowed_gpus=quota.borrowed_gpus + (0 if admission.in_quota else gpus),
+            )
         self.running[job.id] = RunningSnap(
             id=job.id,
             quota_id=job.quota_id,
             charged_quota_id=admission.charged_quota_id,
             in_quota=admission.in_quota,
+            charges=admission.charges,
             priority=job.priority,
             gpus_by_node=tuple((p.node_id, len(p.gpu_indices)) for p in admission.placements),
             started_at=started,
@@ -203,6 +216,7 @@ def forecast(
                 tuple(pods),
                 ends,
                 basis,
+                admission.charges,
             )
         for victim in decided.preemptions:
             h = world.held.get(victim.job_id)
@@ -394,6 +408,7 @@ def expected_starts(
                 tuple((r[1], tuple(r[2] or ()), r[3], r[4]) for r in rows),
                 ends,
                 basis,
+                tuple(r[5] for r in rows) if len({r[5] for r in rows}) > 1 else (),
             )
         )
     durations = {}

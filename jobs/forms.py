@@ -23,7 +23,7 @@ from protocol import limits
 from protocol.agent import job_problems
 from protocol.devices import is_device_env
 from protocol.text import name_problem, text_problem
-from quotas.models import Quota, Workspace
+from quotas.models import Quota, ResourceType, Workspace
 
 # Per-worker and per-job bounds (a worker must also fit on one registered node).
 LIMITS = {
@@ -420,6 +420,7 @@ class JobForm(forms.Form):
             cpus=quota.cpus,
             memory_gb=quota.memory_gb,
             tenant_gpus=quota.tenant_gpus or 0,  # annotated by clean_quota
+            tenant_quota_gpus=self._lenders(quota, data),
         )
         node_gpus = self._pool(quota, data)["node_gpus"]
         problem = never_fits(
@@ -433,6 +434,19 @@ class JobForm(forms.Form):
         )
         if problem:
             self.add_error("workers", problem)
+
+    @staticmethod
+    def _lenders(quota: Quota, data: dict[str, Any]) -> tuple[int, ...]:
+        """Each of the tenant's quotas' GPUs (same kind), only for a Lingjun idle job larger
+        than its own quota: it can only pool whole workers (one query, only then)."""
+        idle = data["idle_resources"] != IdleResources.OFF
+        need = data["workers"] * data["gpus_per_worker"]
+        if quota.resource_type != ResourceType.LINGJUN or not idle or need <= quota.gpus:
+            return ()
+        same = Quota.objects.filter(
+            tenant_id=quota.tenant_id, resource_type=quota.resource_type, gpu_type=quota.gpu_type
+        )
+        return tuple(same.values_list("gpus", flat=True))
 
     _WORKER_SIZE = ("gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker")
 

@@ -25,7 +25,11 @@ def _choices(enum) -> list[tuple[str, str]]:
 
 
 class Job(models.Model):
-    workspace = models.ForeignKey("quotas.Workspace", on_delete=models.PROTECT, related_name="jobs")
+    # No index of its own: job_workspace_recent (workspace, -created_at) serves it, and every
+    # status change rewrites each index of a job row (the first cycle updates thousands).
+    workspace = models.ForeignKey(
+        "quotas.Workspace", on_delete=models.PROTECT, related_name="jobs", db_index=False
+    )
     quota = models.ForeignKey("quotas.Quota", on_delete=models.PROTECT, related_name="jobs")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
@@ -260,7 +264,9 @@ class HeldGpu(models.Model):
 class JobEvent(models.Model):
     """Append-only log of every status change and decision: the timeline and audit trail."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: jobevent_job_time (job, created_at) serves it (one index less to
+    # write per event; a cycle writes thousands).
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events", db_index=False)
     created_at = models.DateTimeField(auto_now_add=True)
     attempt = models.PositiveIntegerField(default=1)
     from_status = models.CharField(max_length=12, blank=True)

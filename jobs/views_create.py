@@ -115,7 +115,9 @@ def what_if(form: JobForm, snapshot, now) -> dict:
             "outcome": "start" if admission.in_quota else "borrow",
             # The lender is said separately: keep only where it would be placed.
             "where": admission.reason.split("; idle resources of quota")[0],
-            "lender": names.get(admission.charged_quota_id, ""),
+            "lender": ", ".join(  # a pooled idle job names each of its lenders
+                names.get(q, "") for q in dict.fromkeys(admission.charged_gpus())
+            ),
         }
         return result
     decision = decided.decision_for(job.id)

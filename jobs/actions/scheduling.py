@@ -17,12 +17,13 @@ rows travel as one JSON parameter (`_json_rows`), and row locks and look-ups tak
 """
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster.models import GpuDevice
@@ -31,7 +32,9 @@ from jobs.actions.transitions import IllegalTransition, TransitionConflict
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, JobEvent, Pod
 from jobs.scheduler.model import Plan
-from jobs.statuses import Actor, JobStatus, PodStatus, is_allowed
+from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus, is_allowed
+
+log = logging.getLogger(__name__)
 
 _LOCK_BATCH = 2000  # ids per SELECT … FOR UPDATE (SQLite limits query parameters)
 # Rows per UPDATE of waiting jobs (5 parameters each; SQLite allows 32,766 per statement).
@@ -48,6 +51,7 @@ class CycleResult:
     reasons_updated: int = 0  # Inqueue jobs whose reason or position changed
     conflicts: tuple[int, ...] = ()  # jobs another writer moved first
     preempted: tuple[int, ...] = ()  # victims whose graceful preemption was requested
+    charged_home: tuple[int, ...] = ()  # Acceptable borrowers now charged in their quota
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -121,13 +125,13 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
             rows[admission.job_id].gpus_per_worker,
             rows[admission.job_id].cpus_per_worker,
             rows[admission.job_id].memory_gb_per_worker,
-            admission.charged_quota_id,
+            admission.charge_of(i),  # each pod its own lender (pooled idle jobs)
             admission.in_quota,
             PodStatus.STARTING,
         )
         for admission in decided.admissions
         if admission.job_id in won
-        for p in admission.placements
+        for i, p in enumerate(admission.placements)
     ]
     if pods:
         insert_pods(pods)
@@ -142,10 +146,12 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     ]
     # Compare-and-set on status: a job stopped meanwhile is left alone.
     reasons_updated = update_waiting(refreshed, now) if refreshed else 0
+    charged_home = _charge_home(decided)
     preempted = _preempt(decided)
     return CycleResult(
         admitted=admitted,
         preempted=preempted,
+        charged_home=charged_home,
         pods_created=len(pods),
         newly_queued=tuple(c[0] for c in changed if c[2] == JobStatus.INQUEUE),
         waiting=len(decided.queued),
@@ -177,6 +183,35 @@ def _uuids_of(uuids: dict[tuple[int, int], str], node_id: int, indices) -> list[
     itself, and refuses the launch if one cannot be read)."""
     found = [uuids.get((node_id, i), "") for i in indices]
     return found if all(found) else []
+
+
+class _ChargeMoved(Exception):
+    """A pod of the job changed since the snapshot: its move home is undone."""
+
+
+def _charge_home(decided: Plan) -> tuple[int, ...]:
+    """Re-charge borrowing Acceptable jobs' pods to their own quota, in quota. One UPDATE
+    per job, compare-and-set: only live pods still charged, not in quota, to the lenders
+    the plan saw; if not exactly all of them move (one exited or moved meanwhile), the
+    job's savepoint is rolled back and the next cycle decides again."""
+    done = []
+    live = [s.value for s in ACTIVE_POD_STATUSES]
+    for move in decided.charges_home:
+        try:
+            with transaction.atomic():
+                moved = Pod.objects.filter(
+                    job_id=move.job_id,
+                    status__in=live,
+                    in_quota=False,
+                    charged_quota_id__in=move.from_quota_ids,
+                ).update(charged_quota_id=move.quota_id, in_quota=True)
+                if moved != move.pods:
+                    raise _ChargeMoved
+        except _ChargeMoved:
+            log.info("scheduler: job #%d changed meanwhile; its charge stays", move.job_id)
+            continue
+        done.append(move.job_id)
+    return tuple(done)
 
 
 def _preempt(decided: Plan) -> tuple[int, ...]:

@@ -7,6 +7,7 @@ simulator and benchmarks can use the pure core alone.
 
 from jobs.scheduler.model import (
     Admission,
+    ChargeHome,
     JobSnap,
     NodeSnap,
     Placement,
@@ -21,6 +22,7 @@ from jobs.scheduler.plan import PlanOptions, plan
 
 __all__ = [
     "Admission",
+    "ChargeHome",
     "JobSnap",
     "NodeSnap",
     "Placement",

@@ -95,6 +95,8 @@ def run_cycle(now: datetime | None = None) -> CycleResult:
             len(result.conflicts),
             list(result.admitted[:5]),
         )
+    if result.charged_home:
+        log.info("scheduler: charge moved home (in quota) for job(s) %s", list(result.charged_home))
     return result
 
 
@@ -139,8 +141,9 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
         use[2] += memory_gb
         if not in_quota:
             use[3] += gpus
-        held = holders.setdefault(job_id, [quota_id, in_quota, [], None])
+        held = holders.setdefault(job_id, [quota_id, in_quota, [], None, []])
         held[2].append((node_id, gpus))
+        held[4].append(quota_id)  # per worker: a pooled idle job has several lenders
         if started and (held[3] is None or started > held[3]):
             held[3] = started
         if node_id is not None:
@@ -312,14 +315,22 @@ def _load_running(
         .values_list("job_id", "last")
     )
     running = []
-    fields = ("id", "quota_id", "priority", "started_at", "stop_requested_at", "name")
-    for jid, qid, prio, job_started, stop_at, name in Job.objects.filter(
+    fields = (
+        "id",
+        "quota_id",
+        "priority",
+        "started_at",
+        "stop_requested_at",
+        "name",
+        "idle_resources",
+    )
+    for jid, qid, prio, job_started, stop_at, name, idle in Job.objects.filter(
         status__in=placed
     ).values_list(*fields):
         held = holders.get(jid)
         if held is None:
             continue  # no live worker: holds nothing
-        charged, in_quota, by_node, pod_started = held
+        charged, in_quota, by_node, pod_started, charges = held
         running.append(
             RunningSnap(
                 id=jid,
@@ -333,6 +344,9 @@ def _load_running(
                 stopping=stop_at is not None,
                 name=name,
                 preempted_at=preempted_at.get(jid, ()),
+                # Only when pooled: one lender is the common case and the cheaper snapshot.
+                charges=tuple(charges) if len(set(charges)) > 1 else (),
+                idle_resources=_IDLE[idle],
             )
         )
     return tuple(running)

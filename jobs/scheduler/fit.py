@@ -5,7 +5,9 @@ One rule for the create form (and so the API) and the simulator's `refused` even
   memory, where the quota limits them) than its quota has: its guarantee can never hold it
   and idle capacity of a General-purpose quota is that same quota;
 - a Lingjun idle job (`Acceptable`, `Only Idle Resources`) needing more GPUs than all its
-  tenant's quotas of that GPU type together: no set of lenders can ever hold it.
+  tenant's quotas of that GPU type together: no set of lenders can ever hold it; nor more
+  workers than those quotas hold whole (each pod is charged to one lender, so 1 worker of
+  6 GPUs never runs on two quotas of 5);
 - a gang the pool's registered nodes could not host even when empty.
 (A worker larger than any node is the form's node check, and an invalid scenario.)
 """
@@ -27,6 +29,8 @@ class QuotaSize:
     memory_gb: int = 0
     # GPUs of all the tenant's quotas of the same resource and GPU type, this one included.
     tenant_gpus: int = 0
+    # The same quotas' GPUs one by one, where known (the whole-worker check); () = unknown.
+    tenant_quota_gpus: tuple[int, ...] = ()
 
 
 def _workers(n: int) -> str:
@@ -83,6 +87,14 @@ def _beyond_quota(
                 f"all {quota.gpu_type} quotas of this tenant have {pooled} in all, "
                 "so it could never start."
             )
+        if quota.tenant_quota_gpus and gpus_per_worker and gpus > quota.gpus:
+            hosts = sum(q // gpus_per_worker for q in quota.tenant_quota_gpus)
+            if hosts < workers:
+                return (
+                    f"The job needs {_workers(workers)} of {gpus_per_worker} GPUs; each worker "
+                    f"is charged to one quota, and the {quota.gpu_type} quotas of this tenant "
+                    f"can hold {_workers(hosts)} of that size at most, so it could never start."
+                )
         return None
     checks = [("GPUs", quota.gpus, gpus, gpus_per_worker)]
     if quota.cpus:

@@ -79,10 +79,30 @@ class RunningSnap:
     name: str = ""
     # When it was preempted before (any attempt, newest last): the per-hour cap's input.
     preempted_at: tuple[datetime, ...] = ()
+    # Per entry of gpus_by_node, the quota that worker is charged to, when a Lingjun idle
+    # job pools several lenders (DESIGN §5); empty: every worker is charged_quota_id's.
+    charges: tuple[int, ...] = ()
+    # Its own setting: an `Acceptable` borrower moves its charge home when room appears.
+    idle_resources: IdleResources = IdleResources.OFF
 
     @property
     def gpus(self) -> int:
         return sum(g for _, g in self.gpus_by_node)
+
+    @property
+    def lenders(self) -> tuple[int, ...]:
+        """Every quota some of its workers are charged to (one, unless pooled)."""
+        if not self.charges:
+            return (self.charged_quota_id,)
+        return tuple(sorted(set(self.charges)))
+
+    def gpus_charged_to(self, quota_id: int) -> int:
+        """GPUs of its workers charged to `quota_id`: what reclaiming it gives that quota."""
+        if not self.charges:
+            return self.gpus if quota_id == self.charged_quota_id else 0
+        return sum(
+            g for (_, g), q in zip(self.gpus_by_node, self.charges, strict=True) if q == quota_id
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +166,22 @@ class Admission:
     charged_quota_id: int
     in_quota: bool = True
     reason: str = ""  # "placed on node-0 (GPUs 0-3)": the JobEvent text
+    # Per placement (same order), the lender its pod is charged to, when a Lingjun idle job
+    # pools several lenders (DESIGN §5); empty: every pod is charged to charged_quota_id.
+    charges: tuple[int, ...] = ()
+
+    def charge_of(self, index: int) -> int:
+        """The quota the pod of `placements[index]` is charged to."""
+        return self.charges[index] if self.charges else self.charged_quota_id
+
+    def charged_gpus(self) -> dict[int, int]:
+        """GPUs charged per quota (one entry unless several lenders are pooled)."""
+        if not self.charges:
+            return {self.charged_quota_id: sum(len(p.gpu_indices) for p in self.placements)}
+        out: dict[int, int] = {}
+        for p, q in zip(self.placements, self.charges, strict=True):
+            out[q] = out.get(q, 0) + len(p.gpu_indices)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +200,23 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class ChargeHome:
+    """A running `Acceptable` job that borrowed moves its charge to its own quota, in quota
+    (DESIGN §5): its quota now has room for the whole job, so it is no reclaim victim."""
+
+    job_id: int
+    quota_id: int  # its own quota: the pods' new charge
+    from_quota_ids: tuple[int, ...]  # the lenders its pods are charged to now
+    pods: int  # its live pods: all of them move, or none (compare-and-set)
+    reason: str  # "charge moved home to quota team-a (in quota)"
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     admissions: tuple[Admission, ...] = ()
     queued: tuple[QueueDecision, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
+    charges_home: tuple[ChargeHome, ...] = ()
 
     def admission_for(self, job_id: int) -> Admission | None:
         return next((a for a in self.admissions if a.job_id == job_id), None)

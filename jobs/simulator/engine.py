@@ -31,7 +31,14 @@ from jobs.scheduler.plan import PlanOptions, plan
 from jobs.simulator.scenario import JobSpec, Scenario
 from jobs.simulator.views import snapshot_of, summary_of
 from jobs.simulator.world import SimJob, SimNode, SimPod, Violation, at, check_invariants
-from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES, JobStatus, PodStatus, is_allowed
+from jobs.statuses import (
+    FINAL_JOB_STATUSES,
+    FINAL_POD_STATUSES,
+    IdleResources,
+    JobStatus,
+    PodStatus,
+    is_allowed,
+)
 
 S, P = JobStatus, PodStatus
 
@@ -75,10 +82,10 @@ class Simulation:
         self.preemption_count = 0
         self.refused: dict[str, str] = {}  # job name → why it was refused at submission
         self._waits: dict[int, tuple[str, int]] = {}  # this instant's reasons and positions
-        pooled: dict[tuple, int] = {}
+        pooled: dict[tuple, tuple[int, ...]] = {}  # each quota's GPUs, per tenant and pool
         for q in scenario.quotas:
             key = (q.tenant, q.resource_type, q.gpu_type)
-            pooled[key] = pooled.get(key, 0) + q.gpus
+            pooled[key] = (*pooled.get(key, ()), q.gpus)
         self.pool_gpus: dict[tuple[str, str], tuple[int, ...]] = {}  # each node's GPUs
         for n in scenario.nodes:
             key = (n.resource_type, n.gpu_type)
@@ -89,7 +96,8 @@ class Simulation:
                 q.resource_type,
                 q.gpu_type,
                 q.gpus,
-                tenant_gpus=pooled[(q.tenant, q.resource_type, q.gpu_type)],
+                tenant_gpus=sum(pooled[(q.tenant, q.resource_type, q.gpu_type)]),
+                tenant_quota_gpus=pooled[(q.tenant, q.resource_type, q.gpu_type)],
             )
             for qid, q in self.quotas.values()
         }
@@ -500,23 +508,46 @@ class Simulation:
     def snapshot(self) -> Snapshot:
         return snapshot_of(self)
 
+    @staticmethod
+    def _may_move_home(job: SimJob) -> bool:
+        """A borrowing Acceptable job: plan() may move its charge home (DESIGN §5)."""
+        return job.spec.idle_resources == IdleResources.ACCEPTABLE and any(
+            not p.in_quota and p.status not in FINAL_POD_STATUSES for p in job.pods
+        )
+
+    def _move_home(self, job: SimJob, quota_id: int, reason: str) -> None:
+        """Each live pod re-charged to the job's own quota, in quota: a pod event with its
+        status unchanged and the new `charged_to`/`in_quota` (what the console's row shows)."""
+        for pod in job.pods:
+            if pod.status in FINAL_POD_STATUSES or pod.in_quota:
+                continue
+            self.charged[pod.charged_to] -= len(pod.gpus)
+            self.charged[quota_id] += len(pod.gpus)
+            pod.charged_to, pod.in_quota = quota_id, True
+            self._pod_event(pod, pod.status, reason)
+
     def _cycle(self) -> bool:
         """One scheduling cycle. Returns whether another should follow at once."""
-        if not any(j.status in (S.PENDING, S.INQUEUE) for j in self.active.values()):
-            return False  # nothing waits: nothing to admit, no one to preempt for
+        if not any(
+            j.status in (S.PENDING, S.INQUEUE) or self._may_move_home(j)
+            for j in self.active.values()
+        ):
+            return False  # nothing waits, no charge to move home: nothing to decide
         snapshot = self.snapshot()
-        if not snapshot.jobs:
+        if not snapshot.jobs and not any(self._may_move_home(j) for j in self.active.values()):
             return False  # the waiting ones are backing off
         decided = plan(snapshot, at(self.t), self.options)
+        for move in decided.charges_home:
+            self._move_home(self.job_by_id[move.job_id], move.quota_id, move.reason)
         for admission in decided.admissions:
             job = self.job_by_id[admission.job_id]
             self._job_event(job, S.STARTING, admission.reason)
             job.admitted_t = self.t
-            for p in admission.placements:
+            for i, p in enumerate(admission.placements):
                 node = self.node_by_id[p.node_id]
                 pod = SimPod(job, p.rank, job.attempt, node, p.gpu_indices)
                 pod.charged_to, pod.in_quota, pod.started_t = (
-                    admission.charged_quota_id,
+                    admission.charge_of(i),  # each pod its own lender (pooled idle jobs)
                     admission.in_quota,
                     self.t,
                 )

@@ -12,7 +12,8 @@ A waiting job *fits* now when all of these hold:
   charged GPUs (in quota or lent) plus its need stay within the quota; `Only Idle Resources`
   when one lender (its own quota on General-purpose; on Lingjun any quota of its tenant,
   resource type and GPU type, except one that reclaimed it within the cool-down) has that
-  many GPUs uncharged; `Acceptable` when either holds.
+  many GPUs uncharged, or on Lingjun when those lenders' uncharged GPUs together host every
+  worker (each worker charged to one lender); `Acceptable` when either holds.
 
 It is excused while an explicit, time-limited reservation may apply: another waiting job of
 the same pool with a guarantee (`Off`/`Acceptable`, within its quota's size, needing GPUs,
@@ -101,7 +102,15 @@ def _room(sim, job, quotas, need: int) -> str:
         ]
     else:
         lenders = [job.quota_id]
+    lenders = [qid for qid in lenders if qid not in cooling]
     for qid in lenders:
-        if qid not in cooling and quotas[qid].gpus - sim.charged[qid] >= need:
+        if quotas[qid].gpus - sim.charged[qid] >= need:
             return f"idle resources of {quotas[qid].name}"
+    # Lingjun: each worker may be charged to its own lender (DESIGN §5, pooled lenders).
+    each = job.spec.gpus_per_worker
+    if quota.resource_type == "Lingjun" and len(lenders) > 1:
+        hosts = sum(max(quotas[q].gpus - sim.charged[q], 0) // each for q in lenders)
+        if hosts >= job.spec.workers:
+            names = ", ".join(sorted(quotas[q].name for q in lenders))
+            return f"idle resources of {names} (pooled)"
     return ""

@@ -34,6 +34,8 @@ def snapshot_of(sim) -> Snapshot:
                     quota_id=job.quota_id,
                     charged_quota_id=live[0].charged_to,
                     in_quota=live[0].in_quota,
+                    charges=_charges(live),
+                    idle_resources=job.spec.idle_resources,
                     priority=job.spec.priority,
                     gpus_by_node=tuple((p.node.id, len(p.gpus)) for p in live),
                     started_at=at(job.admitted_t),
@@ -91,3 +93,11 @@ def summary_of(sim, end: float) -> dict:
         "end": round(end, 3),
         "invariant_violations": [f"t={v.t}: {v.text}" for v in sim.violations],
     }
+
+
+def _charges(live: list[SimPod]) -> tuple[int, ...]:
+    """Per live worker, its lender, when they are not all the same (a pooled idle job)."""
+    first = live[0].charged_to
+    if all(p.charged_to == first for p in live):
+        return ()
+    return tuple(p.charged_to for p in live)

@@ -77,3 +77,20 @@ def test_who_borrows_from_whom_and_pooled_idle_per_tenant():
     assert pooled[(2, "H200")].unused == 4
     assert pooled[(1, "H200")].free_on_nodes == 5  # node 1: 8 GPUs, 3 busy
     assert all(p.gpu_type == "H200" for p in acc.pooled_idle)  # General-purpose never pools
+
+
+def test_a_pooled_idle_job_is_a_borrow_of_each_lender_with_its_own_gpus():
+    from dataclasses import replace
+
+    pooled = replace(
+        running(10, on={1: 8}, quota=1, charged=2), gpus_by_node=((1, 8), (2, 8)), charges=(2, 3)
+    )
+    quotas = [
+        quota(1, name="a", gpus=0),
+        quota(2, name="b", gpus=8, used=8, borrowed_gpus=8),
+        quota(3, name="c", gpus=8, used=8, borrowed_gpus=8),
+    ]
+    acc = account(snapshot(nodes=[node(1, free=()), node(2, free=())], quotas=quotas,
+                           running=[pooled]))  # fmt: skip
+    assert [(b.lender_id, b.gpus) for b in acc.borrows] == [(2, 8), (3, 8)]
+    assert acc.quotas[1].borrowed == 16 and acc.quotas[1].idle_own == 0

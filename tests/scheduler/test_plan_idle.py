@@ -91,7 +91,9 @@ def test_idle_jobs_are_charged_so_lenders_never_exceed_their_size():
     jobs = [job(i, gpus=4, idle=ONLY, at=i) for i in range(1, 4)]
     result = plan(snapshot([node(0), node(1)], quotas, jobs), T0)
     assert admitted(result) == {1: (2, False), 2: (2, False)}
-    assert "no H200 quota of this tenant has 4 GPUs unused" in reasons(result)[3]
+    assert reasons(result)[3] == (
+        "idle resources: the H200 quotas of this tenant have 0 GPUs unused in all, job needs 4"
+    )
 
 
 # -- reclaim ----------------------------------------------------------------------------------
@@ -185,7 +187,9 @@ def test_a_reclaiming_quota_lends_nothing_more_in_the_same_plan():
     result = plan(snapshot([node(0, free=()), node(1)], quotas, jobs, borrowers), LATER)
     assert [p.job_id for p in result.preemptions] == [10]
     assert result.admissions == ()
-    assert reasons(result)[2].startswith("idle resources: no H200 quota of this tenant has 8")
+    assert reasons(result)[2] == (
+        "idle resources: the H200 quotas of this tenant have 0 GPUs unused in all, job needs 8"
+    )
 
 
 # -- priority preemption ------------------------------------------------------------------------

@@ -4,6 +4,8 @@ import importlib
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from jobs.scheduler.plan import plan
 from jobs.statuses import IdleResources
 from tests.scheduler.snaps import T0, job, node, quota, running, snapshot
@@ -52,8 +54,8 @@ def test_cpu_only_job_skips_nodes_freed_for_a_preemptor():
 # -- one job's failure does not stop the cycle ------------------------------------------------
 def _place_failing_for(job_id: int, monkeypatch) -> None:
     """Make placing one job raise (a stand-in for any bug hit by one job's evaluation)."""
-    # (jobs.scheduler re-exports the function `plan`, which shadows the module's name)
-    plan_module = importlib.import_module("jobs.scheduler.plan")
+    # The guaranteed pass places Off jobs (jobs.scheduler.guaranteed, split out of plan.py).
+    plan_module = importlib.import_module("jobs.scheduler.guaranteed")
     real = plan_module._place
 
     def place(job, pool, state):
@@ -163,8 +165,8 @@ def test_an_acceptable_jobs_reason_covers_both_sides():
     jobs = [job(1, gpus=8, idle=ACCEPTABLE)]
     result = plan(snapshot([node(0, free=()), node(1, free=())], quotas, jobs), LATER)
     assert reasons(result)[1] == (
-        "quota team-a: 8/8 GPUs in use, job needs 8; idle resources: no H200 quota of this "
-        "tenant has 8 GPUs unused (most: team-a, 0 unused)"
+        "quota team-a: 8/8 GPUs in use, job needs 8; idle resources: the H200 quotas of this "
+        "tenant have 0 GPUs unused in all, job needs 8"
     )
 
 
@@ -201,3 +203,36 @@ def test_by_default_a_fresh_borrower_is_protected_from_reclaim():
     result = plan(snapshot([node(0, free=())], quotas, [job(1, gpus=8)], [fresh]), LATER)
     assert result.preemptions == ()
     assert "protected by the minimum runtime before reclaim" in reasons(result)[1]
+
+
+# -- a preemptor's claim on the GPUs being released -------------------------------------------
+@pytest.mark.parametrize("idle", [IdleResources.OFF, IdleResources.ACCEPTABLE])
+def test_gpus_being_released_go_to_the_job_first_in_line_not_to_later_small_jobs(idle):
+    # Job 9 (priority 1) is releasing 15 GPUs of quota team-a, preempted for job 1 (4 x 5
+    # GPUs, priority 3) in an earlier cycle. Quota room (5 GPUs) and a node with free GPUs
+    # exist now: a later small job must not take them, or job 1 finds the quota short again
+    # when job 9 has gone and preempts the small job (the Kueue baseline looped like that).
+    quotas = [quota(1, gpus=20, used=15, preemption="LowerPriority")]
+    nodes = [node(0, gpus=16, free=(15,)), node(1, free=tuple(range(8)))]
+    releasing = running(9, on={0: 15}, in_quota=True, priority=1, stopping=True)
+    jobs = [
+        job(1, workers=4, gpus=5, priority=3, at=0, idle=idle),
+        job(2, gpus=1, priority=1, at=1, idle=idle),
+    ]
+    result = plan(snapshot(nodes, quotas, jobs, [releasing]), T0 + timedelta(minutes=2))
+    assert result.admissions == ()
+    assert result.preemptions == ()  # job 9 is already releasing: nothing new to preempt
+    why = reasons(result)
+    assert "release" in why[1]
+    assert why[2].startswith("waiting behind job #1")
+
+
+def test_a_claim_lasts_only_while_the_released_gpus_would_satisfy_the_job():
+    # Nothing is being released: the small job backfills at once (job 1 cannot preempt:
+    # the quota's policy is Never), so no GPU idles for a claim that nothing backs.
+    quotas = [quota(1, gpus=20, used=15)]
+    nodes = [node(0, gpus=16, free=(15,)), node(1, free=tuple(range(8)))]
+    holder = running(9, on={0: 15}, in_quota=True, priority=1)
+    jobs = [job(1, workers=4, gpus=5, priority=3, at=0), job(2, gpus=1, priority=1, at=1)]
+    result = plan(snapshot(nodes, quotas, jobs, [holder]), T0 + timedelta(minutes=2))
+    assert [a.job_id for a in result.admissions] == [2]

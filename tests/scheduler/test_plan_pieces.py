@@ -164,3 +164,17 @@ def test_never_fits_counts_limited_cpus():
         "The job needs 96 CPUs (2 workers of 48); quota team-a has 64 in all, "
         "so it could never start."
     )
+
+
+def test_never_fits_counts_whole_workers_per_lender():
+    """Each pod is charged to one lender: 2 workers of 6 never run on quotas of 8 and 5."""
+    from jobs.scheduler.fit import QuotaSize, never_fits
+
+    size = QuotaSize("team-a", "Lingjun", "H200", 8, tenant_gpus=13, tenant_quota_gpus=(8, 5))
+    idle = "Only Idle Resources"
+    assert never_fits(size, workers=2, gpus_per_worker=6, idle=idle) == (
+        "The job needs 2 workers of 6 GPUs; each worker is charged to one quota, and the H200 "
+        "quotas of this tenant can hold 1 worker of that size at most, so it could never start."
+    )
+    assert never_fits(size, workers=2, gpus_per_worker=4, idle=idle) is None  # 2 + 1 hosts
+    assert never_fits(size, workers=1, gpus_per_worker=8, idle=idle) is None  # its own quota

@@ -3,6 +3,7 @@ never produce an over-committed quota or node, a split gang, a borrow outside DE
 rules, or a victim that is not reclaimable by the job it is preempted for."""
 
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
@@ -50,11 +51,13 @@ def snapshots(draw):
             if in_quota or charged.resource_type == GENERAL
             else draw(st.sampled_from([q for q in same if q.tenant_id == charged.tenant_id]))
         )
-        held.append(
+        held.append(replace(
             running(100 + n.id, on={n.id: gpus}, quota=owner.id, charged=charged.id,
                     in_quota=in_quota, priority=draw(st.integers(0, 3)),
-                    started=draw(st.integers(0, 100)))
-        )  # fmt: skip
+                    started=draw(st.integers(0, 100))),
+            # A borrowing Acceptable job may move its charge home.
+            idle_resources=draw(st.sampled_from(list(IdleResources))),
+        ))  # fmt: skip
         used[charged.id] += gpus
         borrowed[charged.id] += 0 if in_quota else gpus
     quotas = [
@@ -89,26 +92,42 @@ def test_plan_never_overcommits_or_breaks_the_borrowing_rules(snap, min_runtime,
     charged = Counter({q.id: q.used_gpus for q in snap.quotas})
     taken: dict[int, list[int]] = {}
     for a in result.admissions:
-        j, lender = jobs[a.job_id], quotas[a.charged_quota_id]
+        j = jobs[a.job_id]
         own = quotas[j.quota_id]
         assert len(a.placements) == j.workers  # the whole gang
-        for p in a.placements:
+        for i, p in enumerate(a.placements):
             assert len(p.gpu_indices) == j.gpus_per_worker
             assert set(p.gpu_indices) <= set(nodes[p.node_id].free_gpu_indices)
             assert nodes[p.node_id].pool == own.pool
             taken.setdefault(p.node_id, []).extend(p.gpu_indices)
-        charged[lender.id] += j.total_gpus
+            lender = quotas[a.charge_of(i)]  # each pod its own lender (pooled idle jobs)
+            charged[lender.id] += j.gpus_per_worker
+            if a.in_quota:
+                assert lender.id == own.id and j.idle_resources != IdleResources.ONLY
+            else:
+                assert j.idle_resources != IdleResources.OFF
+                assert lender.pool == own.pool and lender.tenant_id == own.tenant_id
+                if own.resource_type == GENERAL:
+                    assert lender.id == own.id
+    guaranteed = Counter({q.id: q.used_gpus - q.borrowed_gpus for q in snap.quotas})
+    moved = {m.job_id for m in result.charges_home}
+    for m in result.charges_home:  # moves home: Acceptable borrowers only, to their quota
+        r = next(r for r in snap.running if r.id == m.job_id)
+        assert r.idle_resources == IdleResources.ACCEPTABLE and not r.in_quota
+        assert m.quota_id == r.quota_id and m.pods == len(r.gpus_by_node)
+        for lender in r.lenders:
+            charged[lender] -= r.gpus_charged_to(lender)
+        charged[r.quota_id] += r.gpus
+        guaranteed[r.quota_id] += r.gpus
+    for a in result.admissions:
         if a.in_quota:
-            assert lender.id == own.id and j.idle_resources != IdleResources.ONLY
-        else:
-            assert j.idle_resources != IdleResources.OFF
-            assert lender.pool == own.pool and lender.tenant_id == own.tenant_id
-            if own.resource_type == GENERAL:
-                assert lender.id == own.id
+            guaranteed[a.charged_quota_id] += jobs[a.job_id].total_gpus
     for indices in taken.values():
         assert len(indices) == len(set(indices)), "GPU double-booked"
     for q in snap.quotas:
         assert charged[q.id] <= max(q.gpus, q.used_gpus), f"{q.name} over-committed"
+        before = q.used_gpus - q.borrowed_gpus
+        assert guaranteed[q.id] <= max(q.gpus, before), f"{q.name} guarantee over-committed"
     victims = {r.id: r for r in snap.running}
     for p in result.preemptions:
         v, preemptor = victims[p.job_id], jobs[p.for_job_id]
@@ -119,6 +138,7 @@ def test_plan_never_overcommits_or_breaks_the_borrowing_rules(snap, min_runtime,
         if v.in_quota:
             assert own.preemption == "LowerPriority" and v.priority < preemptor.priority
         assert not v.stopping
+        assert v.id not in moved  # a job moved home is in quota: never reclaimed for it
     assert not {p.for_job_id for p in result.preemptions} & {a.job_id for a in result.admissions}
     # Eligibility after subtracting the victims: the preemptor then fits its quota.
     for preemptor_id in {p.for_job_id for p in result.preemptions}:

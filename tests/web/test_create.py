@@ -305,6 +305,13 @@ def test_clone_prefills_the_form(member_client, cluster, researcher, workspace, 
             "all H200 quotas of this tenant have 24 in all, so it could never start.",
             id="lingjun-idle-larger-than-the-tenants-quotas",
         ),
+        pytest.param(
+            {"workers": 4, "gpus_per_worker": 6, "idle_resources": "Only Idle Resources"},
+            "The job needs 4 workers of 6 GPUs; each worker is charged to one quota, and the "
+            "H200 quotas of this tenant can hold 3 workers of that size at most, so it could "
+            "never start.",
+            id="lingjun-idle-workers-no-set-of-lenders-holds-whole",  # 16//6 + 8//6 = 3
+        ),
     ],
 )
 @pytest.mark.parametrize("send", [_post_page, _post_api])

@@ -1,19 +1,20 @@
-"""Submit → Running on free capacity, through the embedded default: a threaded web server
-and the in-process loops in this process, a real agent (`python -m agents.node`, process
-runtime, fake GPUs, the default 5 s heartbeat) as a child process.
+"""Submit → Running and stop → Stopped on free capacity, through the embedded default (a
+threaded web server and the in-process loops in this process) and a real agent
+(`python -m agents.node`, process runtime, fake GPUs, the default 5 s heartbeat) as a child
+process, on a clean PostgreSQL database.
 
-    .venv/bin/python bench/_fast_wake.py                    # waking on (agents.wake)
-    AGENT_WAIT_SLOTS=0 .venv/bin/python bench/_fast_wake.py # waking off: the heartbeat alone
+    .venv/bin/python -m bench.wake              # waking on (agents.wake), 20 rounds
+    .venv/bin/python -m bench.wake --no-wake    # waking off: the agent's heartbeat alone
+    .venv/bin/python -m bench.wake --full       # 60 rounds
 
 Each round submits one job over HTTP (`POST /api/v1/jobs`), waits until its pod is Running,
-then stops it (`POST /api/v1/jobs/<id>/stop`) and waits until it is Stopped; prints p50/p95
-of both delays and one JSON line. A throw-away database (never the configured one).
+then stops it (`POST /api/v1/jobs/<id>/stop`) and waits until it is Stopped. Target: submit
+→ Running p95 <= 1 s without raising the heartbeat rate.
 """
 
 import argparse
-import json
+import logging
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,40 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-
-def _setup() -> str:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    os.environ["CONSOLE_LOOPS"] = "inprocess"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ.setdefault("API_RATE_LIMIT", "1000000/60")
-    import django
-
-    django.setup()
-    from django.conf import settings
-    from django.db import connection
-
-    db = settings.DATABASES["default"]
-    db.setdefault("TEST", {})
-    if connection.vendor == "sqlite":
-        db["TEST"]["NAME"] = str(ROOT / "var" / "bench_wake.sqlite3")
-    else:
-        db["TEST"]["NAME"] = f"{db['NAME']}_bench_wake"
-    old = db["NAME"]
-    connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
-    return old
-
-
-def _pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+from bench import common  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--port", type=int, default=8791)
+    parser.add_argument("--full", action="store_true", help="60 rounds")
+    parser.add_argument("--rounds", type=int, help="default 20 (quick), 60 (--full)")
+    parser.add_argument("--no-wake", action="store_true", help="AGENT_WAIT_SLOTS=0")
     args = parser.parse_args(argv)
-    old = _setup()
+    rounds = args.rounds or (60 if args.full else 20)
+    extra = {"AGENT_WAIT_SLOTS": "0"} if args.no_wake else {}
+    with common.clean_database("wake") as url:
+        common.setup_django(url, **extra)
+        logging.getLogger("console.access").setLevel(logging.WARNING)
+        measure(rounds)
+
+
+def measure(rounds: int) -> None:
     import requests
     from django.conf import settings
     from django.contrib.auth import get_user_model
@@ -79,11 +64,11 @@ def main(argv: list[str] | None = None) -> None:
         def log_message(self, *args) -> None:
             pass
 
-    httpd = ThreadedWSGIServer(("127.0.0.1", args.port), Quiet)
+    httpd = ThreadedWSGIServer(("127.0.0.1", common.free_port()), Quiet)
     httpd.daemon_threads = True
     httpd.set_app(get_internal_wsgi_application())
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{args.port}"
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
     agent = None
     try:
         tenant = Tenant.objects.create(name="bench")
@@ -125,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
             return time.monotonic()
 
         to_run, to_stop = [], []
-        for i in range(args.rounds):
+        for i in range(rounds):
             time.sleep(0.37 * (i % 7))  # submit at varying points of the heartbeat cycle
             t0 = time.monotonic()
             r = api.post(f"{url}/api/v1/jobs", json=spec)
@@ -137,23 +122,26 @@ def main(argv: list[str] | None = None) -> None:
             assert r.status_code == 200, r.text[:300]
             to_stop.append(until({"job_id": job_id}, "Stopped") - t1)
         waking = settings.AGENT_WAIT_SLOTS > 0
-        result = {
-            "bench": "wake",
-            "database": connection.vendor,
-            "waking": waking,
-            "rounds": args.rounds,
-            "submit_to_running_p50_s": round(statistics.median(to_run), 3),
-            "submit_to_running_p95_s": round(_pct(to_run, 0.95), 3),
-            "stop_to_stopped_p50_s": round(statistics.median(to_stop), 3),
-            "stop_to_stopped_p95_s": round(_pct(to_stop, 0.95), 3),
-        }
-        print(f"database {connection.vendor}, waking {'on' if waking else 'off'}, "
-              f"{args.rounds} rounds, heartbeat {settings.AGENT_HEARTBEAT_INTERVAL} s")  # fmt: skip
-        print(f"submit → Running  p50 {result['submit_to_running_p50_s']:.2f} s  "
-              f"p95 {result['submit_to_running_p95_s']:.2f} s")  # fmt: skip
-        print(f"stop → Stopped    p50 {result['stop_to_stopped_p50_s']:.2f} s  "
-              f"p95 {result['stop_to_stopped_p95_s']:.2f} s")  # fmt: skip
-        print(json.dumps(result))
+        rows = [
+            {
+                "what": what,
+                "rounds": rounds,
+                "p50_s": round(common.median(values), 3),
+                "p95_s": round(common.percentile(values, 95), 3),
+                "max_s": round(max(values), 3),
+            }
+            for what, values in (("submit -> Running", to_run), ("stop -> Stopped", to_stop))
+        ]
+        common.report(
+            "wake",
+            rows,
+            quick=rounds < 60,
+            waking=waking,
+            targets={"submit_to_running_p95_s": 1.0},
+            notes=f"embedded default (threaded server, in-process loops) on PostgreSQL, a real "
+            f"agent with heartbeat {settings.AGENT_HEARTBEAT_INTERVAL} s, waking "
+            f"{'on' if waking else 'off'}; submits at varying points of the heartbeat cycle",
+        )
     finally:
         if agent is not None:
             agent.terminate()
@@ -164,13 +152,7 @@ def main(argv: list[str] | None = None) -> None:
 
         if wake._watcher is not None:
             wake._watcher.close()
-        if connection.vendor == "postgresql":  # the server's threads keep connections open
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
-        connection.creation.destroy_test_db(old, verbosity=0)
+        connection.close()  # the server threads' connections go with DROP … WITH (FORCE)
 
 
 if __name__ == "__main__":

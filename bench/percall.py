@@ -1,0 +1,204 @@
+"""CPU time and SQL statements per call on the two hottest write paths, in this process
+(Django's test client: no HTTP, no server), on a clean PostgreSQL database:
+
+- a single `POST /api/v1/jobs` (each adds a Pending job; the scheduler does not run), and
+- an agent heartbeat where nothing changed (8 GPUs, N running workers reported as known).
+
+    .venv/bin/python -m bench.percall            # quick: 300 submits, 3 x 1,000 heartbeats
+    .venv/bin/python -m bench.percall --full     # 2,000 submits, 3 x 5,000 heartbeats
+    .venv/bin/python -m bench.percall --profile  # and a cProfile summary of each path
+
+Statement counts are also asserted by tests (tests/api, tests/agents); this measures what
+they cost. Through a real server see bench.throughput (adds gunicorn and HTTP).
+"""
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import common  # noqa: E402
+
+SPEC = {"quota": "q", "image": "busybox", "command": "train", "gpus_per_worker": 1}
+
+
+def statements_of(call: Callable[[], None]) -> list[str]:
+    from django.db import connection
+
+    seen: list[str] = []
+
+    def capture(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        call()
+    return seen
+
+
+def timed(call: Callable[[], None], calls: int, repeat: int) -> tuple[float, float]:
+    """Median CPU ms and wall ms per call over `repeat` runs of `calls` calls."""
+    cpu, wall = [], []
+    for _ in range(repeat):
+        c0, w0 = time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            call()
+        cpu.append((time.process_time() - c0) / calls * 1000)
+        wall.append((time.perf_counter() - w0) / calls * 1000)
+    return common.median(cpu), common.median(wall)
+
+
+def profile(call: Callable[[], None], calls: int) -> None:
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(lambda: [call() for _ in range(calls)])
+    pstats.Stats(profiler).sort_stats("cumtime").print_stats(30)
+
+
+def fixtures(workers: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The submit and heartbeat calls, each checked to succeed."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from accounts.actions import issue_api_token
+    from agents.actions import issue_bootstrap_token
+    from jobs.models import Job, Pod
+    from jobs.statuses import JobStatus, PodStatus
+    from quotas.models import Membership, Quota, ResourceType, Tenant, Workspace
+
+    tenant = Tenant.objects.create(name="bench")
+    workspace = Workspace.objects.create(tenant=tenant, name="bench")
+    quota = Quota.objects.create(
+        tenant=tenant, name="q", resource_type=ResourceType.LINGJUN, gpu_type="H200", gpus=8
+    )
+    workspace.quotas.add(quota)
+    user = get_user_model().objects.create(username="bench")
+    Membership.objects.create(workspace=workspace, user=user)
+    _, api_token = issue_api_token(user)
+
+    client = Client()
+    gpus = [
+        {"index": i, "uuid": f"GPU-{i:04d}", "name": "NVIDIA H200", "memory_total_mb": 143771}
+        for i in range(8)
+    ]
+    facts = {
+        "hostname": "h", "agent_version": "0.1.0", "runtime": "process",
+        "resource_type": "Lingjun", "gpu_type": "H200", "cpus": 96, "memory_gb": 1024,
+        "gpus": gpus,
+    }  # fmt: skip
+    _, bootstrap = issue_bootstrap_token(None, "bench")
+    r = client.post(
+        "/api/v1/agent/register/",
+        json.dumps({"name": "n1", "facts": facts}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {bootstrap}"},
+    )
+    node_id, node_token = r.json()["node_id"], r.json()["node_token"]
+    job = Job.objects.create(
+        workspace=workspace, quota=quota, owner=user, name="running", image="i",
+        command="c", workers=workers, gpus_per_worker=1, status=JobStatus.RUNNING,
+    )  # fmt: skip
+    pods = [
+        Pod.objects.create(
+            job=job,
+            attempt=1,
+            rank=r,
+            node_id=node_id,
+            gpu_indices=[r],
+            gpus=1,
+            charged_quota=quota,
+            status=PodStatus.RUNNING,
+        )
+        for r in range(workers)
+    ]
+    heartbeat_body = json.dumps(
+        {
+            "facts": facts,
+            "workers": [
+                {"pod_id": p.pk, "attempt": 1, "state": "running", "container_id": f"c{p.pk}"}
+                for p in pods
+            ],
+        }
+    )
+    submit_body = json.dumps(SPEC)
+
+    def submit() -> None:
+        response = client.post(
+            "/api/v1/jobs",
+            submit_body,
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {api_token}"},
+        )
+        assert response.status_code == 201, response.content[:300]
+
+    def heartbeat() -> None:
+        response = client.post(
+            "/api/v1/agent/heartbeat/",
+            heartbeat_body,
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {node_token}"},
+        )
+        assert response.status_code == 200, response.content[:300]
+
+    return submit, heartbeat
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true")
+    parser.add_argument("--workers", type=int, default=8, help="running workers per heartbeat")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args(argv)
+    submits, beats = (2000, 5000) if args.full else (300, 1000)
+    rows = []
+    with common.clean_database("percall") as url:
+        common.setup_django(url)
+        logging.getLogger("console.access").setLevel(logging.WARNING)
+        submit, heartbeat = fixtures(args.workers)
+        paths = [
+            ("POST /api/v1/jobs (one job)", submit, submits, 1, 5.0),
+            (f"heartbeat, nothing changed ({args.workers} workers)", heartbeat, beats, 3, 1.0),
+        ]
+        for label, call, calls, repeat, target_ms in paths:
+            call()  # warm: first-call imports and caches
+            sql = statements_of(call)
+            cpu, wall = timed(call, calls, repeat)
+            if args.profile:
+                profile(call, min(calls, 300))
+            print(f"{label}: {len(sql)} statements")
+            for text in sql:
+                print("   ", text[:110])
+            rows.append(
+                {
+                    "path": label,
+                    "calls": calls * repeat,
+                    "statements": len(sql),
+                    "writes": sum(
+                        1 for s in sql if s.lstrip().split()[0].upper() in {"INSERT", "UPDATE"}
+                    ),
+                    "cpu_ms": round(cpu, 2),
+                    "wall_ms": round(wall, 2),
+                    "target_cpu_ms": target_ms,
+                }
+            )
+    common.report(
+        "percall",
+        rows,
+        quick=not args.full,
+        notes="in-process (Django test client, no HTTP) on PostgreSQL; CPU of this process "
+        "only (PostgreSQL's own is not counted); targets: single submit <= 5 ms CPU, "
+        "heartbeat with nothing changed 1 statement (>= 1,000/s per core needs <= 1 ms)",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The borrowing pass of `plan()` (DESIGN §5): `Only Idle Resources` jobs and the
+`Acceptable` ones still waiting use idle capacity. General-purpose: the job's own quota.
+Lingjun: every quota of the same tenant and GPU type, its own first; when no single lender
+has the whole job, whole workers are spread over several lenders, each pod charged to one.
+Never across tenants or GPU types; never a lender in reclaim or in its cool-down."""
+
+from jobs.scheduler.guaranteed import _wait_guaranteed
+from jobs.scheduler.model import Admission, JobSnap, PoolKey, QuotaSnap
+from jobs.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
+from jobs.scheduler.working import _Both, _diagnose, _place, _Short, _Working
+
+
+def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str | _Short | _Both:
+    """Second pass: idle jobs borrow; an `Acceptable` job that cannot borrow then has every
+    right of an `Off` job in its own quota (reclaim, priority preemption, the hold)."""
+    quota = state.quotas[job.quota_id]
+    idle = _borrow(job, quota, state)
+    guaranteed = deferred.pop(job.id)
+    if isinstance(idle, Admission) or guaranteed is None:
+        return idle
+    return _Both(_wait_guaranteed(job, quota, guaranteed, state), idle)
+
+
+def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaSnap]]):
+    """Quotas whose unused capacity an idle job of `quota` may use (DESIGN §5): its own on
+    General-purpose; on Lingjun every quota of the same tenant, resource and GPU type, its
+    own first. Never across tenants or GPU types."""
+    if quota.resource_type != "Lingjun":
+        return [quota]
+    others = [q for q in lingjun.get((quota.tenant_id, quota.pool), ()) if q.id != quota.id]
+    return [quota, *others]
+
+
+def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
+    need = job.total_gpus
+    lenders = lenders_for(quota, state.lenders)
+    cooling = _cooling(job, state)
+    if cooling:
+        lenders = [q for q in lenders if q.id not in cooling]
+        if not lenders:
+            names = ", ".join(sorted(state.quotas[i].name for i in cooling if i in state.quotas))
+            return f"idle resources: reclaimed by {names} recently; not borrowing there yet"
+    room = {q.id: q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0) for q in lenders}
+    able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
+    pooled: tuple[QuotaSnap, ...] = ()
+    total = 0  # unused GPUs of the lenders together (not counting those in reclaim)
+    if not able and len(lenders) > 1:
+        total = sum(room[q.id] for q in lenders if room[q.id] > 0 and q.id not in state.reclaiming)
+        if total >= need:  # else no set of lenders can hold it: skip the pooling
+            pooled = _pool_lenders(job, lenders, room, state)
+    if not able and not pooled:
+        best = max(lenders, key=lambda q: (room[q.id], -q.id))
+        free = f"{max(room[best.id], 0)} unused"
+        if best.id in state.reclaiming:
+            free += ", being reclaimed"
+        if len(lenders) == 1:
+            return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}"
+        # Several lenders are pooled (whole workers each): say what they have together.
+        short = (
+            f"job needs {need}"
+            if total < need
+            else f"not as {_n(job.workers, 'whole worker')} of {job.gpus_per_worker}"
+        )
+        most = f" (most: {best.name}, {free})" if total or best.id in state.reclaiming else ""
+        return (
+            f"idle resources: the {quota.gpu_type} quotas of this tenant have {total} GPUs "
+            f"unused in all, {short}{most}"
+        )
+    key = quota.pool
+    pool = state.capacity.pool(key)
+    if pool is None or pool.size == 0:
+        return diagnose_unschedulable_pool(key, state.capacity.unschedulable.get(key))
+    placements = _place(job, pool, state)
+    if placements is None:
+        return f"idle resources: {_diagnose(pool, job, state)}"
+    where = describe_placements(placements, state.capacity.names)
+    if pooled:  # each pod charged to one lender, ranks in order, most unused lender first
+        charges = tuple(q.id for q in pooled)
+        names = ", ".join(dict.fromkeys(q.name for q in pooled))
+        return Admission(
+            job_id=job.id,
+            placements=placements,
+            charged_quota_id=charges[0],
+            in_quota=False,
+            reason=f"{where}; idle resources of quotas {names} (not in quota)",
+            charges=charges,
+        )
+    lender = able[0]
+    return Admission(
+        job_id=job.id,
+        placements=placements,
+        charged_quota_id=lender.id,
+        in_quota=False,
+        reason=f"{where}; idle resources of quota {lender.name} (not in quota)",
+    )
+
+
+def _pool_lenders(
+    job: JobSnap, lenders: list[QuotaSnap], room: dict[int, int], state: _Working
+) -> tuple[QuotaSnap, ...]:
+    """No single lender has the whole job (Lingjun only): one lender per worker, the lender
+    with the most unused GPUs first (then by id), each taking as many whole workers as its
+    room holds. Returns the lender of each rank, or () when the tenant's room is too small.
+    A worker is never split between lenders, so no lender is charged beyond its size."""
+    per = job.gpus_per_worker
+    order = sorted(
+        (q for q in lenders if q.id not in state.reclaiming and room[q.id] >= per),
+        key=lambda q: (-room[q.id], q.id),
+    )
+    charges: list[QuotaSnap] = []
+    for q in order:
+        take = min(room[q.id] // per, job.workers - len(charges)) if per else job.workers
+        charges.extend([q] * take)
+        if len(charges) == job.workers:
+            return tuple(charges)
+    return ()
+
+
+def _cooling(job: JobSnap, state: _Working) -> set[int]:
+    """Lenders that reclaimed this job within the cool-down and still want capacity back
+    (jobs of theirs wait, or they reclaim in this plan). A lender with nothing waiting lends
+    to it again at once: GPUs are never left idle for the cool-down's sake."""
+    if not job.reclaimed_by:
+        return set()
+    window = state.options.reclaim_cooldown_s
+    return {
+        q
+        for q, when in job.reclaimed_by
+        if (state.now - when).total_seconds() < window
+        and (state.demand.get(q) or q in state.reclaiming)
+    }
