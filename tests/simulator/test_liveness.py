@@ -58,10 +58,10 @@ def test_a_quota_larger_than_its_pool_does_not_reclaim_forever():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="plan() (jobs/scheduler, not this branch's to change): _claim_demand keeps the "
-    "lender's capacity for its waiting guaranteed job even when that job cannot be placed "
-    "(here: it can never be, while a node stays cordoned), so a 1-GPU borrower waits beside "
-    "8 idle GPUs for as long as the cordon lasts. Found by the idle-GPU property "
+    reason="plan() (jobs/scheduler/working.py _claim_demand; not this branch's to change) "
+    "keeps the lender's capacity for its waiting guaranteed job even when that job cannot "
+    "be placed (here: it can never be, while a node stays cordoned), so a 1-GPU borrower "
+    "waits beside 8 idle GPUs for as long as the cordon lasts. Found by the idle-GPU property "
     "(test_liveness_properties.py).",
 )
 def test_a_borrower_does_not_wait_beside_idle_gpus_kept_for_a_job_that_cannot_be_placed():
