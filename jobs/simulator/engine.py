@@ -13,7 +13,10 @@ World model (the choices SCENARIOS.md leaves open):
 - workers start `start_delay` after admission; work advances only while every worker of
   the attempt is Running and none is hung; checkpoints commit every `checkpoint_every` of
   work and a new attempt resumes from the newest one;
-- a silent node's workers are Unknown (no work); after `node_lost_timeout` they are Lost.
+- a silent node's workers are Unknown (no work); after `node_lost_timeout` they are Lost;
+  a cordoned node keeps its workers and takes no new ones;
+- a waiting job's reason and queue position (plan()'s `QueueDecision`, the console's
+  `status_reason`/`queue_position`) are written when they change, once per instant.
 """
 
 import heapq
@@ -23,9 +26,10 @@ from jobs.derive import PodView, derive_job_transitions
 from jobs.faulttolerance import hang
 from jobs.faulttolerance.policy import Action, Failure, FailureKind, decide
 from jobs.scheduler.fit import QuotaSize, never_fits
-from jobs.scheduler.model import QuotaSnap, RunningSnap, Snapshot
+from jobs.scheduler.model import Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 from jobs.simulator.scenario import JobSpec, Scenario
+from jobs.simulator.views import snapshot_of, summary_of
 from jobs.simulator.world import SimJob, SimNode, SimPod, Violation, at, check_invariants
 from jobs.statuses import (
     FINAL_JOB_STATUSES,
@@ -41,13 +45,23 @@ S, P = JobStatus, PodStatus
 
 class Simulation:
     def __init__(
-        self, scenario: Scenario, until: float | None = None, emit=None, audit: bool = False
+        self,
+        scenario: Scenario,
+        until: float | None = None,
+        emit=None,
+        audit: bool = False,
+        observe=None,
+        keep_events: bool = True,
     ) -> None:
         self.sc = scenario
         self.audit = audit  # check every active job after every cycle (property tests)
+        self.observe = observe  # callable(sim) after each instant's cycles (property tests)
         self.cfg = scenario.settings
         self.until = until
-        self.emit_line = emit  # callable(dict) or None: events are kept in self.events
+        self.emit_line = emit  # callable(dict) or None
+        # Events are also kept in self.events unless keep_events is False (a 10,000-job trace
+        # writes over a million: its waiting jobs' queue positions move up as others start).
+        self.keep_events = keep_events
         self.events: list[dict] = []
         self.t = 0.0
         self.last_t = 0.0  # time of the last event written: where an unbounded run ends
@@ -67,6 +81,7 @@ class Simulation:
         self.violations: list[Violation] = []
         self.preemption_count = 0
         self.refused: dict[str, str] = {}  # job name → why it was refused at submission
+        self._waits: dict[int, tuple[str, int]] = {}  # this instant's reasons and positions
         pooled: dict[tuple, tuple[int, ...]] = {}  # each quota's GPUs, per tenant and pool
         for q in scenario.quotas:
             key = (q.tenant, q.resource_type, q.gpu_type)
@@ -102,19 +117,60 @@ class Simulation:
     def _out(self, event: dict) -> None:
         event = {"t": round(self.t, 3), **event}
         self.last_t = self.t
-        self.events.append(event)
+        if self.keep_events:
+            self.events.append(event)
         if self.emit_line:
             self.emit_line(event)
 
-    def _job_event(self, job: SimJob, to: JobStatus, reason: str) -> None:
+    def _job_event(
+        self, job: SimJob, to: JobStatus, reason: str, position: int | None = None
+    ) -> None:
         if job.status is not None and not is_allowed(job.status, to):
             self.violations.append(Violation(self.t, f"{job.name}: {job.status} → {to} refused"))
             return
         event = {"job": job.name, "to": str(to)}
         if job.status is not None:
             event = {"job": job.name, "from": str(job.status), "to": str(to), "reason": reason}
+        if position is not None:
+            event["position"] = position
         job.status = to
         self._out(event)
+
+    def _queued(self, decided_queued) -> None:
+        """What plan() says of the waiting jobs (`QueueDecision`s), as the console shows it.
+        Pending → Inqueue is a transition carrying reason and position at once; a later
+        decision that differs from the last one written is kept for `_flush_waiting` (and
+        forgotten if the next cycle of the same instant says what was written)."""
+        waits, jobs = self._waits, self.job_by_id
+        for q in decided_queued:
+            job = jobs[q.job_id]
+            if job.status == S.PENDING:
+                job.queue_reason, job.queue_position = q.reason, q.position
+                self._job_event(job, S.INQUEUE, q.reason, q.position)
+                # The starvation hold starts then: the production loop would act on it.
+                since = job.wait_since if job.attempt > 1 else job.submitted_t
+                self._push(max(self.t, since + self.options.reserve_after_s), "wake")
+            elif q.reason != job.queue_reason or q.position != job.queue_position:
+                waits[q.job_id] = (q.reason, q.position)
+            elif waits:
+                waits.pop(q.job_id, None)
+
+    def _flush_waiting(self) -> None:
+        """An event for each job still Inqueue whose reason or queue position differs from
+        the last one written: only changes, never one per cycle per job, and not the
+        flicker between the cycles of one instant (a preemptor ahead of it admitted a moment
+        later). Not a transition, so it has `status`, not `from`/`to`."""
+        for job_id, (reason, position) in self._waits.items():
+            job = self.job_by_id[job_id]
+            if job.status != S.INQUEUE or (reason, position) == (
+                job.queue_reason,
+                job.queue_position,
+            ):
+                continue
+            job.queue_reason, job.queue_position = reason, position
+            event = {"job": job.name, "status": str(S.INQUEUE), "reason": reason}
+            self._out({**event, "position": position})
+        self._waits = {}
 
     def _pod_event(self, pod: SimPod, status: PodStatus, reason: str = "") -> None:
         pod.status = status
@@ -156,6 +212,10 @@ class Simulation:
                     self.violations.extend(check_invariants(self, list(self.active.values())))
                 if not again:
                     break
+            if self._waits:
+                self._flush_waiting()
+            if self.observe:
+                self.observe(self)
             if self.dirty:
                 self.violations.extend(check_invariants(self, list(self.dirty.values())))
                 self.dirty = {}
@@ -186,6 +246,8 @@ class Simulation:
         return (quota.resource_type, quota.gpu_type)
 
     def _on_action(self, action) -> None:
+        if action.kind in ("cordon", "uncordon"):
+            return self.nodes[action.target].set_cordoned(action.kind == "cordon")
         if action.kind in ("node_down", "node_up"):
             return self._node_action(action)
         job = self.jobs.get(action.target)
@@ -444,54 +506,7 @@ class Simulation:
 
     # -- scheduling ---------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        nodes = tuple(n.snap() for n in self.nodes.values())
-        used: dict[int, list[int]] = {qid: [0, 0] for qid, _ in self.quotas.values()}
-        running, waiting = [], []
-        for job in list(self.active.values()):
-            live = [p for p in job.pods if p.status not in FINAL_POD_STATUSES]
-            if job.status in FINAL_JOB_STATUSES and not live:
-                del self.active[job.id]
-                continue
-            for p in live:
-                used[p.charged_to][0] += len(p.gpus)
-                if not p.in_quota:
-                    used[p.charged_to][1] += len(p.gpus)
-            if job.status in (S.PENDING, S.INQUEUE):
-                if job.not_before is None or job.not_before <= self.t:
-                    waiting.append(job.snap(len(live)))
-            elif live and job.status in (S.STARTING, S.RUNNING) and self._victim_kind(live[0]):
-                running.append(
-                    RunningSnap(
-                        id=job.id,
-                        quota_id=job.quota_id,
-                        charged_quota_id=live[0].charged_to,
-                        in_quota=live[0].in_quota,
-                        charges=_charges(live),
-                        idle_resources=job.spec.idle_resources,
-                        priority=job.spec.priority,
-                        gpus_by_node=tuple((p.node.id, len(p.gpus)) for p in live),
-                        started_at=at(job.admitted_t),
-                        last_checkpoint_at=at(job.checkpoint_t) if job.checkpoint_t else None,
-                        stopping=job.stop_final is not None or bool(job.pending_restart),
-                        name=job.name,
-                        preempted_at=tuple(at(t) for t in job.preempted_times),
-                    )
-                )
-        quotas = tuple(
-            QuotaSnap(
-                id=qid,
-                name=q.name,
-                tenant_id=self.tenant_ids[q.tenant],
-                resource_type=q.resource_type,
-                gpu_type=q.gpu_type,
-                gpus=q.gpus,
-                used_gpus=used[qid][0],
-                borrowed_gpus=used[qid][1],
-                preemption=q.preemption,
-            )
-            for qid, q in self.quotas.values()
-        )
-        return Snapshot(nodes, quotas, tuple(waiting), tuple(running))
+        return snapshot_of(self)
 
     @staticmethod
     def _may_move_home(job: SimJob) -> bool:
@@ -510,10 +525,6 @@ class Simulation:
             self.charged[quota_id] += len(pod.gpus)
             pod.charged_to, pod.in_quota = quota_id, True
             self._pod_event(pod, pod.status, reason)
-
-    def _victim_kind(self, pod: SimPod) -> bool:
-        """Only borrowers and jobs of LowerPriority quotas can be victims (preempt.py)."""
-        return not pod.in_quota or self.preemptible[pod.charged_to]
 
     def _cycle(self) -> bool:
         """One scheduling cycle. Returns whether another should follow at once."""
@@ -547,14 +558,7 @@ class Simulation:
             if not admission.in_quota and self.options.min_runtime_before_reclaim_s:
                 # The production loop reclaims once the protection ends: so does this one.
                 self._push(self.t + self.options.min_runtime_before_reclaim_s, "wake")
-        for q in decided.queued:
-            job = self.job_by_id[q.job_id]
-            job.queue_reason, job.queue_position = q.reason, q.position
-            if job.status == S.PENDING:
-                self._job_event(job, S.INQUEUE, q.reason)
-                # The starvation hold starts then: the production loop would act on it.
-                since = job.wait_since if job.attempt > 1 else job.submitted_t
-                self._push(max(self.t, since + self.options.reserve_after_s), "wake")
+        self._queued(decided.queued)
         for p in decided.preemptions:
             victim = self.job_by_id[p.job_id]
             victim.preempted_by = p.for_job_id
@@ -563,35 +567,4 @@ class Simulation:
 
     # -- summary ------------------------------------------------------------------------------
     def summary(self, end: float) -> dict:
-        finished = [j.finished_t for j in self.jobs.values() if j.finished_t is not None]
-        horizon = max(finished) if finished and len(finished) == len(self.jobs) else end
-        total_gpus = sum(n.spec.gpus for n in self.nodes.values())
-        busy = 0.0
-        for job in self.jobs.values():
-            busy += job.busy_gpu_seconds
-            for p in job.pods:
-                if p.status not in FINAL_POD_STATUSES:
-                    busy += len(p.gpus) * (end - p.started_t)
-        jobs = {}
-        lost = 0.0
-        for job in self.jobs.values():
-            job.settle(end)
-            lost += job.work_lost * job.spec.workers * job.spec.gpus_per_worker
-            jobs[job.name] = job.summary()
-        return {
-            "jobs": jobs,
-            "gpu_utilization": round(busy / (total_gpus * horizon), 4) if horizon else 0.0,
-            "preemptions": self.preemption_count,
-            "refused": sorted(self.refused),
-            "lost_gpu_seconds": round(lost, 3),
-            "end": round(end, 3),
-            "invariant_violations": [f"t={v.t}: {v.text}" for v in self.violations],
-        }
-
-
-def _charges(live: list[SimPod]) -> tuple[int, ...]:
-    """Per live worker, its lender, when they are not all the same (a pooled idle job)."""
-    first = live[0].charged_to
-    if all(p.charged_to == first for p in live):
-        return ()
-    return tuple(p.charged_to for p in live)
+        return summary_of(self, end)

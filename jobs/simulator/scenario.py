@@ -11,7 +11,9 @@ from jobs.statuses import IdleResources
 
 RESOURCE_TYPES = ("Lingjun", "General-purpose")
 PREEMPTION = ("Never", "LowerPriority")
-ACTION_KINDS = ("stop", "terminate", "restart", "node_down", "node_up")
+# Extension (not in SCENARIOS.md's list): cordon/uncordon a node (no new work; its pods run on).
+NODE_ACTIONS = ("node_down", "node_up", "cordon", "uncordon")
+ACTION_KINDS = ("stop", "terminate", "restart", *NODE_ACTIONS)
 
 
 class ScenarioError(Exception):
@@ -317,9 +319,9 @@ def _actions(raw, jobs: set[str], nodes: set[str]) -> list[ActionSpec]:
         kind = kinds[0]
         _unknown(d, {"at", kind, "as"} if kind == "restart" else {"at", kind}, where)
         target = _str(d, kind, where)
-        pool = nodes if kind.startswith("node") else known_jobs
+        pool = nodes if kind in NODE_ACTIONS else known_jobs
         if target not in pool:
-            what = "node" if kind.startswith("node") else "job"
+            what = "node" if kind in NODE_ACTIONS else "job"
             raise ScenarioError(f"{where}.{kind}: unknown {what} {target!r}")
         new_name = ""
         if kind == "restart":

@@ -33,6 +33,7 @@ class SimNode:
         self.free: set[int] = set(range(spec.gpus))
         self.pods: list = []  # live pods on this node
         self.down = False
+        self.cordoned = False  # takes no new work; its pods run on
         self.epoch = 0  # bumps on every node_down, so a stale "lost" timer is ignored
         self.double_booked: list[str] = []
         self._snap: NodeSnap | None = None  # rebuilt only after a change
@@ -48,13 +49,19 @@ class SimNode:
                 gpus=self.spec.gpus,
                 free_cpus=1 << 20,  # scenarios do not model CPUs and memory
                 free_memory_gb=1 << 20,
-                schedulable=not self.down,
-                unschedulable_reason="NotReady" if self.down else "",
+                schedulable=not self.down and not self.cordoned,
+                unschedulable_reason="NotReady"
+                if self.down
+                else ("cordoned" if self.cordoned else ""),
             )
         return self._snap
 
     def set_down(self, down: bool) -> None:
         self.down = down
+        self._snap = None
+
+    def set_cordoned(self, cordoned: bool) -> None:
+        self.cordoned = cordoned
         self._snap = None
 
     def hold(self, pod) -> None:
@@ -193,6 +200,7 @@ class SimJob:
         self.advancing_since = None
         self.wait_since = t
         self.finished_t = None
+        self.queue_reason, self.queue_position = "", None
         self.token += 1
 
     def counters(self) -> Counters:

@@ -15,6 +15,10 @@ def render(event: dict) -> str:
         )
     elif "from" in event:
         line = f"{t} {event['job']}: {event['from']} -> {event['to']}"
+        if "position" in event:
+            line += f" #{event['position']}"
+    elif "status" in event:  # a waiting job's reason or queue position changed
+        line = f"{t} {event['job']}: {event['status']} #{event['position']}"
     else:
         return f"{t} {event['job']}: -> {event['to']}"
     return f"{line} | {event['reason']}" if event.get("reason") else line

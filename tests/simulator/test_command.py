@@ -59,6 +59,22 @@ def test_json_lines_in_time_order_then_a_summary():
     assert summary["gpu_utilization"] == round((16 * 900 + 8 * 630) / (16 * 1530), 4)
 
 
+def test_waiting_jobs_reasons_and_positions_are_json_lines():
+    code, lines, _ = simulate(SCENARIOS / "waiting_reasons_update.yaml")
+    assert code == 0
+    g1 = [e for e in lines if e.get("job") == "g1" and "Inqueue" in (e.get("to"), e.get("status"))]
+    assert g1[0] == {
+        "t": 10.0,
+        "job": "g1",
+        "from": "Pending",
+        "to": "Inqueue",
+        "reason": "quota team-a: 16/16 GPUs in use, job needs 16",
+        "position": 1,
+    }
+    assert [set(e) for e in g1[1:]] == [{"t", "job", "status", "reason", "position"}] * 2
+    assert g1[-1]["reason"].startswith("can never be placed while the pool stays as it is")
+
+
 def test_summary_only_and_until():
     code, lines, _ = simulate(SCENARIOS / "borrow_then_reclaim.yaml", "--summary-only")
     assert code == 0 and len(lines) == 1 and "summary" in lines[0]
@@ -150,3 +166,21 @@ def test_philly_scale_sizes_the_vcs_for_offered_load(tmp_path):
 def test_philly_scale_must_be_positive():
     code, _, err = simulate("--trace", TRACE, "--limit", 10, "--scale", 0)
     assert code == 2 and "--scale" in err
+
+
+def test_the_command_keeps_no_events_in_memory(monkeypatch):
+    # A 10,000-job trace writes over a million events (waiting jobs' positions move up):
+    # they are written as they happen, never all kept.
+    from jobs.simulator import engine
+
+    made = []
+    real = engine.Simulation.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(engine.Simulation, "__init__", spy)
+    code, lines, _ = simulate(SCENARIOS / "waiting_reasons_update.yaml")
+    assert code == 0 and len(lines) > 40
+    assert made[0].events == []

@@ -1,5 +1,7 @@
 """Whole simulated runs that used to never end or to starve someone (issue 10)."""
 
+import pytest
+
 from jobs.simulator.engine import Simulation
 from jobs.simulator.scenario import parse
 from jobs.statuses import FINAL_JOB_STATUSES
@@ -52,3 +54,31 @@ def test_a_quota_larger_than_its_pool_does_not_reclaim_forever():
     assert states["g"]["first_running_at"] <= 60 + 2 * 30 + 30  # grace, then start delay
     assert summary["preemptions"] == 2
     assert all(job["status"] in FINAL_JOB_STATUSES for job in states.values())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plan() (jobs/scheduler/working.py _claim_demand; not this branch's to change) "
+    "keeps the lender's capacity for its waiting guaranteed job even when that job cannot "
+    "be placed (here: it can never be, while a node stays cordoned), so a 1-GPU borrower "
+    "waits beside 8 idle GPUs for as long as the cordon lasts. Found by the idle-GPU property "
+    "(test_liveness_properties.py).",
+)
+def test_a_borrower_does_not_wait_beside_idle_gpus_kept_for_a_job_that_cannot_be_placed():
+    raw = {
+        "tenants": ["acme"],
+        "nodes": [{"name": "n", "count": 2, "resource_type": "Lingjun", "gpu_type": "H200",
+                   "gpus": 8}],
+        "quotas": [{"name": "q0", "tenant": "acme", "resource_type": "Lingjun",
+                    "gpu_type": "H200", "gpus": 12}],
+        "jobs": [
+            # 3x4 fits q0 but, with n-0 cordoned, n-1 hosts only 2 of its workers.
+            {"name": "gang", "submit_at": 0, "quota": "q0", "workers": 3, "gpus_per_worker": 4,
+             "work": 10},
+            {"name": "small", "submit_at": 0, "quota": "q0", "workers": 1, "gpus_per_worker": 1,
+             "work": 10, "idle_resources": "Only Idle Resources"},
+        ],
+        "actions": [{"at": 0, "cordon": "n-0"}],
+    }  # fmt: skip
+    summary = run(raw, until=5000)
+    assert summary["jobs"]["small"]["status"] == "Completed"

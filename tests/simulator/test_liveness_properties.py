@@ -1,13 +1,16 @@
-"""Property test (issue 10): whole random scenarios with CPU-only jobs, quotas larger than
-their pool, nodes that go silent (and are lost past the timeout) and fault-tolerant
-borrowers. Every run must end, every job that was not refused must end in a final status,
-and no job is preempted more than the per-hour cap allows."""
+"""Property test (issue 10): whole random scenarios (one Lingjun or General-purpose pool)
+with CPU-only jobs, quotas larger than their pool, nodes that go silent (and are lost past
+the timeout) or are cordoned a while, and fault-tolerant borrowers. Every run must end,
+every job that was not refused must end in a final status, no job is preempted more than
+the per-hour cap allows, and no GPU sits idle while a job that fits it waits longer than one
+cycle (outside a time-limited reservation)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.scheduler.plan import PlanOptions
 from jobs.simulator.engine import Simulation
+from jobs.simulator.idle import fitting_waiters
 from jobs.simulator.scenario import parse
 from jobs.statuses import FINAL_JOB_STATUSES
 
@@ -18,15 +21,16 @@ HORIZON = 400_000  # far beyond any run that ends; only bounds a regression
 @st.composite
 def scenarios(draw):
     groups = draw(st.integers(1, 3))
+    rt = draw(st.sampled_from(["Lingjun", "General-purpose"]))
     nodes = [
-        {"name": f"n{i}", "count": draw(st.integers(1, 2)), "resource_type": "Lingjun",
+        {"name": f"n{i}", "count": draw(st.integers(1, 2)), "resource_type": rt,
          "gpu_type": "H200", "gpus": draw(st.sampled_from([4, 8]))}
         for i in range(groups)
     ]  # fmt: skip
     largest = max(n["gpus"] for n in nodes)
     pool = sum(n["count"] * n["gpus"] for n in nodes)
     quotas = [
-        {"name": f"q{i}", "tenant": "acme", "resource_type": "Lingjun", "gpu_type": "H200",
+        {"name": f"q{i}", "tenant": "acme", "resource_type": rt, "gpu_type": "H200",
          # up to twice the pool: quotas larger than their pool are the point
          "gpus": draw(st.integers(0, 2 * pool)),
          "preemption": draw(st.sampled_from(["Never", "LowerPriority"]))}
@@ -56,6 +60,10 @@ def scenarios(draw):
         # returns would leave jobs needing the whole pool waiting, rightly.
         actions.append({"at": down, "node_down": node})
         actions.append({"at": down + draw(st.integers(60, 1200)), "node_up": node})
+    for _ in range(draw(st.integers(0, 2))):  # cordoned a while: its pods run on
+        node, cordon = draw(st.sampled_from(names)), draw(st.integers(0, 3000))
+        actions.append({"at": cordon, "cordon": node})
+        actions.append({"at": cordon + draw(st.integers(60, 1200)), "uncordon": node})
     return {
         "settings": {"min_runtime_before_reclaim": draw(st.sampled_from([0, 300])),
                      "reserve_after": draw(st.sampled_from([0, 600])),
@@ -65,12 +73,33 @@ def scenarios(draw):
     }  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+class IdleWhileFitting:
+    """Observes a run after each instant's cycles: a job that fits idle GPUs (see
+    jobs.simulator.idle) at two observations in a row waited longer than one cycle."""
+
+    def __init__(self) -> None:
+        self.before: dict[str, str] = {}
+        self.found: list[str] = []
+
+    def __call__(self, sim) -> None:
+        now = fitting_waiters(sim)
+        now = {n: how for n, how in now.items() if not _behind_a_claim(sim, how)}
+        for name, how in now.items():
+            if name in self.before:
+                self.found.append(f"t={sim.t:g}: {name} fits idle GPUs ({how}) and waits")
+        self.before = now
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_every_run_ends_with_every_job_final_and_bounded_preemption(raw):
-    sim = Simulation(parse(raw), until=HORIZON, audit=True)
+    idle = IdleWhileFitting()
+    sim = Simulation(parse(raw), until=HORIZON, audit=True, observe=idle)
     summary = sim.run()
     assert summary["invariant_violations"] == []
+    # No GPU sits idle while a job that fits it waits longer than one cycle, except behind
+    # an explicit, time-limited reservation (the starvation hold, a backoff, a cool-down).
+    assert idle.found == [], f"{idle.found[:3]} in {raw}"
     # Lingjun idle jobs larger than every single lender pool several (issue 10 item 4), so
     # no job is left out here any more.
     waiting = {n: j["status"] for n, j in summary["jobs"].items() if j["status"] not in FINAL}
@@ -88,3 +117,18 @@ def test_every_run_ends_with_every_job_final_and_bounded_preemption(raw):
 
 
 FINAL = {s.value for s in FINAL_JOB_STATUSES}
+
+
+def _behind_a_claim(sim, how: str) -> bool:
+    """Known gap (test_liveness.py, xfail strict): a borrower waits beside idle GPUs while
+    the lender keeps that capacity for a guaranteed job of its own that waits (so cannot be
+    placed now, possibly never: plan()'s `_claim_demand`). Left out here, not hidden."""
+    if not how.startswith("idle resources of "):
+        return False
+    lenders = how.removeprefix("idle resources of ").removesuffix(" (pooled)").split(", ")
+    return any(
+        j.spec.quota in lenders
+        and j.spec.idle_resources != "Only Idle Resources"
+        and j.status in ("Pending", "Inqueue")
+        for j in sim.active.values()
+    )

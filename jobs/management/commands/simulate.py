@@ -72,7 +72,12 @@ class Command(BaseCommand):
             out.write(json.dumps(event, separators=(", ", ": ")))
 
         started = time.perf_counter()
-        sim = Simulation(scenario, until=opts.get("until"), emit=None if summary_only else emit)
+        sim = Simulation(
+            scenario,
+            until=opts.get("until"),
+            emit=None if summary_only else emit,
+            keep_events=False,  # written as they happen (or not at all): none kept in memory
+        )
         summary = sim.run()
         summary["wall_seconds"] = round(time.perf_counter() - started, 3)
         out.write(json.dumps({"summary": summary}, separators=(", ", ": ")))
