@@ -172,9 +172,18 @@ def _claim_demand(order: list[JobSnap], state: _Working) -> None:
         if quota is None or job.idle_resources == IdleResources.ONLY or job.active_pods:
             continue
         claimed = state.demand.get(quota.id, 0)
-        if quota.guaranteed_gpus + claimed + job.total_gpus <= quota.gpus:
-            state.demand[quota.id] = claimed + job.total_gpus
-            state.claimants.add(job.id)
+        if quota.guaranteed_gpus + claimed + job.total_gpus > quota.gpus:
+            continue
+        # A gang the pool's schedulable nodes could never host, even drained, claims
+        # nothing: it would keep the lender's GPUs idle for as long as the pool stays so.
+        pool = state.capacity.pool(quota.pool)
+        if job.workers and (
+            pool is None
+            or pool.hosts_when_drained(job.gpus_per_worker, job.excluded_node_ids) < job.workers
+        ):
+            continue
+        state.demand[quota.id] = claimed + job.total_gpus
+        state.claimants.add(job.id)
 
 
 def _book(state: _Working, job: JobSnap, admission: Admission) -> None:

@@ -1,7 +1,5 @@
 """Whole simulated runs that used to never end or to starve someone (issue 10)."""
 
-import pytest
-
 from jobs.simulator.engine import Simulation
 from jobs.simulator.scenario import parse
 from jobs.statuses import FINAL_JOB_STATUSES
@@ -56,15 +54,10 @@ def test_a_quota_larger_than_its_pool_does_not_reclaim_forever():
     assert all(job["status"] in FINAL_JOB_STATUSES for job in states.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan() (jobs/scheduler/working.py _claim_demand; not this branch's to change) "
-    "keeps the lender's capacity for its waiting guaranteed job even when that job cannot "
-    "be placed (here: it can never be, while a node stays cordoned), so a 1-GPU borrower "
-    "waits beside 8 idle GPUs for as long as the cordon lasts. Found by the idle-GPU property "
-    "(test_liveness_properties.py).",
-)
 def test_a_borrower_does_not_wait_beside_idle_gpus_kept_for_a_job_that_cannot_be_placed():
+    # Found by the idle-GPU property: the lender kept its capacity for its own waiting job
+    # (plan()'s demand claim) although that job could never be placed while n-0 stays
+    # cordoned, so the 1-GPU borrower waited beside 8 idle GPUs for as long as the cordon.
     raw = {
         "tenants": ["acme"],
         "nodes": [{"name": "n", "count": 2, "resource_type": "Lingjun", "gpu_type": "H200",
