@@ -95,11 +95,17 @@ def run(limit: int, idle_fraction: float, scale: float) -> tuple[dict, list[dict
 
     raw = scenario(limit, idle_fraction, scale)
     total = sum(n["count"] * n["gpus"] for n in raw["nodes"])
-    sim = Simulation(parse(raw))
+    pod_events: list[dict] = []  # the chart needs only these (waiting events are most)
+
+    def keep(event: dict) -> None:
+        if "pod_status" in event:
+            pod_events.append(event)
+
+    sim = Simulation(parse(raw), emit=keep, keep_events=False)
     started = time.perf_counter()
     summary = sim.run()
     summary["wall_seconds"] = round(time.perf_counter() - started, 1)
-    return summary, sim.events, total, offered_load(raw)
+    return summary, pod_events, total, offered_load(raw)
 
 
 # -- charts ----------------------------------------------------------------------------------
