@@ -4,6 +4,10 @@ with its workers (DESIGN §4, §9).
 Pod writes are compare-and-set on the pod's status (only a live pod can change), so a
 duplicated or late report is harmless; job writes go through `transitions.transition`. The
 rule itself is pure (`jobs.derive`).
+
+Lock order: a job's row before its pods' rows, everywhere (`lock_jobs`). The scheduler's
+preemption and a user's stop lock the job and then stop its pods; a worker's report used to
+lock its pod and then the job (to reconcile it): two such transactions deadlocked.
 """
 
 from collections.abc import Iterable
@@ -47,6 +51,7 @@ def apply_worker_state(
     """
     now = now or timezone.now()
     with transaction.atomic():
+        lock_jobs([pod.job_id])
         if running:
             changed = Pod.objects.filter(
                 pk=pod.pk, status__in=[PodStatus.STARTING, PodStatus.UNKNOWN]
@@ -76,6 +81,14 @@ def apply_worker_state(
                 _async_restart_ran(pod, now)
             reconcile_job(pod.job_id, now=now)
     return bool(changed)
+
+
+def lock_jobs(job_ids: Iterable[int]) -> None:
+    """Lock these jobs' rows, in id order, before any of their pods (the module's lock
+    order). A no-op outside PostgreSQL (SQLite serialises writers)."""
+    ids = sorted(set(job_ids))
+    if ids:
+        list(Job.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk"))
 
 
 def _async_restart_ran(pod: Pod, now: datetime) -> None:
@@ -210,6 +223,7 @@ def end_pods_of_dead_nodes(pods: QuerySet[Pod], now: datetime) -> int:
     rows = list(pods.filter(status__in=list(ACTIVE_POD_STATUSES)).values_list("id", "job_id"))
     if not rows:
         return 0
+    lock_jobs(job_id for _, job_id in rows)
     ordered_stop = Q(desired=PodDesired.STOP) & ~Q(stop_as="")
     ended = Pod.objects.filter(
         pk__in=[pk for pk, _ in rows], status__in=list(ACTIVE_POD_STATUSES)
