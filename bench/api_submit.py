@@ -55,26 +55,15 @@ def _setup(clean_url: str | None = None) -> str | None:
 
 
 def _fixtures():
-    from django.contrib.auth import get_user_model
-
-    from accounts.actions import issue_api_token
+    from bench import common
     from cluster.models import Node
-    from quotas.models import Membership, Quota, ResourceType, Tenant, Workspace
+    from quotas.models import ResourceType
 
-    tenant = Tenant.objects.create(name="bench")
-    workspace = Workspace.objects.create(tenant=tenant, name="bench")
-    quota = Quota.objects.create(
-        tenant=tenant, name="bench-h200", resource_type=ResourceType.LINGJUN,
-        gpu_type="H200", gpus=8,
-    )  # fmt: skip
-    workspace.quotas.add(quota)
-    user = get_user_model().objects.create(username="bench")
-    Membership.objects.create(workspace=workspace, user=user)
+    user, workspace, quota, token = common.researcher_with_quota("bench-h200")
     Node.objects.create(
         name="n0", resource_type=ResourceType.LINGJUN, gpu_type="H200", gpus=8, cpus=128,
         memory_gb=2048,
     )  # fmt: skip
-    _, token = issue_api_token(user)
     return user, workspace, quota, token
 
 

@@ -211,6 +211,30 @@ def setup_django(database_url: str, **extra: str) -> None:
     django.setup()
 
 
+def researcher_with_quota(quota_name: str = "q", gpus: int = 8):
+    """A tenant with one workspace and one H200 quota, a member of it and an API token:
+    (user, workspace, quota, token). Call after setup_django()."""
+    from django.contrib.auth import get_user_model
+
+    from accounts.actions import issue_api_token
+    from quotas.models import Membership, Quota, ResourceType, Tenant, Workspace
+
+    tenant = Tenant.objects.create(name="bench")
+    workspace = Workspace.objects.create(tenant=tenant, name="bench")
+    quota = Quota.objects.create(
+        tenant=tenant,
+        name=quota_name,
+        resource_type=ResourceType.LINGJUN,
+        gpu_type="H200",
+        gpus=gpus,
+    )
+    workspace.quotas.add(quota)
+    user = get_user_model().objects.create(username="bench")
+    Membership.objects.create(workspace=workspace, user=user)
+    _, token = issue_api_token(user)
+    return user, workspace, quota, token
+
+
 # -- processes -------------------------------------------------------------------------------
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -66,24 +66,13 @@ def profile(call: Callable[[], None], calls: int) -> None:
 
 def fixtures(workers: int) -> tuple[Callable[[], None], Callable[[], None]]:
     """The submit and heartbeat calls, each checked to succeed."""
-    from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from accounts.actions import issue_api_token
     from agents.actions import issue_bootstrap_token
     from jobs.models import Job, Pod
     from jobs.statuses import JobStatus, PodStatus
-    from quotas.models import Membership, Quota, ResourceType, Tenant, Workspace
 
-    tenant = Tenant.objects.create(name="bench")
-    workspace = Workspace.objects.create(tenant=tenant, name="bench")
-    quota = Quota.objects.create(
-        tenant=tenant, name="q", resource_type=ResourceType.LINGJUN, gpu_type="H200", gpus=8
-    )
-    workspace.quotas.add(quota)
-    user = get_user_model().objects.create(username="bench")
-    Membership.objects.create(workspace=workspace, user=user)
-    _, api_token = issue_api_token(user)
+    user, workspace, quota, api_token = common.researcher_with_quota()
 
     client = Client()
     gpus = [

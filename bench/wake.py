@@ -46,7 +46,6 @@ def main(argv: list[str] | None = None) -> None:
 def measure(rounds: int) -> None:
     import requests
     from django.conf import settings
-    from django.contrib.auth import get_user_model
     from django.core.servers.basehttp import (
         ThreadedWSGIServer,
         WSGIRequestHandler,
@@ -54,11 +53,9 @@ def measure(rounds: int) -> None:
     )
     from django.db import connection
 
-    from accounts.actions import issue_api_token
     from agents.actions import issue_bootstrap_token
     from console.loops import start_loops, stop_loops
     from jobs.models import Pod
-    from quotas.models import Membership, Quota, ResourceType, Tenant, Workspace
 
     class Quiet(WSGIRequestHandler):
         def log_message(self, *args) -> None:
@@ -71,15 +68,7 @@ def measure(rounds: int) -> None:
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
     agent = None
     try:
-        tenant = Tenant.objects.create(name="bench")
-        workspace = Workspace.objects.create(tenant=tenant, name="bench")
-        quota = Quota.objects.create(
-            tenant=tenant, name="q", resource_type=ResourceType.LINGJUN, gpu_type="H200", gpus=8
-        )
-        workspace.quotas.add(quota)
-        user = get_user_model().objects.create(username="bench")
-        Membership.objects.create(workspace=workspace, user=user)
-        _, token = issue_api_token(user)
+        _, _, _, token = common.researcher_with_quota()
         _, bootstrap = issue_bootstrap_token(None, "bench")
         start_loops()
         state = Path(tempfile.mkdtemp(prefix="bench-wake-"))
