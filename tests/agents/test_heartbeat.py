@@ -388,10 +388,10 @@ def test_each_changed_worker_costs_a_constant_number_of_queries(
     _, pods = job_factory([node] * workers)
     heartbeat(client, token)
     # auth, node seen (the same facts: no GPU upsert), pods, re-reading the pods after the
-    # changes; per worker
-    # a savepoint around the job's row lock (a job before its pods: jobs.actions.workers),
-    # its compare-and-set Starting → Running and the job reconcile (read job, read pods); once for the job: Starting → Running with its event, in a savepoint,
-    # plus the look-up of notification rules that could want to hear of it ("started").
+    # changes; per worker a savepoint around the job's row lock (a job before its pods:
+    # jobs.actions.workers), its compare-and-set Starting → Running and the job reconcile
+    # (read job, read pods); once for the job: Starting → Running with its event, in a
+    # savepoint, plus the look-up of notification rules that could want to hear of it.
     with django_assert_num_queries(4 + PER_CHANGED_WORKER * workers + 5):
         response = heartbeat(client, token, workers=[running(p) for p in pods])
     assert response.status_code == 200
