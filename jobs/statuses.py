@@ -18,6 +18,8 @@ class JobStatus(StrEnum):
 S = JobStatus
 ACTIVE_JOB_STATUSES = frozenset({S.PENDING, S.INQUEUE, S.STARTING, S.RUNNING})
 FINAL_JOB_STATUSES = frozenset({S.COMPLETED, S.FAILED, S.STOPPED, S.PREEMPTED, S.TERMINATED})
+# Statuses of a job that waits for the scheduler (in its quota's queue or not yet seen).
+WAITING_JOB_STATUSES = frozenset({S.PENDING, S.INQUEUE})
 # Statuses that hold (or are about to hold) GPUs on nodes.
 PLACED_JOB_STATUSES = frozenset({S.STARTING, S.RUNNING})
 
