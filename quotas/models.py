@@ -23,6 +23,12 @@ class Role(models.TextChoices):
 
 class Tenant(models.Model):
     name = models.CharField(max_length=100, unique=True)
+    # Borrowers may preempt other borrowers to restore weighted shares of idle capacity
+    # (docs/quota-tree.md); off by default.
+    fair_share_preemption = models.BooleanField(
+        default=False,
+        help_text="Borrowers may preempt other borrowers to restore weighted shares of idle GPUs",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -76,6 +82,23 @@ class Quota(models.Model):
     preemption = models.CharField(
         max_length=20, choices=PreemptionPolicy.choices, default=PreemptionPolicy.NEVER
     )
+    # The quota tree (docs/quota-tree.md): a parent of the same tenant, resource type and
+    # GPU type; `gpus` is the whole subtree's guarantee, carved up by the children.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    max_gpus = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Limit: GPUs the jobs of this subtree may hold at once, in quota and "
+        "borrowed (empty = no limit)",
+    )
+    lending_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Most of this subtree's unused guarantee lent outside it (empty = all, 0 = none)",
+    )
+    weight = models.FloatField(default=1.0, help_text="Share of idle GPUs when quotas compete")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -83,6 +106,15 @@ class Quota(models.Model):
             models.CheckConstraint(condition=Q(gpus__gte=0), name="quota_gpus_non_negative"),
             models.CheckConstraint(condition=Q(cpus__gte=0), name="quota_cpus_non_negative"),
             models.CheckConstraint(condition=Q(memory_gb__gte=0), name="quota_memory_non_negative"),
+            models.CheckConstraint(condition=Q(weight__gt=0), name="quota_weight_positive"),
+            models.CheckConstraint(
+                condition=Q(max_gpus__isnull=True) | Q(max_gpus__gte=models.F("gpus")),
+                name="quota_limit_not_below_guarantee",
+            ),
+            models.CheckConstraint(
+                condition=Q(parent__isnull=True) | ~Q(parent=models.F("id")),
+                name="quota_not_its_own_parent",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -179,34 +179,44 @@ def load_snapshot() -> tuple[Snapshot, dict[int, WaitingRow]]:
         )
 
     quotas = []
-    qfields = ("id", "name", "tenant_id", "resource_type", "gpu_type", "gpus", "cpus", "memory_gb")
-    for (
-        qid,
-        name,
-        tenant_id,
-        resource_type,
-        gpu_type,
-        gpus,
-        cpus,
-        memory_gb,
-        preemption,
-    ) in Quota.objects.values_list(*qfields, "preemption").order_by("id"):
-        used = quota_use.get(qid, [0, 0, 0, 0])
+    qfields = (
+        "id",
+        "name",
+        "tenant_id",
+        "resource_type",
+        "gpu_type",
+        "gpus",
+        "cpus",
+        "memory_gb",
+        "preemption",
+        "parent_id",
+        "max_gpus",
+        "lending_limit",
+        "weight",
+        "tenant__fair_share_preemption",
+    )
+    for row in Quota.objects.values(*qfields).order_by("id"):
+        used = quota_use.get(row["id"], [0, 0, 0, 0])
         quotas.append(
             QuotaSnap(
-                id=qid,
-                name=name,
-                tenant_id=tenant_id,
-                resource_type=resource_type,
-                gpu_type=gpu_type,
-                gpus=gpus,
+                id=row["id"],
+                name=row["name"],
+                tenant_id=row["tenant_id"],
+                resource_type=row["resource_type"],
+                gpu_type=row["gpu_type"],
+                gpus=row["gpus"],
                 used_gpus=used[0],
-                cpus=cpus,
-                memory_gb=memory_gb,
+                cpus=row["cpus"],
+                memory_gb=row["memory_gb"],
                 used_cpus=used[1],
                 used_memory_gb=used[2],
                 borrowed_gpus=used[3],
-                preemption=preemption,
+                preemption=row["preemption"],
+                parent_id=row["parent_id"],
+                max_gpus=row["max_gpus"],
+                lending_limit=row["lending_limit"],
+                weight=row["weight"],
+                fair_share_preemption=row["tenant__fair_share_preemption"],
             )
         )
 

@@ -51,6 +51,13 @@ class QuotaSnap:
     # Of used_gpus: GPUs lent out, i.e. held by pods charged here but not in quota.
     borrowed_gpus: int = 0
     preemption: str = "Never"  # or "LowerPriority": priority preemption inside the quota
+    # The quota tree (docs/quota-tree.md). `gpus` is the guarantee of the whole subtree;
+    # its own guarantee is `gpus` less its children's `gpus`.
+    parent_id: int | None = None
+    max_gpus: int | None = None  # limit on what the subtree's jobs hold (None: no limit)
+    lending_limit: int | None = None  # most of the subtree's guarantee lent out (None: all)
+    weight: float = 1.0  # share of idle capacity when quotas compete
+    fair_share_preemption: bool = False  # the tenant's setting, copied to each of its quotas
 
     @property
     def pool(self) -> PoolKey:
