@@ -12,7 +12,7 @@ from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import TransitionConflict
 from jobs.models import Job, JobEvent, Pod
 from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
-from quotas.admin import TenantScopedAdmin
+from quotas.admin import QuotaWritesAdmin, TenantScopedAdmin
 from quotas.models import Quota
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
@@ -150,7 +150,7 @@ def _pod_rows(rows) -> str:
 
 
 @admin.register(Quota)
-class QuotaAdmin(TenantScopedAdmin):
+class QuotaAdmin(QuotaWritesAdmin):
     owner_may = ("view", "change", "add")
     readonly_fields = ["who_uses_it"]
     list_display = [
