@@ -57,6 +57,9 @@ METRICS = 32
 DESIRED_VERSION = 100  # characters of a desired-state token
 WAIT_TIMEOUT = 60.0  # the longest an agent may ask the console to hold a wait
 
+# --- what a page or the API shows of one job ----------------------------------------
+EVENTS_SHOWN = 200  # newest events of a job (the job page, GET /api/v1/jobs/{id})
+
 # --- JSON bodies ---------------------------------------------------------------------------
 # Deeper nesting than any real request needs; deeper bodies are refused before they can
 # exhaust the parser's recursion (protocol.text.load_json).

@@ -23,7 +23,7 @@ from agents.node.progress import (
 from agents.node.runtimes.base import LaunchSpec, WorkerState
 from agents.node.state import LaunchRecord, StateStore
 from protocol import limits
-from protocol.agent import MAX_ERROR_TAIL, GpuUsage, WorkerReport, WorkerSpec
+from protocol.agent import GpuUsage, WorkerReport, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class Ledger:
                     attempt=record.attempt,
                     state="exited",
                     exit_code=code,
-                    error=error[-MAX_ERROR_TAIL:],
+                    error=error[-limits.ERROR_TAIL :],
                     container_id=container,
                     progress=progress,
                     checkpoints=checkpoints,  # a save on SIGTERM lands just before the exit

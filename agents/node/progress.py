@@ -21,7 +21,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from protocol.agent import MAX_CHECKPOINTS_REPORTED, CheckpointReport, ProgressReport
+from protocol import limits
+from protocol.agent import CheckpointReport, ProgressReport
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def _committed(folder: Path) -> CheckpointReport | None:
 
 
 def scan_checkpoints(
-    folder: Path, newest: int = MAX_CHECKPOINTS_REPORTED
+    folder: Path, newest: int = limits.CHECKPOINTS_REPORTED
 ) -> list[CheckpointReport]:
     """The newest committed checkpoints in a job's folder, newest first."""
     try:

@@ -16,7 +16,14 @@ from django.utils import timezone
 from jobs.actions.transitions import TransitionConflict, record_decision, transition
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, Pod, PodDesired
-from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, Actor, JobStatus, PodStatus
+from jobs.statuses import (
+    ACTIVE_POD_STATUSES,
+    FINAL_JOB_STATUSES,
+    WAITING_JOB_STATUSES,
+    Actor,
+    JobStatus,
+    PodStatus,
+)
 from protocol import limits
 from protocol.text import fit
 
@@ -81,7 +88,7 @@ def request_stop(
             raise JobNotActive(f"the job is already {status}")
         try:
             with transaction.atomic():
-                if status in (JobStatus.PENDING, JobStatus.INQUEUE):
+                if status in WAITING_JOB_STATUSES:
                     transition(job, final_status, reason=reason, actor=actor, user=user)
                     _announce(job, final_status, reason, actor, user)
                     return job

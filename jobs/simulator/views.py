@@ -5,7 +5,7 @@ out of engine.py. The snapshot also forgets finished jobs without live workers.
 
 from jobs.scheduler.model import QuotaSnap, RunningSnap, Snapshot
 from jobs.simulator.world import SimPod, at
-from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES, JobStatus
+from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES, WAITING_JOB_STATUSES, JobStatus
 
 S = JobStatus
 
@@ -24,7 +24,7 @@ def snapshot_of(sim) -> Snapshot:
             used[p.charged_to][0] += len(p.gpus)
             if not p.in_quota:
                 used[p.charged_to][1] += len(p.gpus)
-        if job.status in (S.PENDING, S.INQUEUE):
+        if job.status in WAITING_JOB_STATUSES:
             if job.not_before is None or job.not_before <= sim.t:
                 waiting.append(job.snap(len(live)))
         elif live and job.status in (S.STARTING, S.RUNNING) and _victim_kind(sim, live[0]):
