@@ -25,7 +25,6 @@ from typing import Any
 from protocol import limits
 
 NUL_MARK = "\u2400"
-REPLACEMENT = "\ufffd"
 TRUNCATED = "…"
 NEWLINE_MARK = "\u2424"  # a newline inside one log line (SYMBOL FOR NEWLINE)
 

@@ -10,7 +10,7 @@ MIG: a GPU in MIG mode is reported as such with its MIG devices; its utilization
 """
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -208,7 +208,3 @@ def _unknown(device: GpuInfo, reason: str) -> GpuInfo:
         health_reason=reason,
         health_mark=0,
     )
-
-
-def devices_by_uuid(devices: Sequence[GpuInfo]) -> dict[str, GpuInfo]:
-    return {d.uuid: d for d in devices if d.uuid}
