@@ -143,7 +143,7 @@ def overcommitted_pools() -> list[str]:
 
 def _pod_rows(rows) -> str:
     """(job id, name, owner, workspace, GPUs, other quota) as table rows. Borrowing never
-    crosses tenants (DESIGN §5), so whoever may see the quota owns every job listed."""
+    crosses tenants (docs/scheduling.md), so whoever may see the quota owns every job listed."""
     return format_html_join(
         "", "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows
     )
@@ -169,7 +169,7 @@ class QuotaAdmin(QuotaWritesAdmin):
 
     def get_queryset(self, request):
         # One aggregate query for the whole page: GPUs of live workers charged to each quota,
-        # split into its own jobs and idle jobs borrowing it (DESIGN §5).
+        # split into its own jobs and idle jobs borrowing it (docs/scheduling.md).
         return super().get_queryset(request).annotate(_used=_gpus(), _lent=_gpus(in_quota=False))
 
     @admin.display(description="Used GPUs", ordering="_used")

@@ -1,4 +1,5 @@
-"""Text columns that always fit (protocol.text, DESIGN §7): whatever path writes them (a
+"""Text columns that always fit (protocol.text, docs/agent-protocol.md): whatever path writes them
+(a
 save, a queryset update, a bulk insert), the value is cleaned on its way to the database, so
 no NUL or lone surrogate reaches PostgreSQL and no reason outgrows its column.
 

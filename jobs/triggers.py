@@ -1,5 +1,5 @@
 """Wake-ups the core fires after a commit: "look at the queue now". Messages carry no state;
-the database is the truth (DESIGN §2).
+the database is the truth (docs/processes.md).
 
 The core only says *that* the scheduler should look; *how* the message travels (a Celery
 task, a wake-up of an in-process loop, a synchronous call in tests) is registered by the

@@ -1,4 +1,5 @@
-"""The agent protocol (DESIGN §7): pydantic schemas shared by the console and the agent.
+"""The agent protocol (docs/agent-protocol.md): pydantic schemas shared by the console and the
+agent.
 
 No Django imports: the agent imports this module on GPU nodes without the console.
 

@@ -1,4 +1,5 @@
-"""What this node has launched, and the worker reports the heartbeat carries (DESIGN §7, §9).
+"""What this node has launched, and the worker reports the heartbeat carries
+(docs/agent-protocol.md, docs/traps.md).
 
 The ledger is the agent's memory of every pod it launched (`workers.json` in the state dir,
 written *before* each launch, so no crash can lead to a second launch of one pod), plus the

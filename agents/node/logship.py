@@ -1,4 +1,5 @@
-"""Log shipping: per-worker sequence numbers, batches, resend until acknowledged (DESIGN §7).
+"""Log shipping: per-worker sequence numbers, batches, resend until acknowledged
+(docs/agent-protocol.md).
 
 Every line gets the next sequence number of its worker, starting at the console's
 `log_next_seq` for that pod. Unacknowledged lines stay buffered and are re-sent from the
@@ -19,7 +20,7 @@ after a header `{"base", "src"}`. While the console is unreachable the lines wai
 them in order and resumes reading the worker's output after the last journaled source line
 (agents.node.runtimes.base): no line is lost or repeated. Acknowledged lines are compacted away.
 
-Nothing is re-sent forever (DESIGN §7). Lines the console refuses (`LogAck.refused`: a
+Nothing is re-sent forever (docs/agent-protocol.md). Lines the console refuses (`LogAck.refused`: a
 malformed item) REFUSALS_BEFORE_SET_ASIDE times in a row are set aside: one marker line
 takes their place, with their sequence numbers' start, and the stream moves on. A request
 the console fails on as a whole (5xx, 400) is split: its workers' lines are then sent one

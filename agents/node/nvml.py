@@ -3,7 +3,7 @@
 A failing NVML call costs what it says and no more: a field it cannot read is unknown
 (None), a device it cannot open is reported unhealthy with the error, and when NVML cannot
 even count its devices the last known devices are reported unhealthy with that reason. The
-heartbeat always goes out (DESIGN §7: one bad item never fails the batch).
+heartbeat always goes out (docs/agent-protocol.md: one bad item never fails the batch).
 
 MIG: a GPU in MIG mode is reported as such with its MIG devices; its utilization is unknown
 (NVML does not report it per GPU in MIG mode), never 0 %, so nothing mistakes it for idle.

@@ -1,4 +1,5 @@
-"""Agent side of progress and checkpoints (DESIGN §6): where each worker writes them, and
+"""Agent side of progress and checkpoints (docs/fault-tolerance.md): where each worker writes them,
+and
 reading them back for the heartbeat.
 
 Each worker gets `PROGRESS_FILE` (a small JSON file the SDK replaces atomically; the agent

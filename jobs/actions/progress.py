@@ -1,4 +1,5 @@
-"""Console side of progress, checkpoints and log activity reported by agents (DESIGN §6).
+"""Console side of progress, checkpoints and log activity reported by agents
+(docs/fault-tolerance.md).
 
 Called by `agents.actions` while it handles a heartbeat or a log batch, with pods already
 loaded (job joined). Fencing: only a live worker of a placed job may speak, and only while it

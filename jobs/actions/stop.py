@@ -1,5 +1,5 @@
 """Stopping jobs: graceful stop (Stopped), terminate (Terminated, no grace) and preemption
-(Preempted), DESIGN §4. A placed job keeps its status, shown "Stopping…", until every worker
+(Preempted), docs/statuses.md. A placed job keeps its status, shown "Stopping…", until every worker
 has exited; `actions.workers.reconcile_job` then ends it with the final status asked for.
 
 Concurrency: the stop request is a compare-and-set on the job's status and on
@@ -52,7 +52,7 @@ def stop_pods(
     )
 
 
-# How the workers of a job stopped for each reason end (SCENARIOS.md pod statuses).
+# How the workers of a job stopped for each reason end (docs/simulator.md pod statuses).
 _POD_STATUS_FOR_STOP = {
     JobStatus.STOPPED: PodStatus.STOPPED,
     JobStatus.TERMINATED: PodStatus.TERMINATED,

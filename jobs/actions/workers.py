@@ -1,5 +1,5 @@
 """What agents report about workers, applied to pods, and each job's status brought in line
-with its workers (DESIGN §4, §9).
+with its workers (docs/statuses.md, docs/traps.md).
 
 Pod writes are compare-and-set on the pod's status (only a live pod can change), so a
 duplicated or late report is harmless; job writes go through `transitions.transition`. The

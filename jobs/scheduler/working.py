@@ -1,4 +1,5 @@
-"""The working state of one `plan()` call and the small pieces every pass shares (DESIGN §5):
+"""The working state of one `plan()` call and the small pieces every pass shares
+(docs/scheduling.md):
 options, per-quota usage, admission order, the quota-fit check, the demand each quota keeps
 for its waiting guaranteed jobs, booking an admission (per lender when pooled), placing a
 gang and diagnosing why it cannot be placed. Pure; nothing outlives a plan."""

@@ -104,7 +104,7 @@ def _room(sim, job, quotas, need: int) -> str:
     for qid in lenders:
         if quotas[qid].gpus - sim.charged[qid] >= need:
             return f"idle resources of {quotas[qid].name}"
-    # Lingjun: each worker may be charged to its own lender (DESIGN §5, pooled lenders).
+    # Lingjun: each worker may be charged to its own lender (docs/scheduling.md, pooled lenders).
     each = job.spec.gpus_per_worker
     if quota.resource_type == "Lingjun" and len(lenders) > 1:
         hosts = sum(max(quotas[q].gpus - sim.charged[q], 0) // each for q in lenders)

@@ -1,5 +1,5 @@
 """What a `Simulation` shows the outside: the snapshot plan() is called on (as the console's
-cycle would load it from its rows) and SCENARIOS.md's summary, over a `Simulation`; split
+cycle would load it from its rows) and docs/simulator.md's summary, over a `Simulation`; split
 out of engine.py. The snapshot also forgets finished jobs without live workers.
 """
 
@@ -68,7 +68,7 @@ def _victim_kind(sim, pod: SimPod) -> bool:
 
 
 def summary_of(sim, end: float) -> dict:
-    """SCENARIOS.md's summary line (and what the property tests read)."""
+    """docs/simulator.md's summary line (and what the property tests read)."""
     finished = [j.finished_t for j in sim.jobs.values() if j.finished_t is not None]
     horizon = max(finished) if finished and len(finished) == len(sim.jobs) else end
     total_gpus = sum(n.spec.gpus for n in sim.nodes.values())

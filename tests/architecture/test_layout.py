@@ -157,3 +157,14 @@ def test_a_probe_file_with_each_write_shape_is_reported():
     finally:
         probe.unlink()
     assert sorted(int(v.split(":")[1]) for v in reported) == [6, 9, 12, 15]
+
+
+def test_only_the_cycle_shell_of_the_scheduler_imports_actions():
+    """The scheduler owns its types; only its shell module calls the writes (ARCHITECTURE.md)."""
+    offenders = [
+        f"{imp.module}:{imp.line} imports {imp.target}"
+        for path in sorted((rules.ROOT / "jobs" / "scheduler").rglob("*.py"))
+        for imp in rules.imports_of(path)
+        if imp.target.startswith("jobs.actions") and imp.module != "jobs.scheduler.cycle"
+    ]
+    assert offenders == []
