@@ -36,8 +36,7 @@ class RegistrationOutcome(models.TextChoices):
 class RegistrationRecord(models.Model):
     """Every registration of a node name, refused ones included, and every operator's
     consent to register a name again (docs/agent-protocol.md: a name already registered is never
-    taken
-    over by whoever holds a bootstrap token)."""
+    taken over by whoever holds a bootstrap token)."""
 
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField()

@@ -40,8 +40,7 @@ def display_status(
 
     A graceful stop keeps the stored status until every worker has exited, so it is shown as
     "Stopping…". A worker on a node that stopped answering is not known to be dead
-    (docs/fault-tolerance.md),
-    so the job is shown as unknown rather than as running.
+    (docs/fault-tolerance.md), so the job is shown as unknown rather than as running.
     """
     placed = status in (JobStatus.STARTING, JobStatus.RUNNING)
     if placed and stop_requested_at is not None:

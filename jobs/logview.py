@@ -1,10 +1,9 @@
 """Reading a worker's stored log lines for display and the API.
 
 Sequence numbers are per pod (one worker of one attempt, docs/agent-protocol.md), so a reader
-follows one
-worker at a time with `after=<last seq seen>`. `LogChunk` rows hold consecutive lines
-[seq_start, seq_end] and never overlap (unique per pod and start), which lets a read touch
-only the chunk that contains `after + 1` and the ones after it, both by index range.
+follows one worker at a time with `after=<last seq seen>`. `LogChunk` rows hold consecutive lines
+[seq_start, seq_end] and never overlap (unique per pod and start), which lets a read touch only the
+chunk that contains `after + 1` and the ones after it, both by index range.
 """
 
 from collections.abc import Iterator

@@ -1,6 +1,5 @@
 """One set of limits for every boundary (docs/agent-protocol.md): the job form, the researcher API,
-the
-agent protocol's schemas and the database columns all read these constants, so a value that
+the agent protocol's schemas and the database columns all read these constants, so a value that
 passes one boundary fits every other one. Django-free: the agent imports it on GPU nodes.
 
 Lengths are in characters (Python `len`), as PostgreSQL's varchar(n) counts them.

@@ -32,9 +32,8 @@ new pod starts within a fraction of a second without more heartbeats. A console 
 waking, or one whose wait slots are all taken, leaves the agent on its heartbeat interval.
 
 Self-fencing (docs/fault-tolerance.md): after each heartbeat the console applied, the agent renews
-the
-node's lease (agents.node.fence) from the time it *sent* that heartbeat; every worker's
-wrapper stops its worker when the lease runs out, even if this process is frozen.
+the node's lease (agents.node.fence) from the time it *sent* that heartbeat; every worker's wrapper
+stops its worker when the lease runs out, even if this process is frozen.
 """
 
 import dataclasses

@@ -1,6 +1,5 @@
 """Agent side of progress and checkpoints (docs/fault-tolerance.md): where each worker writes them,
-and
-reading them back for the heartbeat.
+and reading them back for the heartbeat.
 
 Each worker gets `PROGRESS_FILE` (a small JSON file the SDK replaces atomically; the agent
 reads the newest at each heartbeat) and `CHECKPOINT_DIR`. Checkpoints belong to their

@@ -49,7 +49,7 @@ def test_the_check_catches_each_form():
         "# see DES" + "IGN §5",
         '"""Statuses (DES' + 'IGN.md §4)."""',
         "# SCEN" + "ARIOS.md's output",
-        "# ../shared/notes.md",
+        "# ../" + "shared/notes.md",
     ]:
         assert outside_citations(line) == [1], line
     assert outside_citations("# docs/scheduling.md; ../shared/traces/philly.csv (data)") == []
