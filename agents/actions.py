@@ -1,4 +1,4 @@
-"""What the console does with agent requests: register, heartbeat, logs (DESIGN §7).
+"""What the console does with agent requests: register, heartbeat, logs (docs/agent-protocol.md).
 
 The shell around the pure decisions of `agents.decisions`. Each write goes through the
 actions of the app that owns the rows:
@@ -10,7 +10,7 @@ actions of the app that owns the rows:
 - log lines: `jobs.actions.logs.append_log_lines` (compare-and-set on the pod's next
   sequence number, plus the chunk, in one transaction).
 
-All times are the console's receive time; the agent's clock is never trusted (DESIGN §9).
+All times are the console's receive time; the agent's clock is never trusted (docs/traps.md).
 """
 
 import logging

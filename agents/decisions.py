@@ -1,4 +1,9 @@
-"""What the console concludes from an agent's reports (pure, over plain values).
+"""What the console concludes from an agent's reports (pure: no queries, no writes).
+
+The inputs are plain values, protocol models and pod rows typed as `PodRow`: only the
+attributes named there are read. The heartbeat passes the ORM pods it already loaded
+(building a copy of each would cost more than it proves); tests pass any object with those
+attributes.
 
 `judge_report`: what one worker report means for the pod it names (start, exit, touch,
 ignore, fence). `desired_state`: what a node should run and stop; `desired_version`: a
@@ -11,10 +16,25 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
-from jobs.models import Pod, PodDesired
+from jobs.models import PodDesired
 from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
 from protocol.agent import StopOrder, WorkerReport
+
+
+class PodRow(Protocol):
+    """What these functions read of a pod."""
+
+    pk: int
+    job_id: int
+    rank: int
+    node_id: int | None
+    attempt: int
+    status: str
+    desired: str
+    stop_grace_seconds: int
+    stop_reason: str
 
 
 class Verdict(StrEnum):
@@ -67,10 +87,10 @@ def judge_report(node_id: int, pod: PodFacts | None, report: WorkerReport) -> tu
 
 
 def desired_state(
-    node_id: int, pods: Iterable[Pod], fenced: dict[int, StopOrder]
-) -> tuple[list[Pod], list[StopOrder]]:
-    """The pods this node should run and the workers it should stop (pure over rows)."""
-    run: list[Pod] = []
+    node_id: int, pods: Iterable[PodRow], fenced: dict[int, StopOrder]
+) -> tuple[list[PodRow], list[StopOrder]]:
+    """The pods this node should run and the workers it should stop."""
+    run: list[PodRow] = []
     stop: dict[int, StopOrder] = dict(fenced)
     for pod in pods:
         if pod.node_id != node_id or pod.status not in ACTIVE_POD_STATUSES:
@@ -95,8 +115,8 @@ def desired_version(live: int, id_sum: int, stopping: int) -> str:
     return f"{live}.{id_sum}.{stopping}"
 
 
-def desired_version_of(node_id: int, pods: Iterable[Pod]) -> str:
-    """`desired_version` over the rows a heartbeat loaded (pure)."""
+def desired_version_of(node_id: int, pods: Iterable[PodRow]) -> str:
+    """`desired_version` over the rows a heartbeat loaded."""
     live = [p for p in pods if p.node_id == node_id and p.status in ACTIVE_POD_STATUSES]
     stopping = sum(1 for p in live if p.desired != PodDesired.RUN)
     return desired_version(len(live), sum(p.pk for p in live), stopping)
@@ -118,7 +138,7 @@ def new_log_lines(next_seq: int, first_seq: int, lines: Sequence[str]) -> Sequen
     return lines[next_seq - first_seq :]
 
 
-def log_reject_reason(node_id: int, pod: Pod | None, attempt: int) -> str:
+def log_reject_reason(node_id: int, pod: PodRow | None, attempt: int) -> str:
     if pod is None:
         return "unknown pod"
     if pod.node_id != node_id:

@@ -1,4 +1,4 @@
-"""How long a node's workers may run without the console hearing from it (DESIGN §6).
+"""How long a node's workers may run without the console hearing from it (docs/fault-tolerance.md).
 
 Each applied heartbeat grants the node a lease: `lease_seconds` after the agent *sent* that
 heartbeat. The agent writes the lease to a file; each worker's own wrapper

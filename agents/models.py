@@ -1,4 +1,4 @@
-"""Agent credentials: the bootstrap tokens a new node registers with (DESIGN §7).
+"""Agent credentials: the bootstrap tokens a new node registers with (docs/agent-protocol.md).
 
 Nodes and their GPUs live in `cluster.models`; a node's own token is kept on its row there.
 """
@@ -35,8 +35,8 @@ class RegistrationOutcome(models.TextChoices):
 
 class RegistrationRecord(models.Model):
     """Every registration of a node name, refused ones included, and every operator's
-    consent to register a name again (DESIGN §7: a name already registered is never taken
-    over by whoever holds a bootstrap token)."""
+    consent to register a name again (docs/agent-protocol.md: a name already registered is never
+    taken over by whoever holds a bootstrap token)."""
 
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField()

@@ -1,4 +1,4 @@
-"""The node monitor (DESIGN §6): a silent node becomes NotReady, then Lost.
+"""The node monitor (docs/fault-tolerance.md): a silent node becomes NotReady, then Lost.
 
 Level-triggered and idempotent: each cycle looks at the whole state. Every write is a
 compare-and-set, so two copies of the monitor (two beat processes, a redelivered task) can

@@ -1,4 +1,4 @@
-"""The agent API (DESIGN §7): JSON over HTTPS, bearer tokens, strict schemas.
+"""The agent API (docs/agent-protocol.md): JSON over HTTPS, bearer tokens, strict schemas.
 
 These endpoints are called by machines with bearer tokens, never by a browser with a session
 cookie, so they are the only views exempt from CSRF. Errors are JSON:

@@ -1,6 +1,6 @@
 """Waking agents: `POST /api/v1/agent/wait/` answers as soon as a node's desired state
 changes, so a pod placed on free capacity starts within a poll tick instead of at the
-node's next heartbeat (DESIGN §7).
+node's next heartbeat (docs/agent-protocol.md).
 
 One watcher per console process: while any agent waits, a thread runs ONE aggregate query
 per tick for all waiting nodes (live pods' count, id sum, how many are asked to stop:

@@ -30,11 +30,11 @@ from jobs.models import Job, Pod
 from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
 from jobs.serializers import job_json
 from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
+from protocol import limits
 
 router = Router()
 
 CHECKPOINTS_SHOWN = 50
-EVENTS_SHOWN = 200
 E = schemas.ErrorBody
 READ_ERRORS = {400: E, 401: E, 404: E, 429: E}
 WRITE_ERRORS = {400: E, 401: E, 404: E, 409: E, 413: E, 422: E, 429: E}
@@ -56,7 +56,7 @@ def with_details(job: Job) -> Job:
     )
     job.restart_list = list(job.restarts.order_by("created_at", "id"))
     job.checkpoint_list = list(job.checkpoints.order_by("-step", "-id")[:CHECKPOINTS_SHOWN])
-    newest = job.events.select_related("user").order_by("-created_at", "-id")[:EVENTS_SHOWN]
+    newest = job.events.select_related("user").order_by("-created_at", "-id")[: limits.EVENTS_SHOWN]
     job.event_list = list(reversed(newest))
     return job
 

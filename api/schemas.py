@@ -13,8 +13,9 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from jobs.faulttolerance.policy import HangAction, RestartPolicy, RunType
-from jobs.forms import LIMITS, MAX_ENV_VARS
+from jobs.forms import LIMITS
 from jobs.statuses import IdleResources, JobStatus
+from protocol import limits
 
 
 def _bounded(name: str, description: str = "") -> Any:
@@ -55,7 +56,7 @@ class JobCreate(Strict):
     idle_resources: StrictStr | None = _choice([v.value for v in IdleResources])
     env: dict[str, StrictStr] | StrictStr | None = Field(
         None,
-        description=f"An object of strings, or KEY=VALUE lines; at most {MAX_ENV_VARS}.",
+        description=f"An object of strings, or KEY=VALUE lines; at most {limits.ENV_VARS}.",
     )
     max_runtime_seconds: StrictInt | None = _bounded("max_runtime_seconds", "Seconds,")
     fault_tolerance: StrictBool | None = None

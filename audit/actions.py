@@ -21,6 +21,9 @@ ADMIN_OBJECT_TYPES = {
     "agents.bootstraptoken": "agent_token",
     "accounts.apitoken": "api_token",
 }
+# Written through their own actions, which audit each change with its before and after
+# (`audit.subscribers.on_quota_change`): their admin history is not copied a second time.
+AUDITED_BY_ACTIONS = {"quotas"}
 _FLAG_VERBS = {ADDITION: "add", CHANGE: "change", DELETION: "delete"}
 # Admin actions name their verb at the start of the history message: "cordon: …".
 _VERB_MESSAGE = re.compile(r"^([a-z_]{2,30}): ")
@@ -88,6 +91,7 @@ def mirror_admin_entries(user, after_id: int) -> int:
     """Copy the admin history entries `user` made after `after_id` (each once)."""
     logs = list(
         LogEntry.objects.filter(pk__gt=after_id, user_id=user.pk)
+        .exclude(content_type__app_label__in=AUDITED_BY_ACTIONS)
         .select_related("content_type")
         .order_by("pk")
     )

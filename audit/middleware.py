@@ -1,5 +1,6 @@
 """Each request's source (address, web/API/admin, user agent) for the audit entries it
-causes; after an admin POST, the admin history entries it wrote are mirrored."""
+causes; after an admin POST, the admin history entries it wrote are mirrored, whoever the
+admin let in (staff, and quota owners who are not staff: `console.admin_site`)."""
 
 from collections.abc import Callable
 
@@ -43,7 +44,8 @@ class AuditMiddleware:
         try:
             mark = None
             user = getattr(request, "user", None)
-            if via == Via.ADMIN and request.method == "POST" and user and user.is_staff:
+            signed_in = user is not None and user.is_authenticated
+            if via == Via.ADMIN and request.method == "POST" and signed_in:
                 mark = LogEntry.objects.aggregate(last=Max("pk"))["last"] or 0
             response = self.get_response(request)
             if mark is not None:

@@ -1,5 +1,6 @@
-"""What the audit log hears: the jobs core's notices (registered by the shell at start-up,
-`console.triggers.install`) and Django's failed sign-ins (`audit.apps`)."""
+"""What the audit log hears: the jobs core's notices and the quota changes (both registered
+by the shell at start-up, `console.triggers.install`) and Django's failed sign-ins
+(`audit.apps`)."""
 
 import logging
 from collections.abc import Sequence
@@ -9,6 +10,7 @@ from django.db import transaction
 from audit.actions import Entry, record, record_many
 from jobs.hooks import JobNotice, Notice
 from jobs.statuses import JobStatus
+from quotas.hooks import QuotaChange
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,31 @@ def on_job_notices(notices: Sequence[JobNotice]) -> None:
         # A savepoint: a failed insert must not abort the change being audited.
         with transaction.atomic():
             record_many(entries)
+
+
+def _plain(value):
+    """A value the JSON detail can hold (ids, numbers and text as they are)."""
+    return (
+        value if value is None or isinstance(value, bool | int | float | str | list) else str(value)
+    )
+
+
+def on_quota_change(change: QuotaChange) -> None:
+    """Every write of a tenant, workspace, member or quota, whoever made it (an admin, a
+    quota owner in the admin, a command): each field's before and after."""
+    changes = {name: [_plain(old), _plain(new)] for name, (old, new) in change.changes.items()}
+    message = "; ".join(f"{name}: {old} → {new}" for name, (old, new) in changes.items())
+    # A savepoint: a failed insert must not abort the change being audited.
+    with transaction.atomic():
+        record(
+            change.action,
+            actor=change.actor,
+            object_type=change.object_type,
+            object_id=change.object_id or "",
+            object_repr=change.object_repr,
+            detail={"changes": changes, "message": message},
+            at=change.at,
+        )
 
 
 def on_login_failed(sender, credentials: dict, request=None, **kwargs) -> None:

@@ -1,4 +1,4 @@
-"""The cluster's inventory: GPU nodes and their devices (DESIGN §3).
+"""The cluster's inventory: GPU nodes and their devices (docs/domain.md).
 
 Written by the agent API (agents.actions) from each node's heartbeats and by operators
 (cordon, drain); read by the scheduler. Nothing here knows about jobs.

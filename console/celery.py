@@ -1,4 +1,4 @@
-"""Celery app. Tasks are triggers only: the database is the truth (DESIGN §2).
+"""Celery app. Tasks are triggers only: the database is the truth (docs/processes.md).
 
 Hardening (settings.CELERY_*): soft and hard time limits on every task, worker processes
 recycled after CELERY_WORKER_MAX_TASKS_PER_CHILD tasks, and an `expires` on every trigger
@@ -34,7 +34,7 @@ def periodic_triggers(settings) -> list[tuple[str, int]]:
 
 @app.on_after_configure.connect
 def _periodic_triggers(sender: Celery, **kwargs) -> None:
-    """Beat is the safety net behind the on-commit triggers (DESIGN §2). A tick that waited
+    """Beat is the safety net behind the on-commit triggers (docs/processes.md). A tick that waited
     longer than its interval is dropped: the next one does the same work."""
     from django.conf import settings
 

@@ -41,11 +41,11 @@ from accounts.api_auth import error_response
 from cluster.models import Node
 from console.models import LoopRun
 from jobs.models import Job, JobEvent, Pod, RestartKind, RestartRecord
-from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
+from jobs.statuses import ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES, JobStatus
 from quotas.models import Quota
 
 PREFIX = "gpu_console"
-_WAITING = [JobStatus.PENDING.value, JobStatus.INQUEUE.value]
+_WAITING = sorted(s.value for s in WAITING_JOB_STATUSES)
 _ACTIVE_PODS = sorted(s.value for s in ACTIVE_POD_STATUSES)
 
 

@@ -1,6 +1,6 @@
 """How the core's triggers travel in this deployment (registered into `jobs.triggers` and
 `notifications.triggers`), and who hears the core's notices (`jobs.hooks`: notifications'
-outbox and the audit log).
+outbox and the audit log; `quotas.hooks`: the audit log and a scheduling cycle).
 
 `settings.CONSOLE_LOOPS` picks the transport, read at send time: a Celery task
 (production), a wake-up of an in-process loop (the embedded default), or a synchronous call
@@ -11,6 +11,8 @@ transaction commits, so a worker never runs before the data it needs is visible.
 from django.conf import settings
 
 from jobs import hooks, triggers
+from quotas import hooks as quota_hooks
+from quotas.hooks import QuotaChange
 
 
 def send_scheduling() -> None:
@@ -52,10 +54,17 @@ def send_delivery() -> None:
         deliver_due()
 
 
+def schedule_after_quota_change(change: QuotaChange) -> None:
+    """A resize, a binding or a new member can let waiting jobs start (or call for a
+    reclaim): ask for a cycle once the change commits."""
+    triggers.request_scheduling()
+
+
 def install() -> None:
     """Register the transports and the subscribers of the core's notices (called once at
     start-up, from ConsoleConfig.ready)."""
     from audit.subscribers import on_job_notices as audit_job_notices
+    from audit.subscribers import on_quota_change as audit_quota_change
     from notifications import triggers as notification_triggers
     from notifications.outbox import on_job_notices as queue_notifications
 
@@ -63,3 +72,5 @@ def install() -> None:
     notification_triggers.register(send_delivery)
     hooks.subscribe("notifications", queue_notifications)
     hooks.subscribe("audit", audit_job_notices)
+    quota_hooks.subscribe("audit", audit_quota_change)
+    quota_hooks.subscribe("scheduling", schedule_after_quota_change)

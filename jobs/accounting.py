@@ -93,7 +93,7 @@ class Borrow:
 @dataclass(frozen=True, slots=True)
 class PooledIdle:
     """Lingjun: unused guarantees of one tenant's quotas of one GPU type, which any idle
-    job of the tenant may borrow (DESIGN §5); `free_on_nodes` bounds what can start."""
+    job of the tenant may borrow (docs/scheduling.md); `free_on_nodes` bounds what can start."""
 
     tenant_id: int
     gpu_type: str

@@ -12,7 +12,7 @@ from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import TransitionConflict
 from jobs.models import Job, JobEvent, Pod
 from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
-from quotas.admin import TenantScopedAdmin
+from quotas.admin import QuotaWritesAdmin, TenantScopedAdmin
 from quotas.models import Quota
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
@@ -143,14 +143,14 @@ def overcommitted_pools() -> list[str]:
 
 def _pod_rows(rows) -> str:
     """(job id, name, owner, workspace, GPUs, other quota) as table rows. Borrowing never
-    crosses tenants (DESIGN §5), so whoever may see the quota owns every job listed."""
+    crosses tenants (docs/scheduling.md), so whoever may see the quota owns every job listed."""
     return format_html_join(
         "", "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows
     )
 
 
 @admin.register(Quota)
-class QuotaAdmin(TenantScopedAdmin):
+class QuotaAdmin(QuotaWritesAdmin):
     owner_may = ("view", "change", "add")
     readonly_fields = ["who_uses_it"]
     list_display = [
@@ -169,7 +169,7 @@ class QuotaAdmin(TenantScopedAdmin):
 
     def get_queryset(self, request):
         # One aggregate query for the whole page: GPUs of live workers charged to each quota,
-        # split into its own jobs and idle jobs borrowing it (DESIGN §5).
+        # split into its own jobs and idle jobs borrowing it (docs/scheduling.md).
         return super().get_queryset(request).annotate(_used=_gpus(), _lent=_gpus(in_quota=False))
 
     @admin.display(description="Used GPUs", ordering="_used")

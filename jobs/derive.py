@@ -1,4 +1,4 @@
-"""The job status derived from its workers' real states (DESIGN §9, "status that lies").
+"""The job status derived from its workers' real states (docs/traps.md, "status that lies").
 Pure: the simulator uses it as it is; `jobs.actions.workers` applies it to the database.
 """
 

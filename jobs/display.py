@@ -1,8 +1,8 @@
 """What a user sees of a job, derived from stored state (pure: no queries, no clock).
 
-`Job.status` stores only the nine lifecycle statuses (DESIGN §4); "Stopping…" and
+`Job.status` stores only the nine lifecycle statuses (docs/statuses.md); "Stopping…" and
 "Unknown (node not reachable)" are derived here, like healthchecks derives "grace" from
-timestamps. Log text is hostile input (DESIGN §9): `clean_log_line` strips terminal control
+timestamps. Log text is hostile input (docs/traps.md): `clean_log_line` strips terminal control
 sequences for display; HTML escaping is left to template autoescape.
 """
 
@@ -39,8 +39,8 @@ def display_status(
     """The status label shown to users.
 
     A graceful stop keeps the stored status until every worker has exited, so it is shown as
-    "Stopping…". A worker on a node that stopped answering is not known to be dead (DESIGN §6),
-    so the job is shown as unknown rather than as running.
+    "Stopping…". A worker on a node that stopped answering is not known to be dead
+    (docs/fault-tolerance.md), so the job is shown as unknown rather than as running.
     """
     placed = status in (JobStatus.STARTING, JobStatus.RUNNING)
     if placed and stop_requested_at is not None:

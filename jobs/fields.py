@@ -1,6 +1,6 @@
-"""Text columns that always fit (protocol.text, DESIGN §7): whatever path writes them (a
-save, a queryset update, a bulk insert), the value is cleaned on its way to the database, so
-no NUL or lone surrogate reaches PostgreSQL and no reason outgrows its column.
+"""Text columns that always fit (protocol.text, docs/agent-protocol.md): whatever path writes them
+(a save, a queryset update, a bulk insert), the value is cleaned on its way to the database, so no
+NUL or lone surrogate reaches PostgreSQL and no reason outgrows its column.
 
 They are a safety net under the checks at each boundary (the form refuses, the agent
 protocol repairs with a reason); lookups are cleaned the same way, so they still match.

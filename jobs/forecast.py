@@ -15,11 +15,11 @@ two reads (what each live job holds; past durations), whatever the number of job
 """
 
 import hashlib
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from jobs.durations import median_durations, run_length, running_end
 from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 
@@ -29,7 +29,6 @@ BUCKET_SHARE = 0.25
 HORIZON = timedelta(days=30)
 STOP_GRACE = timedelta(seconds=30)  # a preempted victim's workers get about this long
 HISTORY_ROWS = 2000  # recent finished jobs read for durations
-HISTORY_PER_KEY = 20  # the median of the last N runs of the same (quota, name)
 CACHE_KEY = "jobs.forecast.expected_starts"
 
 
@@ -202,36 +201,12 @@ def forecast(
     t, why = now, "at the next scheduling cycle"
     for _ in range(max_events):
         decided = plan(world.snapshot(waiting), t, options)
-        for admission in decided.admissions:
-            job = waiting.pop(admission.job_id)
-            estimates[job.id] = Estimate(job.id, t, why)
-            pods = world.take(job, admission, t)
-            seconds, basis = durations.get(job.id, (None, ""))
-            ends = t + timedelta(seconds=seconds) if seconds is not None else None
-            world.held[job.id] = Held(
-                job.id,
-                _label(job),
-                admission.charged_quota_id,
-                admission.in_quota,
-                tuple(pods),
-                ends,
-                basis,
-                admission.charges,
-            )
-        for victim in decided.preemptions:
-            h = world.held.get(victim.job_id)
-            if h is not None and (h.ends_at is None or h.ends_at > t + STOP_GRACE):
-                world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis="preempted")
+        _admit(world, decided, waiting, estimates, durations, t, why)
         if not waiting or (targets is not None and targets <= estimates.keys()):
             break
-        ending = [h for h in world.held.values() if h.ends_at is not None]
-        if not ending:
+        step = _next_ends(world, now, t)
+        if not step:
             break
-        first = max(min(h.ends_at for h in ending), t)
-        window = max(BUCKET_MIN, (first - now) * BUCKET_SHARE)
-        step = sorted(
-            (h for h in ending if h.ends_at <= first + window), key=lambda h: (h.ends_at, h.job_id)
-        )
         t = max(step[-1].ends_at, t)
         if t - now > HORIZON:
             break
@@ -244,63 +219,65 @@ def forecast(
             job = waiting.get(h.job_id)
             if job is not None and job.active_pods:
                 waiting[h.job_id] = replace(job, active_pods=0)
-    unknown = [h.label for h in world.held.values() if h.ends_at is None]
-    if unknown:
-        reason = (
-            f"not estimated: depends on {', '.join(sorted(unknown)[:3])}"
-            f"{' and others' if len(unknown) > 3 else ''}, which has no max runtime, "
-            "no progress towards a total and no similar past jobs"
-        )
-    else:
-        reason = "not estimated: beyond what the forecast looks ahead"
+    reason = _not_estimated(world)
     for job_id in waiting:
         estimates[job_id] = Estimate(job_id, None, reason)
     return estimates
 
 
-# -- estimates of how long jobs run (pure) ----------------------------------------------------
+def _admit(
+    world: "_World",
+    decided,
+    waiting: dict[int, JobSnap],
+    estimates: dict[int, Estimate],
+    durations: dict[int, tuple[float, str]],
+    t: datetime,
+    why: str,
+) -> None:
+    """One what-if plan's effects: admitted jobs start (and hold until their expected
+    end), preempted victims end after the stop grace."""
+    for admission in decided.admissions:
+        job = waiting.pop(admission.job_id)
+        estimates[job.id] = Estimate(job.id, t, why)
+        pods = world.take(job, admission, t)
+        seconds, basis = durations.get(job.id, (None, ""))
+        world.held[job.id] = Held(
+            job_id=job.id,
+            label=_label(job),
+            charged_quota_id=admission.charged_quota_id,
+            in_quota=admission.in_quota,
+            pods=tuple(pods),
+            ends_at=t + timedelta(seconds=seconds) if seconds is not None else None,
+            basis=basis,
+            charges=admission.charges,
+        )
+    for victim in decided.preemptions:
+        h = world.held.get(victim.job_id)
+        if h is not None and (h.ends_at is None or h.ends_at > t + STOP_GRACE):
+            world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis="preempted")
 
 
-def median_durations(rows) -> dict[tuple[int, str], float]:
-    """(quota id, name) → the median run time in seconds of its last HISTORY_PER_KEY runs;
-    `rows` are (quota id, name, started_at, finished_at), newest first."""
-    runs: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for quota_id, name, started, finished in rows:
-        key = (quota_id, name)
-        if started and finished and len(runs[key]) < HISTORY_PER_KEY:
-            runs[key].append(max((finished - started).total_seconds(), 0.0))
-    return {key: statistics.median(values) for key, values in runs.items() if values}
+def _next_ends(world: "_World", now: datetime, t: datetime) -> list[Held]:
+    """The live jobs that end in the next step (ends close together are one step)."""
+    ending = [h for h in world.held.values() if h.ends_at is not None]
+    if not ending:
+        return []
+    first = max(min(h.ends_at for h in ending), t)
+    window = max(BUCKET_MIN, (first - now) * BUCKET_SHARE)
+    return sorted(
+        (h for h in ending if h.ends_at <= first + window), key=lambda h: (h.ends_at, h.job_id)
+    )
 
 
-def running_end(
-    *,
-    now: datetime,
-    started_at: datetime | None,
-    max_runtime: int | None,
-    progress: tuple[int | None, int | None, float | None],
-    past: float | None,
-) -> tuple[datetime | None, str]:
-    """When a running job is expected to end, and on what that rests."""
-    start = started_at or now
-    bound = start + timedelta(seconds=max_runtime) if max_runtime else None
-    guess, basis = None, ""
-    step, total, rate = progress
-    if step is not None and total and rate and rate > 0 and total >= step:
-        guess, basis = now + timedelta(seconds=(total - step) / rate), "progress"
-    elif past is not None:
-        guess, basis = max(start + timedelta(seconds=past), now), "similar past jobs"
-    if bound is not None and (guess is None or bound <= guess):
-        return max(bound, now), "max runtime"
-    return guess, basis
-
-
-def run_length(max_runtime: int | None, past: float | None) -> tuple[float, str] | None:
-    """How long a job that has not started yet is expected to run."""
-    if past is not None and (not max_runtime or past <= max_runtime):
-        return past, "similar past jobs"
-    if max_runtime:
-        return float(max_runtime), "max runtime"
-    return None
+def _not_estimated(world: "_World") -> str:
+    unknown = [h.label for h in world.held.values() if h.ends_at is None]
+    if unknown:
+        return (
+            f"not estimated: depends on {', '.join(sorted(unknown)[:3])}"
+            f"{' and others' if len(unknown) > 3 else ''}, which has no max runtime, "
+            "no progress towards a total and no similar past jobs"
+        )
+    return "not estimated: beyond what the forecast looks ahead"
 
 
 # -- the shell --------------------------------------------------------------------------------
@@ -332,6 +309,74 @@ def _past_runs(keys: set[tuple[int, str]]):
     return [row for row in rows if (row[0], row[1]) in keys]
 
 
+def _live_pods() -> dict[int, list]:
+    """Every live worker, named rows grouped by job (one query)."""
+    from jobs.models import Pod
+    from jobs.statuses import ACTIVE_POD_STATUSES
+
+    pods = Pod.objects.filter(status__in=[s.value for s in ACTIVE_POD_STATUSES]).values_list(
+        "job_id",
+        "node_id",
+        "gpu_indices",
+        "cpus",
+        "memory_gb",
+        "charged_quota_id",
+        "in_quota",
+        "rank",
+        "progress_step",
+        "progress_total",
+        "progress_rate",
+        "job__name",
+        "job__quota_id",
+        "job__status",
+        "job__started_at",
+        "job__max_runtime_seconds",
+        "job__stop_requested_at",
+        named=True,
+    )
+    by_job: dict[int, list] = defaultdict(list)
+    for pod in pods:
+        by_job[pod.job_id].append(pod)
+    return by_job
+
+
+def _held(by_job: dict[int, list], now: datetime, past: dict, grace: timedelta) -> list[Held]:
+    """What each live job holds, and when it is expected to end."""
+    from jobs.statuses import PLACED_JOB_STATUSES
+
+    held = []
+    placed = {s.value for s in PLACED_JOB_STATUSES}
+    for job_id, pods in by_job.items():
+        first = min(pods, key=lambda pod: pod.rank)  # rank 0 speaks for the job's progress
+        if first.job__status not in placed or first.job__stop_requested_at is not None:
+            ends, basis = now + grace, "stopping"
+        else:
+            ends, basis = running_end(
+                now=now,
+                started_at=first.job__started_at,
+                max_runtime=first.job__max_runtime_seconds,
+                progress=(first.progress_step, first.progress_total, first.progress_rate),
+                past=past.get((first.job__quota_id, first.job__name)),
+            )
+        charges = {pod.charged_quota_id for pod in pods}
+        held.append(
+            Held(
+                job_id=job_id,
+                label=f"job #{job_id}",
+                charged_quota_id=first.charged_quota_id,
+                in_quota=first.in_quota,
+                pods=tuple(
+                    (pod.node_id, tuple(pod.gpu_indices or ()), pod.cpus, pod.memory_gb)
+                    for pod in pods
+                ),
+                ends_at=ends,
+                basis=basis,
+                charges=tuple(pod.charged_quota_id for pod in pods) if len(charges) > 1 else (),
+            )
+        )
+    return held
+
+
 def expected_starts(
     snapshot: Snapshot | None = None,
     now: datetime | None = None,
@@ -342,75 +387,25 @@ def expected_starts(
     from django.conf import settings
     from django.utils import timezone
 
-    from jobs.models import Job, Pod
+    from jobs.models import Job
     from jobs.scheduler.cycle import plan_options
-    from jobs.statuses import ACTIVE_POD_STATUSES, PLACED_JOB_STATUSES, JobStatus
+    from jobs.statuses import WAITING_JOB_STATUSES
 
     now = now or timezone.now()
     snapshot = snapshot or current_snapshot()
     if not snapshot.jobs:
         return {}
-    pods = list(
-        Pod.objects.filter(status__in=[s.value for s in ACTIVE_POD_STATUSES]).values_list(
-            "job_id",
-            "node_id",
-            "gpu_indices",
-            "cpus",
-            "memory_gb",
-            "charged_quota_id",
-            "in_quota",
-            "rank",
-            "progress_step",
-            "progress_total",
-            "progress_rate",
-            "job__name",
-            "job__quota_id",
-            "job__status",
-            "job__started_at",
-            "job__max_runtime_seconds",
-            "job__stop_requested_at",
-        )
-    )
+    by_job = _live_pods()
     waiting_runtime = dict(
-        Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.INQUEUE]).values_list(
+        Job.objects.filter(status__in=list(WAITING_JOB_STATUSES)).values_list(
             "id", "max_runtime_seconds"
         )
     )
-    keys = {(p[12], p[11]) for p in pods} | {(j.quota_id, j.name) for j in snapshot.jobs}
+    live_keys = {(pods[0].job__quota_id, pods[0].job__name) for pods in by_job.values()}
+    keys = live_keys | {(j.quota_id, j.name) for j in snapshot.jobs}
     past = median_durations(_past_runs(keys))
-
-    by_job: dict[int, list] = defaultdict(list)
-    for row in pods:
-        by_job[row[0]].append(row)
     grace = timedelta(seconds=getattr(settings, "DEFAULT_STOP_GRACE", 30))
-    held = []
-    placed = {s.value for s in PLACED_JOB_STATUSES}
-    for job_id, rows in by_job.items():
-        first = min(rows, key=lambda r: r[7])  # rank 0 speaks for the job's progress
-        name, quota_id, status, started, max_runtime, stop_at = first[11:]
-        if status not in placed or stop_at is not None:
-            ends, basis = now + grace, "stopping"
-        else:
-            ends, basis = running_end(
-                now=now,
-                started_at=started,
-                max_runtime=max_runtime,
-                progress=(first[8], first[9], first[10]),
-                past=past.get((quota_id, name)),
-            )
-        label = f"job #{job_id}"
-        held.append(
-            Held(
-                job_id,
-                label,
-                first[5],
-                first[6],
-                tuple((r[1], tuple(r[2] or ()), r[3], r[4]) for r in rows),
-                ends,
-                basis,
-                tuple(r[5] for r in rows) if len({r[5] for r in rows}) > 1 else (),
-            )
-        )
+    held = _held(by_job, now, past, grace)
     durations = {}
     for job in snapshot.jobs:
         length = run_length(waiting_runtime.get(job.id), past.get((job.quota_id, job.name)))
@@ -461,7 +456,9 @@ NOT_ESTIMATED = {"estimate": True, "at": None, "basis": "not estimated"}
 def expected_start_json(jobs, snapshot: Snapshot | None = None) -> dict[int, dict | None]:
     """The API's `expected_start` of each job: the estimate of a waiting one (labelled an
     estimate, with what it rests on), None for one that is not waiting."""
-    waiting = {j.pk for j in jobs if j.status in ("Pending", "Inqueue")}
+    from jobs.statuses import WAITING_JOB_STATUSES
+
+    waiting = {j.pk for j in jobs if j.status in WAITING_JOB_STATUSES}
     estimates = cached_expected_starts(waiting, snapshot)
     return {
         j.pk: (estimate_json(estimates.get(j.pk)) or NOT_ESTIMATED) if j.pk in waiting else None

@@ -60,10 +60,6 @@ def subscribe(name: str, subscriber: Subscriber) -> None:
     _subscribers[name] = subscriber
 
 
-def unsubscribe(name: str) -> None:
-    _subscribers.pop(name, None)
-
-
 def announce(notices: Sequence[JobNotice]) -> None:
     """Hand the notices to every subscriber, inside the caller's transaction."""
     if not notices:

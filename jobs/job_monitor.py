@@ -1,4 +1,5 @@
-"""The job monitor (DESIGN §6): hang detection and max runtime. Level-triggered, idempotent.
+"""The job monitor (docs/fault-tolerance.md): hang detection and max runtime. Level-triggered,
+idempotent.
 
 Hangs use an indexed deadline column, like healthchecks' `alert_after`: `Job.hang_deadline`
 is `hang.deadline_after(last activity, timeout)`, set when an attempt starts running and

@@ -1,9 +1,9 @@
 """Reading a worker's stored log lines for display and the API.
 
-Sequence numbers are per pod (one worker of one attempt, DESIGN §7), so a reader follows one
-worker at a time with `after=<last seq seen>`. `LogChunk` rows hold consecutive lines
-[seq_start, seq_end] and never overlap (unique per pod and start), which lets a read touch
-only the chunk that contains `after + 1` and the ones after it, both by index range.
+Sequence numbers are per pod (one worker of one attempt, docs/agent-protocol.md), so a reader
+follows one worker at a time with `after=<last seq seen>`. `LogChunk` rows hold consecutive lines
+[seq_start, seq_end] and never overlap (unique per pod and start), which lets a read touch only the
+chunk that contains `after + 1` and the ones after it, both by index range.
 """
 
 from collections.abc import Iterator
@@ -145,7 +145,8 @@ class Follow:
 
 
 def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Follow:
-    """The one rule for following a worker across restarts (DESIGN §7: seqs are per pod).
+    """The one rule for following a worker across restarts (docs/agent-protocol.md: seqs are per
+    pod).
 
     `complete` only on the worker's last attempt: a job that failed, restarted and finished
     before the reader came back still has the newer attempt's lines. `newer_attempt` only

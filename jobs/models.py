@@ -1,4 +1,4 @@
-"""Jobs, their pods (one per worker per attempt), events, logs and checkpoints (DESIGN §3).
+"""Jobs, their pods (one per worker per attempt), events, logs and checkpoints (docs/domain.md).
 
 Only `Job.status` and `Pod.status` are stored state machines; everything a user sees beyond
 them ("Stopping…", "Unknown (node not reachable)") is derived in `jobs.display`.
@@ -46,12 +46,13 @@ class Job(models.Model):
     idle_resources = models.CharField(
         max_length=24, choices=_choices(IdleResources), default=IdleResources.OFF
     )
-    # Automatic Fault Tolerance (DESIGN §6). Stored as columns so the monitor can query them.
+    # Automatic Fault Tolerance (docs/fault-tolerance.md). Stored as columns so the monitor can
+    # query them.
     fault_tolerance = models.BooleanField(default=False)
     ft_config = models.JSONField(default=dict, blank=True)
     checkpoint_dir = models.CharField(max_length=limits.CHECKPOINT_DIR, blank=True)
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
-    # Restart budgets counted separately (DESIGN §9): `restart_count` holds failure restarts
+    # Restart budgets counted separately (docs/traps.md): `restart_count` holds failure restarts
     # (they consume `max_restarts`); preemptions and node losses never exhaust it.
     preemption_count = models.PositiveIntegerField(default=0)
     node_loss_count = models.PositiveIntegerField(default=0)
@@ -185,7 +186,7 @@ class Pod(models.Model):
     # last heartbeat (cluster.Node.last_heartbeat_at) says when it was last heard of.
     last_report_at = models.DateTimeField(null=True, blank=True)
     # The last report or log lines of this worker the console refused (or repaired), and
-    # when: the agent sets a refused item aside after a few tries (DESIGN §7).
+    # when: the agent sets a refused item aside after a few tries (docs/agent-protocol.md).
     report_refused = FittedCharField(max_length=limits.REASON, blank=True)
     report_refused_at = models.DateTimeField(null=True, blank=True)
 
@@ -294,7 +295,7 @@ class JobEvent(models.Model):
 
 
 class LogChunk(models.Model):
-    """Consecutive log lines [seq_start, seq_end] of one pod, stored once (DESIGN §3)."""
+    """Consecutive log lines [seq_start, seq_end] of one pod, stored once (docs/domain.md)."""
 
     pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="log_chunks")
     attempt = models.PositiveIntegerField()

@@ -1,4 +1,4 @@
-"""Job and pod statuses and the transition table (DESIGN §4). Pure: no Django imports."""
+"""Job and pod statuses and the transition table (docs/statuses.md). Pure: no Django imports."""
 
 from enum import StrEnum
 
@@ -23,7 +23,7 @@ WAITING_JOB_STATUSES = frozenset({S.PENDING, S.INQUEUE})
 # Statuses that hold (or are about to hold) GPUs on nodes.
 PLACED_JOB_STATUSES = frozenset({S.STARTING, S.RUNNING})
 
-# Every allowed (from, to). Pending→Stopped is not in DESIGN §4's list but a user must be
+# Every allowed (from, to). Pending→Stopped is not in docs/statuses.md's list but a user must be
 # able to stop a job the scheduler has not looked at yet (and a restart attempt waiting in
 # Pending). The →Pending edges are Automatic Fault Tolerance restarts (a new attempt).
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
@@ -56,7 +56,7 @@ class PodStatus(StrEnum):
 
 
 P = PodStatus
-# A pod holds its GPUs until it reaches one of these (SCENARIOS.md).
+# A pod holds its GPUs until it reaches one of these (docs/simulator.md).
 FINAL_POD_STATUSES = frozenset(
     {P.SUCCEEDED, P.FAILED, P.PREEMPTED, P.STOPPED, P.TERMINATED, P.LOST}
 )

@@ -1,4 +1,4 @@
-"""Celery tasks of the jobs core. Triggers only (DESIGN §2): no arguments, no state in the
+"""Celery tasks of the jobs core. Triggers only (docs/processes.md): no arguments, no state in the
 message; each run looks at the whole database, so a lost, duplicated or late message is
 harmless. (The node monitor's task is `agents.tasks.node_monitor_tick`: one task per loop,
 so an exception in one never skips the other.)"""

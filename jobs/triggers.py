@@ -1,9 +1,9 @@
 """Wake-ups the core fires after a commit: "look at the queue now". Messages carry no state;
-the database is the truth (DESIGN §2).
+the database is the truth (docs/processes.md).
 
 The core only says *that* the scheduler should look; *how* the message travels (a Celery
 task, a wake-up of an in-process loop, a synchronous call in tests) is registered by the
-shell at start-up (`console.transport`, from `ConsoleConfig.ready`), so nothing here imports
+shell at start-up (`console.triggers.install`, from `ConsoleConfig.ready`), so nothing here imports
 the layer above. With nothing registered (the simulator, a bare import) a trigger is a
 no-op: the periodic loops do the same work a little later.
 """

@@ -1,4 +1,5 @@
-"""The agent protocol (DESIGN §7): pydantic schemas shared by the console and the agent.
+"""The agent protocol (docs/agent-protocol.md): pydantic schemas shared by the console and the
+agent.
 
 No Django imports: the agent imports this module on GPU nodes without the console.
 
@@ -26,16 +27,6 @@ from pydantic import (
 
 from protocol import limits
 from protocol.text import clean_log_line, fit, fit_tail, text_problem
-
-PROTOCOL_VERSION = 1
-# The same numbers under their older names (protocol.limits is the one place they live).
-MAX_LOG_LINE = limits.LOG_LINE
-MAX_LINES_PER_BATCH = limits.LINES_PER_BATCH
-MAX_LINES_PER_REQUEST = limits.LINES_PER_REQUEST
-MAX_GPUS = limits.GPUS
-MAX_WORKERS = limits.WORKERS
-MAX_ERROR_TAIL = limits.ERROR_TAIL
-MAX_CHECKPOINTS_REPORTED = limits.CHECKPOINTS_REPORTED
 
 # Mirrors quotas.models.ResourceType (kept Django-free; a test checks they agree).
 ResourceTypeName = Literal["General-purpose", "Lingjun"]
@@ -99,7 +90,7 @@ class MigInstance(_FromAgent):
 
 
 class GpuReport(_FromAgent):
-    index: Annotated[int, Field(ge=0, lt=MAX_GPUS)]
+    index: Annotated[int, Field(ge=0, lt=limits.GPUS)]
     uuid: Text(limits.GPU_TEXT) = ""
     name: Text(limits.GPU_TEXT) = ""
     memory_total_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
@@ -125,7 +116,7 @@ class NodeFacts(_FromAgent):
     gpu_type: Text(40) = ""
     cpus: Annotated[int, Field(ge=0, le=1_000_000)] = 0
     memory_gb: Annotated[int, Field(ge=0, le=10**7)] = 0
-    gpus: Annotated[list[GpuReport], Field(max_length=MAX_GPUS)] = []
+    gpus: Annotated[list[GpuReport], Field(max_length=limits.GPUS)] = []
 
     @model_validator(mode="after")
     def _unique_indices(self) -> "NodeFacts":
@@ -171,7 +162,7 @@ class GpuUsage(_FromAgent):
     """A running worker's GPU use: its assigned devices as NVML last sampled them (the
     scheduler gives each device to one worker, so the devices' numbers are the worker's)."""
 
-    gpus: Annotated[int, Field(ge=1, le=MAX_GPUS)]
+    gpus: Annotated[int, Field(ge=1, le=limits.GPUS)]
     utilization: Percent | None  # mean over its GPUs whose utilization is known; None: none is
     memory_used_mb: Annotated[int, Field(ge=0, le=10**9)]  # sum over its GPUs
 
@@ -185,7 +176,9 @@ class WorkerReport(_FromAgent):
     container_id: Text(limits.CONTAINER_ID) = ""
     # Additive (fault tolerance): older agents send neither.
     progress: ProgressReport | None = None
-    checkpoints: Annotated[list[CheckpointReport], Field(max_length=MAX_CHECKPOINTS_REPORTED)] = []
+    checkpoints: Annotated[
+        list[CheckpointReport], Field(max_length=limits.CHECKPOINTS_REPORTED)
+    ] = []
     gpu: GpuUsage | None = None  # additive (metrics): sent about twice a minute
 
     @model_validator(mode="after")
@@ -197,7 +190,7 @@ class WorkerReport(_FromAgent):
 
 class Heartbeat(_FromAgent):
     facts: NodeFacts
-    workers: Annotated[list[WorkerReport], Field(max_length=MAX_WORKERS)] = []
+    workers: Annotated[list[WorkerReport], Field(max_length=limits.WORKERS)] = []
 
     @model_validator(mode="after")
     def _unique_pods(self) -> "Heartbeat":
@@ -207,7 +200,7 @@ class Heartbeat(_FromAgent):
         return self
 
 
-# A log line is repaired, never refused: NUL → ␀, a newline inside → ␤, cut at MAX_LOG_LINE.
+# A log line is repaired, never refused: NUL → ␀, a newline inside → ␤, cut at limits.LOG_LINE.
 LogLine = Annotated[str, AfterValidator(clean_log_line)]
 
 
@@ -217,11 +210,11 @@ class LogLines(_FromAgent):
     pod_id: PodId
     attempt: Attempt
     first_seq: Seq
-    lines: Annotated[list[LogLine], Field(min_length=1, max_length=MAX_LINES_PER_BATCH)]
+    lines: Annotated[list[LogLine], Field(min_length=1, max_length=limits.LINES_PER_BATCH)]
     # Indices of lines that continue on the next one: the worker wrote them as one line,
     # longer than the agent's line limit, and the agent cut it (additive: older agents send
     # none). The raw log joins them again without a newline.
-    continued: Annotated[list[int], Field(max_length=MAX_LINES_PER_BATCH)] = []
+    continued: Annotated[list[int], Field(max_length=limits.LINES_PER_BATCH)] = []
 
     @model_validator(mode="after")
     def _continued_indices(self) -> "LogLines":
@@ -237,8 +230,8 @@ class LogBatch(_FromAgent):
 
     @model_validator(mode="after")
     def _bounded(self) -> "LogBatch":
-        if sum(len(b.lines) for b in self.batches) > MAX_LINES_PER_REQUEST:
-            raise ValueError(f"at most {MAX_LINES_PER_REQUEST} lines per request")
+        if sum(len(b.lines) for b in self.batches) > limits.LINES_PER_REQUEST:
+            raise ValueError(f"at most {limits.LINES_PER_REQUEST} lines per request")
         return self
 
 
@@ -305,13 +298,13 @@ class WorkerSpec(JobRunSpec):
     rank: Annotated[int, Field(ge=0)]
     world_size: Annotated[int, Field(ge=1)]
     gpu_indices: Annotated[
-        list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]], Field(max_length=MAX_GPUS)
+        list[Annotated[int, Field(ge=0, lt=limits.GPUS)]], Field(max_length=limits.GPUS)
     ] = []
     # Additive: the UUIDs of those GPUs when the console placed the worker, in the same
     # order. The agent requests devices by UUID and refuses a launch whose index and UUID
     # no longer match (the GPU order changed). Empty from older consoles: the agent maps
     # the indices itself.
-    gpu_uuids: Annotated[list[GpuUuid], Field(max_length=MAX_GPUS)] = []
+    gpu_uuids: Annotated[list[GpuUuid], Field(max_length=limits.GPUS)] = []
     cpus: Annotated[int, Field(ge=0)] = 0
     memory_gb: Annotated[int, Field(ge=0)] = 0
     log_next_seq: Seq = 0

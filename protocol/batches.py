@@ -1,4 +1,4 @@
-"""The console's reading of an agent's requests, one item at a time (DESIGN §7). Pure.
+"""The console's reading of an agent's requests, one item at a time (docs/agent-protocol.md). Pure.
 
 A heartbeat is a batch of independent items (the node's facts, each GPU, each worker
 report) and so is a log request (each worker's lines). Each item is validated on its own:

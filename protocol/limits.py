@@ -1,5 +1,5 @@
-"""One set of limits for every boundary (DESIGN §7): the job form, the researcher API, the
-agent protocol's schemas and the database columns all read these constants, so a value that
+"""One set of limits for every boundary (docs/agent-protocol.md): the job form, the researcher API,
+the agent protocol's schemas and the database columns all read these constants, so a value that
 passes one boundary fits every other one. Django-free: the agent imports it on GPU nodes.
 
 Lengths are in characters (Python `len`), as PostgreSQL's varchar(n) counts them.
@@ -56,6 +56,9 @@ METRICS = 32
 # --- waking an agent (agent/wait/) --------------------------------------------------------
 DESIRED_VERSION = 100  # characters of a desired-state token
 WAIT_TIMEOUT = 60.0  # the longest an agent may ask the console to hold a wait
+
+# --- what a page or the API shows of one job ----------------------------------------
+EVENTS_SHOWN = 200  # newest events of a job (the job page, GET /api/v1/jobs/{id})
 
 # --- JSON bodies ---------------------------------------------------------------------------
 # Deeper nesting than any real request needs; deeper bodies are refused before they can

@@ -1,12 +1,13 @@
 """Text at every boundary: one sanitiser for what is stored, one check for names, one safe
-JSON loader (DESIGN §7). Django-free: the agent, the console and the API all call these.
+JSON loader (docs/agent-protocol.md). Django-free: the agent, the console and the API all call
+these.
 
 Decisions, in one place:
 
 - **NUL** (U+0000) cannot be stored in PostgreSQL text. In logs and reports it is replaced by
   `NUL_MARK` (U+2400 SYMBOL FOR NULL, "␀"): visible where the byte was, never dropped
   silently. Other control characters in log text are kept (terminal sequences are stripped
-  for display only, DESIGN §9).
+  for display only, docs/traps.md).
 - **Lone surrogates** (U+D800-U+DFFF; JSON `"\\ud800"`) are not Unicode and cannot be
   encoded: in logs and reports they become U+FFFD; in what a user submits they are refused.
 - **Too long**: reasons and error tails are cut to fit their column with `TRUNCATED` ("…")
@@ -25,7 +26,6 @@ from typing import Any
 from protocol import limits
 
 NUL_MARK = "\u2400"
-REPLACEMENT = "\ufffd"
 TRUNCATED = "…"
 NEWLINE_MARK = "\u2424"  # a newline inside one log line (SYMBOL FOR NEWLINE)
 

@@ -1,4 +1,4 @@
-"""Tenants, workspaces with members, and the quotas bound to them (DESIGN §3)."""
+"""Tenants, workspaces with members, and the quotas bound to them (docs/domain.md)."""
 
 from django.conf import settings
 from django.db import models

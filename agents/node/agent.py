@@ -1,11 +1,11 @@
-"""The node agent's main loop (DESIGN §7).
+"""The node agent's main loop (docs/agent-protocol.md).
 
 Register once (the node id and token are kept in `<state-dir>/node.json`, mode 0600), then
 heartbeat every interval: send the node's facts and every worker it knows, receive the
 desired state, converge on it (launch what should run, stop what should not). A worker's exit
 wakes the loop for an immediate heartbeat, after its last log lines are acknowledged.
 
-Duplicate workers are the trap to avoid (DESIGN §9): the agent writes a pod into
+Duplicate workers are the trap to avoid (docs/traps.md): the agent writes a pod into
 `<state-dir>/workers.json` *before* launching it and never launches a recorded pod again
 (agents.node.ledger).
 After a crash the new agent first reloads its log journals (agents.node.logship), then adopts
@@ -19,7 +19,7 @@ An exit is reported until a heartbeat carrying it succeeds; should the console s
 that pod afterwards (it could not apply the report), the agent reports the exit again rather
 than launching the pod again.
 
-Nothing is retried forever (DESIGN §7): a worker report the console refuses
+Nothing is retried forever (docs/agent-protocol.md): a worker report the console refuses
 REFUSALS_BEFORE_SET_ASIDE times in a row is set aside (from then on only its state and exit
 code are sent, and a marker line in the worker's log says so); a spec in the reply this
 agent cannot use ends that worker with the reason; heartbeats the console keeps failing on
@@ -31,9 +31,9 @@ that state changes (a pod placed, a stop requested) and the loop heartbeats at o
 new pod starts within a fraction of a second without more heartbeats. A console without
 waking, or one whose wait slots are all taken, leaves the agent on its heartbeat interval.
 
-Self-fencing (DESIGN §6): after each heartbeat the console applied, the agent renews the
-node's lease (agents.node.fence) from the time it *sent* that heartbeat; every worker's
-wrapper stops its worker when the lease runs out, even if this process is frozen.
+Self-fencing (docs/fault-tolerance.md): after each heartbeat the console applied, the agent renews
+the node's lease (agents.node.fence) from the time it *sent* that heartbeat; every worker's wrapper
+stops its worker when the lease runs out, even if this process is frozen.
 """
 
 import dataclasses

@@ -1,4 +1,5 @@
-"""What this node has launched, and the worker reports the heartbeat carries (DESIGN §7, §9).
+"""What this node has launched, and the worker reports the heartbeat carries
+(docs/agent-protocol.md, docs/traps.md).
 
 The ledger is the agent's memory of every pod it launched (`workers.json` in the state dir,
 written *before* each launch, so no crash can lead to a second launch of one pod), plus the
@@ -23,7 +24,7 @@ from agents.node.progress import (
 from agents.node.runtimes.base import LaunchSpec, WorkerState
 from agents.node.state import LaunchRecord, StateStore
 from protocol import limits
-from protocol.agent import MAX_ERROR_TAIL, GpuUsage, WorkerReport, WorkerSpec
+from protocol.agent import GpuUsage, WorkerReport, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class Ledger:
                     attempt=record.attempt,
                     state="exited",
                     exit_code=code,
-                    error=error[-MAX_ERROR_TAIL:],
+                    error=error[-limits.ERROR_TAIL :],
                     container_id=container,
                     progress=progress,
                     checkpoints=checkpoints,  # a save on SIGTERM lands just before the exit

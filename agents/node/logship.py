@@ -1,10 +1,11 @@
-"""Log shipping: per-worker sequence numbers, batches, resend until acknowledged (DESIGN §7).
+"""Log shipping: per-worker sequence numbers, batches, resend until acknowledged
+(docs/agent-protocol.md).
 
 Every line gets the next sequence number of its worker, starting at the console's
 `log_next_seq` for that pod. Unacknowledged lines stay buffered and are re-sent from the
 first unacknowledged one; the console stores each sequence once, so re-sending is safe.
-A batch goes out when a worker has MAX_LINES pending lines or its oldest pending line is
-FLUSH_AFTER seconds old (or at once when the worker has exited).
+A batch goes out when a worker has `limits.LINES_PER_BATCH` pending lines or its oldest
+pending line is FLUSH_AFTER seconds old (or at once when the worker has exited).
 
 The buffer is bounded per worker, and so is each worker's rate (a token bucket of lines).
 Lines over either limit are counted and dropped, and a marker line saying how many were
@@ -19,7 +20,7 @@ after a header `{"base", "src"}`. While the console is unreachable the lines wai
 them in order and resumes reading the worker's output after the last journaled source line
 (agents.node.runtimes.base): no line is lost or repeated. Acknowledged lines are compacted away.
 
-Nothing is re-sent forever (DESIGN §7). Lines the console refuses (`LogAck.refused`: a
+Nothing is re-sent forever (docs/agent-protocol.md). Lines the console refuses (`LogAck.refused`: a
 malformed item) REFUSALS_BEFORE_SET_ASIDE times in a row are set aside: one marker line
 takes their place, with their sequence numbers' start, and the stream moves on. A request
 the console fails on as a whole (5xx, 400) is split: its workers' lines are then sent one
@@ -39,13 +40,12 @@ from agents.node.client import ConsoleRefused, ServerFailed
 from agents.node.lines import ContinuedLine
 from agents.node.logstream import RATE_BURST, RATE_LINES, LogStream, load_journal
 from protocol import limits
-from protocol.agent import MAX_LINES_PER_BATCH, LogAck, LogBatch, LogLines
+from protocol.agent import LogAck, LogBatch, LogLines
 
 log = logging.getLogger(__name__)
 
-MAX_LINES = MAX_LINES_PER_BATCH
 # Soon enough that a printed line is on the job page within a second (its page polls twice
-# a second); a busy worker still fills MAX_LINES batches long before this.
+# a second); a busy worker still fills limits.LINES_PER_BATCH batches long before this.
 FLUSH_AFTER = 0.15
 MAX_REQUEST_BYTES = 1024 * 1024  # well under the console's 2.5 MB request limit
 MAX_BUFFERED_BYTES = 64 * 1024 * 1024  # per worker, in memory and in its journal
@@ -59,7 +59,7 @@ class LogShipper:
         self,
         send: Callable[[LogBatch], LogAck],
         *,
-        max_lines: int = MAX_LINES,
+        max_lines: int = limits.LINES_PER_BATCH,
         flush_after: float = FLUSH_AFTER,
         max_request_bytes: int = MAX_REQUEST_BYTES,
         max_buffered_bytes: int = MAX_BUFFERED_BYTES,

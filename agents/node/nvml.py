@@ -3,14 +3,14 @@
 A failing NVML call costs what it says and no more: a field it cannot read is unknown
 (None), a device it cannot open is reported unhealthy with the error, and when NVML cannot
 even count its devices the last known devices are reported unhealthy with that reason. The
-heartbeat always goes out (DESIGN §7: one bad item never fails the batch).
+heartbeat always goes out (docs/agent-protocol.md: one bad item never fails the batch).
 
 MIG: a GPU in MIG mode is reported as such with its MIG devices; its utilization is unknown
 (NVML does not report it per GPU in MIG mode), never 0 %, so nothing mistakes it for idle.
 """
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -208,7 +208,3 @@ def _unknown(device: GpuInfo, reason: str) -> GpuInfo:
         health_reason=reason,
         health_mark=0,
     )
-
-
-def devices_by_uuid(devices: Sequence[GpuInfo]) -> dict[str, GpuInfo]:
-    return {d.uuid: d for d in devices if d.uuid}

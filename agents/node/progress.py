@@ -1,5 +1,5 @@
-"""Agent side of progress and checkpoints (DESIGN §6): where each worker writes them, and
-reading them back for the heartbeat.
+"""Agent side of progress and checkpoints (docs/fault-tolerance.md): where each worker writes them,
+and reading them back for the heartbeat.
 
 Each worker gets `PROGRESS_FILE` (a small JSON file the SDK replaces atomically; the agent
 reads the newest at each heartbeat) and `CHECKPOINT_DIR`. Checkpoints belong to their
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from protocol.agent import MAX_CHECKPOINTS_REPORTED, CheckpointReport, ProgressReport
+from protocol import limits
+from protocol.agent import CheckpointReport, ProgressReport
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def _committed(folder: Path) -> CheckpointReport | None:
 
 
 def scan_checkpoints(
-    folder: Path, newest: int = MAX_CHECKPOINTS_REPORTED
+    folder: Path, newest: int = limits.CHECKPOINTS_REPORTED
 ) -> list[CheckpointReport]:
     """The newest committed checkpoints in a job's folder, newest first."""
     try:

@@ -2,7 +2,7 @@
 
 `node.json` holds the node id and token (mode 0600). `workers.json` records every pod the
 agent launched, written *before* the launch, so that no crash or restart can lead to a pod
-being launched twice (DESIGN §9, "duplicate workers"). Both are replaced atomically.
+being launched twice (docs/traps.md, "duplicate workers"). Both are replaced atomically.
 """
 
 import fcntl

@@ -1,4 +1,4 @@
-"""The training-job SDK (DESIGN §6): progress and checkpoints. Dependency-free.
+"""The training-job SDK (docs/fault-tolerance.md): progress and checkpoints. Dependency-free.
 
     from agents.sdk import progress, checkpoint, resume, save_on_sigterm
 

@@ -1,7 +1,7 @@
 """Every write to jobs, pods, events, logs, checkpoints and restart records (Zulip's rule:
 views, tasks, monitors and the agent API call these; nothing else writes these tables).
 
-- `transitions`: a job's status, compare-and-set plus a JobEvent (DESIGN §4)
+- `transitions`: a job's status, compare-and-set plus a JobEvent (docs/statuses.md)
 - `submit`: a new job; a finished job submitted again
 - `stop`: graceful stop, terminate, preemption
 - `workers`: agents' worker reports applied to pods, the job status derived from them,

@@ -1,4 +1,5 @@
-"""Storing workers' log lines: each sequence number exactly once (DESIGN §3, §7).
+"""Storing workers' log lines: each sequence number exactly once (docs/domain.md,
+docs/agent-protocol.md).
 
 `UPDATE pod SET log_next_seq=<end> WHERE id=… AND log_next_seq=<current>` claims the range
 and the LogChunk insert goes with it, in one transaction, backed by the unique

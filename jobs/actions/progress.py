@@ -1,4 +1,5 @@
-"""Console side of progress, checkpoints and log activity reported by agents (DESIGN §6).
+"""Console side of progress, checkpoints and log activity reported by agents
+(docs/fault-tolerance.md).
 
 Called by `agents.actions` while it handles a heartbeat or a log batch, with pods already
 loaded (job joined). Fencing: only a live worker of a placed job may speak, and only while it
@@ -22,7 +23,7 @@ from jobs.faulttolerance.hang import deadline_after, distinct_lines
 from jobs.faulttolerance.policy import config_of
 from jobs.models import Checkpoint, Job, Pod, PodDesired, ProgressSample
 from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
-from protocol.agent import MAX_CHECKPOINTS_REPORTED
+from protocol import limits
 
 
 def may_report(pod: Pod) -> bool:
@@ -130,7 +131,7 @@ def pruned_gone(reports: list, live: list[tuple[int, str, int]]) -> list[int]:
     """Ids of live checkpoint rows (id, path, step) that a worker's scan shows are gone. Pure.
 
     The agent reports the committed checkpoints in the job's folder, newest first, at most
-    MAX_CHECKPOINTS_REPORTED: fewer means the list is complete; a full list still names every
+    limits.CHECKPOINTS_REPORTED: fewer means the list is complete; a full list still names every
     checkpoint newer than its oldest entry. Only rows older than the newest one reported
     count: the SDK prunes the oldest, and a newer row this worker cannot see (saved on
     another node's disk) proves nothing."""
@@ -138,7 +139,7 @@ def pruned_gone(reports: list, live: list[tuple[int, str, int]]) -> list[int]:
         return []
     present = {c.path for c in reports}
     newest = max(c.step for c in reports)
-    floor = min(c.step for c in reports) if len(reports) >= MAX_CHECKPOINTS_REPORTED else None
+    floor = min(c.step for c in reports) if len(reports) >= limits.CHECKPOINTS_REPORTED else None
     return [
         row_id
         for row_id, path, step in live

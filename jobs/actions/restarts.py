@@ -1,6 +1,6 @@
 """Automatic Fault Tolerance: apply `policy.decide()` to a job whose workers failed, were
-preempted, hung or were lost (DESIGN §4, §6). A new attempt of the same job is
-`start_new_attempt` (a finished job submitted again is `actions.submit.resubmit_job`).
+preempted, hung or were lost (docs/statuses.md, docs/fault-tolerance.md). A new attempt of the same
+job is `start_new_attempt` (a finished job submitted again is `actions.submit.resubmit_job`).
 
 Called from `actions.workers.reconcile_job` (worker exits, lost nodes, preemption) and from
 `jobs.job_monitor` (hangs), always inside the caller's transaction. Job writes go through

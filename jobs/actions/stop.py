@@ -1,5 +1,5 @@
 """Stopping jobs: graceful stop (Stopped), terminate (Terminated, no grace) and preemption
-(Preempted), DESIGN §4. A placed job keeps its status, shown "Stopping…", until every worker
+(Preempted), docs/statuses.md. A placed job keeps its status, shown "Stopping…", until every worker
 has exited; `actions.workers.reconcile_job` then ends it with the final status asked for.
 
 Concurrency: the stop request is a compare-and-set on the job's status and on
@@ -16,7 +16,14 @@ from django.utils import timezone
 from jobs.actions.transitions import TransitionConflict, record_decision, transition
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, Pod, PodDesired
-from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, Actor, JobStatus, PodStatus
+from jobs.statuses import (
+    ACTIVE_POD_STATUSES,
+    FINAL_JOB_STATUSES,
+    WAITING_JOB_STATUSES,
+    Actor,
+    JobStatus,
+    PodStatus,
+)
 from protocol import limits
 from protocol.text import fit
 
@@ -45,7 +52,7 @@ def stop_pods(
     )
 
 
-# How the workers of a job stopped for each reason end (SCENARIOS.md pod statuses).
+# How the workers of a job stopped for each reason end (docs/simulator.md pod statuses).
 _POD_STATUS_FOR_STOP = {
     JobStatus.STOPPED: PodStatus.STOPPED,
     JobStatus.TERMINATED: PodStatus.TERMINATED,
@@ -81,7 +88,7 @@ def request_stop(
             raise JobNotActive(f"the job is already {status}")
         try:
             with transaction.atomic():
-                if status in (JobStatus.PENDING, JobStatus.INQUEUE):
+                if status in WAITING_JOB_STATUSES:
                     transition(job, final_status, reason=reason, actor=actor, user=user)
                     _announce(job, final_status, reason, actor, user)
                     return job

@@ -1,4 +1,4 @@
-"""Submitting jobs: a new job, and a finished job submitted again as a new job (DESIGN §4).
+"""Submitting jobs: a new job, and a finished job submitted again as a new job (docs/statuses.md).
 
 Validation happens before (jobs.forms.JobForm, shared by the page and the API); these only
 write, in one transaction, and ask for a scheduling cycle once it commits."""
@@ -141,7 +141,7 @@ def create_jobs(*, user, items: Sequence[tuple[Any, Any, JobSpec]]) -> list[Job]
 
 
 def resubmit_job(job: Job, *, user) -> Job:
-    """ "Restart" of a finished job: a new job with the same parameters (DESIGN §4). (A new
+    """ "Restart" of a finished job: a new job with the same parameters (docs/statuses.md). (A new
     attempt of the same job, by fault tolerance, is `actions.restarts.start_new_attempt`.)"""
     if job.status not in FINAL_JOB_STATUSES:
         raise JobStillActive(f"the job is still {job.status}; stop it first")

@@ -1,6 +1,6 @@
 """Job status transitions: compare-and-set on the current status plus a JobEvent, atomically.
 
-Concurrency rule (DESIGN §4): every write of `Job.status` goes through `transition()`, which
+Concurrency rule (docs/statuses.md): every write of `Job.status` goes through `transition()`, which
 issues `UPDATE job SET status=<to> WHERE id=<id> AND status=<from>` and checks the row count.
 When a user's stop and the scheduler's admission race on an Inqueue job, both UPDATEs name
 `status='Inqueue'`; the database serialises them, the second matches no row and raises

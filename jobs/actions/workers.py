@@ -1,5 +1,5 @@
 """What agents report about workers, applied to pods, and each job's status brought in line
-with its workers (DESIGN §4, §9).
+with its workers (docs/statuses.md, docs/traps.md).
 
 Pod writes are compare-and-set on the pod's status (only a live pod can change), so a
 duplicated or late report is harmless; job writes go through `transitions.transition`. The
@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
+from jobs.actions import restarts as restart
 from jobs.actions.stop import stop_pods
 from jobs.actions.transitions import TransitionConflict, transition
 from jobs.derive import (
@@ -114,8 +115,6 @@ def reconcile_job(job_id: int, *, now: datetime | None = None) -> list[JobChange
     A failure or a lost worker of a job with Automatic Fault Tolerance is handed to
     `actions.restarts` instead of ending the job Failed; a job that just became
     Preempted is restarted there too."""
-    from jobs.actions import restarts as restart  # restarts call back into this module
-
     now = now or timezone.now()
     job = Job.objects.get(pk=job_id)
     pods = current_pods(job)

@@ -1,5 +1,5 @@
-"""Hang judgement (DESIGN §6): progress, not activity. Pure; shared by the console's monitor
-(jobs.job_monitor) and the simulator.
+"""Hang judgement (docs/fault-tolerance.md): progress, not activity. Pure; shared by the console's
+monitor (jobs.job_monitor) and the simulator.
 
 A job is hung when no new progress step arrived for the timeout. A job that never reports
 progress falls back to its log: only a *new distinct* line counts (a warning repeated every

@@ -1,7 +1,7 @@
 """The restart decision: given a job's fault-tolerance config, its counters and one failure,
 what happens next. Pure.
 
-Budgets (DESIGN §9 "restart budgets"): only failures (a worker's exit the policy retries,
+Budgets (docs/traps.md "restart budgets"): only failures (a worker's exit the policy retries,
 a hang with action restart) consume `max_restarts`; preemptions and lost nodes are counted
 separately and never exhaust it.
 """

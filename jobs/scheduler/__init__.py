@@ -1,4 +1,5 @@
-"""The scheduler: a pure `plan()` over a snapshot, and the cycle that applies it (DESIGN §5).
+"""The scheduler: a pure `plan()` over a snapshot, and the cycle that applies it
+(docs/scheduling.md).
 
 `jobs.scheduler.plan.plan` decides; `jobs.scheduler.cycle.run_cycle` loads, locks and writes.
 Import the cycle from its module: this package stays importable without Django set up, so the

@@ -1,4 +1,4 @@
-"""The borrowing pass of `plan()` (DESIGN §5): `Only Idle Resources` jobs and the
+"""The borrowing pass of `plan()` (docs/scheduling.md): `Only Idle Resources` jobs and the
 `Acceptable` ones still waiting use idle capacity. General-purpose: the job's own quota.
 Lingjun: every quota of the same tenant and GPU type, its own first; when no single lender
 has the whole job, whole workers are spread over several lenders, each pod charged to one.
@@ -22,7 +22,7 @@ def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str
 
 
 def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaSnap]]):
-    """Quotas whose unused capacity an idle job of `quota` may use (DESIGN §5): its own on
+    """Quotas whose unused capacity an idle job of `quota` may use (docs/scheduling.md): its own on
     General-purpose; on Lingjun every quota of the same tenant, resource and GPU type, its
     own first. Never across tenants or GPU types."""
     if quota.resource_type != "Lingjun":

@@ -1,4 +1,4 @@
-"""The guaranteed pass of `plan()` (DESIGN §5): `Off` and `Acceptable` jobs try their own
+"""The guaranteed pass of `plan()` (docs/scheduling.md): `Off` and `Acceptable` jobs try their own
 quota's guarantee and a gang placement; one that still waits may preempt
 (`reclaim._preempt`) and, after `reserve_after_s`, holds what it waits for (the starvation
 rule), but only while capacity that will free up could ever satisfy it."""

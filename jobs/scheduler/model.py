@@ -1,4 +1,4 @@
-"""Plain data the scheduler works on: a snapshot in, a plan out (DESIGN §5).
+"""Plain data the scheduler works on: a snapshot in, a plan out (docs/scheduling.md).
 
 Everything here is frozen and free of Django, so `plan()` can be called by the Celery tick,
 the simulator, the benchmarks and the table tests alike. A snapshot is taken once at the
@@ -11,7 +11,7 @@ from datetime import datetime
 from jobs.statuses import IdleResources, JobStatus
 
 # Nodes and quotas are matched on this pair: a quota's jobs only run on nodes of its
-# resource type and GPU type (DESIGN §5: never across GPU types).
+# resource type and GPU type (docs/scheduling.md: never across GPU types).
 type PoolKey = tuple[str, str]  # (resource_type, gpu_type)
 
 
@@ -87,7 +87,7 @@ class RunningSnap:
     # When it was preempted before (any attempt, newest last): the per-hour cap's input.
     preempted_at: tuple[datetime, ...] = ()
     # Per entry of gpus_by_node, the quota that worker is charged to, when a Lingjun idle
-    # job pools several lenders (DESIGN §5); empty: every worker is charged_quota_id's.
+    # job pools several lenders (docs/scheduling.md); empty: every worker is charged_quota_id's.
     charges: tuple[int, ...] = ()
     # Its own setting: an `Acceptable` borrower moves its charge home when room appears.
     idle_resources: IdleResources = IdleResources.OFF
@@ -174,7 +174,7 @@ class Admission:
     in_quota: bool = True
     reason: str = ""  # "placed on node-0 (GPUs 0-3)": the JobEvent text
     # Per placement (same order), the lender its pod is charged to, when a Lingjun idle job
-    # pools several lenders (DESIGN §5); empty: every pod is charged to charged_quota_id.
+    # pools several lenders (docs/scheduling.md); empty: every pod is charged to charged_quota_id.
     charges: tuple[int, ...] = ()
 
     def charge_of(self, index: int) -> int:
@@ -209,7 +209,7 @@ class Preemption:
 @dataclass(frozen=True, slots=True)
 class ChargeHome:
     """A running `Acceptable` job that borrowed moves its charge to its own quota, in quota
-    (DESIGN §5): its quota now has room for the whole job, so it is no reclaim victim."""
+    (docs/scheduling.md): its quota now has room for the whole job, so it is no reclaim victim."""
 
     job_id: int
     quota_id: int  # its own quota: the pods' new charge

@@ -6,7 +6,7 @@ tightest node with at least g free GPUs" and "the largest free block" are found 
 at most one bucket per distinct free count (9 for 8-GPU nodes) instead of scanning every
 node for every job. The index is mutable working state private to one `plan()` call.
 
-Placement rule (DESIGN §5: gang, pack, don't fragment whole nodes):
+Placement rule (docs/scheduling.md: gang, pack, don't fragment whole nodes):
 - all workers of a job are placed or none (`find` chooses without changing anything);
 - as few nodes as possible: while no single node can host the remaining workers, take the
   node that hosts the most of them;

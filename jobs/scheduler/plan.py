@@ -1,4 +1,4 @@
-"""The scheduler's core: `plan(snapshot, now) -> Plan`, pure (DESIGN §5).
+"""The scheduler's core: `plan(snapshot, now) -> Plan`, pure (docs/scheduling.md).
 
 Cut into small pieces with their own table tests, composed in `plan()`:
 - `admission_order`: who is looked at first (priority, then submit time, then id);
@@ -20,7 +20,7 @@ guaranteed try (its own quota's guarantee, the quota's charged capacity, a gang 
 an `Off` job that still waits may preempt (reclaim borrowers of its quota, or lower-priority
 jobs of a `LowerPriority` quota). Second pass: `Only Idle Resources` and the `Acceptable`
 jobs still waiting try idle capacity; an `Acceptable` job that cannot borrow then has every
-right of an `Off` job in its own quota (DESIGN §5). A preemptor is not placed in the same
+right of an `Off` job in its own quota (docs/scheduling.md). A preemptor is not placed in the same
 plan: it waits until its victims have exited and their GPUs are released, and meanwhile it
 claims them: the first job in line that the GPUs being released would let start keeps its
 quota's room (later jobs of the quota do not start in quota, the quota lends nothing), in

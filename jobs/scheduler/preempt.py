@@ -1,4 +1,5 @@
-"""Victim choice for reclaim and priority preemption (pure; DESIGN §5, §9 "reclaim loops").
+"""Victim choice for reclaim and priority preemption (pure; docs/scheduling.md, docs/traps.md
+"reclaim loops").
 
 Who may be a victim of a guaranteed job J of quota Q:
 - a *borrower* of Q: a pod charged to Q but not in quota (an idle job of Q itself on a

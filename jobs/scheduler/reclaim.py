@@ -1,4 +1,4 @@
-"""Preemption for a waiting guaranteed job, and charges moving home (DESIGN §5).
+"""Preemption for a waiting guaranteed job, and charges moving home (docs/scheduling.md).
 
 `_preempt`: reclaim of capacity a quota lent (only the victims' pods charged to that quota
 give it capacity back; a pooled idle job still stops whole), or priority preemption inside
@@ -17,7 +17,7 @@ from jobs.statuses import IdleResources
 
 def _move_home(running: Iterable[RunningSnap], state: _Working) -> list[ChargeHome]:
     """Borrowing `Acceptable` jobs whose own quota now has room for the whole job move
-    their charge home, in quota: no longer reclaim victims (DESIGN §5). Room is what the
+    their charge home, in quota: no longer reclaim victims (docs/scheduling.md). Room is what the
     quota's waiting guaranteed jobs (its demand) leave; by priority, then oldest first."""
     moves: list[ChargeHome] = []
     candidates = [

@@ -1,7 +1,7 @@
-"""The working state of one `plan()` call and the small pieces every pass shares (DESIGN §5):
-options, per-quota usage, admission order, the quota-fit check, the demand each quota keeps
-for its waiting guaranteed jobs, booking an admission (per lender when pooled), placing a
-gang and diagnosing why it cannot be placed. Pure; nothing outlives a plan."""
+"""The working state of one `plan()` call and the small pieces every pass shares
+(docs/scheduling.md): options, per-quota usage, admission order, the quota-fit check, the demand
+each quota keeps for its waiting guaranteed jobs, booking an admission (per lender when pooled),
+placing a gang and diagnosing why it cannot be placed. Pure; nothing outlives a plan."""
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field

@@ -1,12 +1,12 @@
 """The simulator: a discrete-event loop with a simulated clock around the real pure code.
 
-It never reimplements policy (SCENARIOS.md): scheduling is `jobs.scheduler.plan.plan`,
+It never reimplements policy (docs/simulator.md): scheduling is `jobs.scheduler.plan.plan`,
 job status follows its workers through `jobs.derive.derive_job_transitions`, every job
 transition is checked with `jobs.statuses.is_allowed`, restarts are decided by
 `jobs.faulttolerance.policy.decide` and hangs judged by `jobs.faulttolerance.hang`.
 What is simulated is only the world: nodes, worker processes, time.
 
-World model (the choices SCENARIOS.md leaves open):
+World model (the choices docs/simulator.md leaves open):
 - a cycle runs after every batch of events at the same instant, and again at once while it
   preempted someone (workers exit at SIGTERM unless hung; a hung worker is killed when the
   grace runs out), so a preemptor starts only after its victims' pods are final;
@@ -231,7 +231,7 @@ class Simulation:
             idle=spec.idle_resources,
             node_gpus=self.pool_gpus.get(self._pool_of(spec.quota), ()),
         )
-        if problem:  # the console refuses it at submission: never created (SCENARIOS.md)
+        if problem:  # the console refuses it at submission: never created (docs/simulator.md)
             self._out({"job": spec.name, "refused": problem})
             self.refused[spec.name] = problem
             return
@@ -510,7 +510,7 @@ class Simulation:
 
     @staticmethod
     def _may_move_home(job: SimJob) -> bool:
-        """A borrowing Acceptable job: plan() may move its charge home (DESIGN §5)."""
+        """A borrowing Acceptable job: plan() may move its charge home (docs/scheduling.md)."""
         return job.spec.idle_resources == IdleResources.ACCEPTABLE and any(
             not p.in_quota and p.status not in FINAL_POD_STATUSES for p in job.pods
         )

@@ -23,9 +23,7 @@ it until it starts). The excuse is deliberately generous: it may cover a job pla
 not hold back; it never flags one that plan() rightly holds back.
 """
 
-from jobs.statuses import FINAL_POD_STATUSES, IdleResources, JobStatus
-
-_WAITING = (JobStatus.PENDING, JobStatus.INQUEUE)
+from jobs.statuses import FINAL_POD_STATUSES, WAITING_JOB_STATUSES, IdleResources
 
 
 def fitting_waiters(sim) -> dict[str, str]:
@@ -59,7 +57,7 @@ def fitting_waiters(sim) -> dict[str, str]:
 
 
 def _waits(sim, job) -> bool:
-    if job.status not in _WAITING:
+    if job.status not in WAITING_JOB_STATUSES:
         return False
     if job.not_before is not None and job.not_before > sim.t:
         return False
@@ -106,7 +104,7 @@ def _room(sim, job, quotas, need: int) -> str:
     for qid in lenders:
         if quotas[qid].gpus - sim.charged[qid] >= need:
             return f"idle resources of {quotas[qid].name}"
-    # Lingjun: each worker may be charged to its own lender (DESIGN §5, pooled lenders).
+    # Lingjun: each worker may be charged to its own lender (docs/scheduling.md, pooled lenders).
     each = job.spec.gpus_per_worker
     if quota.resource_type == "Lingjun" and len(lenders) > 1:
         hosts = sum(max(quotas[q].gpus - sim.charged[q], 0) // each for q in lenders)

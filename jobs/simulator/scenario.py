@@ -1,4 +1,4 @@
-"""Scenario files for `manage.py simulate` (SCENARIOS.md): parse and validate, pure.
+"""Scenario files for `manage.py simulate` (docs/simulator.md): parse and validate, pure.
 
 Every error names the offending field ("jobs[2].quota: unknown quota 'team-z'") so a quota
 owner can fix the file; nothing runs until the whole scenario is valid.
@@ -11,7 +11,8 @@ from jobs.statuses import IdleResources
 
 RESOURCE_TYPES = ("Lingjun", "General-purpose")
 PREEMPTION = ("Never", "LowerPriority")
-# Extension (not in SCENARIOS.md's list): cordon/uncordon a node (no new work; its pods run on).
+# Extension (not in docs/simulator.md's list): cordon/uncordon a node (no new work; its pods run
+# on).
 NODE_ACTIONS = ("node_down", "node_up", "cordon", "uncordon")
 ACTION_KINDS = ("stop", "terminate", "restart", *NODE_ACTIONS)
 
@@ -26,7 +27,7 @@ class Settings:
     stop_grace: float = 30
     node_lost_timeout: float = 300
     min_runtime_before_reclaim: float = 0
-    # Extension (not in SCENARIOS.md's list, optional): the starvation rule's wait, seconds.
+    # Extension (not in docs/simulator.md's list, optional): the starvation rule's wait, seconds.
     reserve_after: float = 600
 
 

@@ -1,11 +1,11 @@
 """What a `Simulation` shows the outside: the snapshot plan() is called on (as the console's
-cycle would load it from its rows) and SCENARIOS.md's summary, over a `Simulation`; split
+cycle would load it from its rows) and docs/simulator.md's summary, over a `Simulation`; split
 out of engine.py. The snapshot also forgets finished jobs without live workers.
 """
 
 from jobs.scheduler.model import QuotaSnap, RunningSnap, Snapshot
 from jobs.simulator.world import SimPod, at
-from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES, JobStatus
+from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES, WAITING_JOB_STATUSES, JobStatus
 
 S = JobStatus
 
@@ -24,7 +24,7 @@ def snapshot_of(sim) -> Snapshot:
             used[p.charged_to][0] += len(p.gpus)
             if not p.in_quota:
                 used[p.charged_to][1] += len(p.gpus)
-        if job.status in (S.PENDING, S.INQUEUE):
+        if job.status in WAITING_JOB_STATUSES:
             if job.not_before is None or job.not_before <= sim.t:
                 waiting.append(job.snap(len(live)))
         elif live and job.status in (S.STARTING, S.RUNNING) and _victim_kind(sim, live[0]):
@@ -68,7 +68,7 @@ def _victim_kind(sim, pod: SimPod) -> bool:
 
 
 def summary_of(sim, end: float) -> dict:
-    """SCENARIOS.md's summary line (and what the property tests read)."""
+    """docs/simulator.md's summary line (and what the property tests read)."""
     finished = [j.finished_t for j in sim.jobs.values() if j.finished_t is not None]
     horizon = max(finished) if finished and len(finished) == len(sim.jobs) else end
     total_gpus = sum(n.spec.gpus for n in sim.nodes.values())

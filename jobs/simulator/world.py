@@ -239,7 +239,7 @@ class SimJob:
 
 
 def check_invariants(sim, jobs) -> list[Violation]:
-    """SCENARIOS.md's invariants after a batch of events, for the jobs whose workers changed
+    """docs/simulator.md's invariants after a batch of events, for the jobs whose workers changed
     (and every quota, from the running per-quota charge). Cheap enough for whole traces."""
     out: list[Violation] = []
     for qid, q in sim.quotas.values():

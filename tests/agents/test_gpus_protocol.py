@@ -5,8 +5,8 @@ import pytest
 from pydantic import ValidationError
 
 from agents.node.gpus import GpuSpecError, fake_gpus, gpu_type_from_name, parse_fake_spec
+from protocol import limits
 from protocol.agent import (
-    MAX_ERROR_TAIL,
     GpuReport,
     Heartbeat,
     HeartbeatReply,
@@ -74,7 +74,7 @@ def test_agent_input_is_strict():
         )
     # Text is repaired, never refused: cut to its limit (the end of an error tail is kept).
     report = WorkerReport(pod_id=1, attempt=1, state="exited", error="x" * 9000 + "why\x00")
-    assert len(report.error) == MAX_ERROR_TAIL and report.error.endswith("why\u2400")
+    assert len(report.error) == limits.ERROR_TAIL and report.error.endswith("why\u2400")
     with pytest.raises(ValidationError):
         NodeFacts(gpus=[GpuReport(index=i) for i in range(65)])
     many = [

@@ -171,28 +171,95 @@ def model_apps(tree: ast.Module) -> dict[str, str]:
     return owners
 
 
-def orm_writes(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, what) of each ORM write; `what` names the model's app when it is known."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    owners = model_apps(tree)
+def _is_queryset_annotation(node: ast.expr | None) -> bool:
+    text = ast.unparse(node) if node is not None else ""
+    return "QuerySet" in text or "Manager" in text
+
+
+def orm_names(tree: ast.Module) -> set[str]:
+    """Names that hold a manager or queryset somewhere in the module: bound from an ORM
+    chain (`waiting = Job.objects.filter(…)`), or parameters called `queryset` (the
+    admin's actions) or annotated as one."""
+    names = set()
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) and node.value:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if _chain_is_orm(node.value) or (
+                isinstance(node, ast.AnnAssign) and _is_queryset_annotation(node.annotation)
+            ):
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.arg) and (
+            node.arg == "queryset" or _is_queryset_annotation(node.annotation)
+        ):
+            names.add(node.arg)
+    return names
+
+
+def _is_instance(node: ast.expr) -> bool:
+    """A plain name or attribute chain (`job`, `pod.job`, `self.instance`): what holds a
+    model instance, as opposed to a call's result."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _is_unsaved_form_save(call: ast.Call) -> bool:
+    """`form.save(commit=False)` builds instances without writing them."""
+    return any(
+        k.arg == "commit" and isinstance(k.value, ast.Constant) and k.value.value is False
+        for k in call.keywords
+    )
+
+
+def _raw_sql_write(call: ast.Call) -> bool:
+    sql = call.args[0]
+    text = ""
+    if isinstance(sql, ast.Constant) and isinstance(sql.value, str):
+        text = sql.value
+    elif isinstance(sql, ast.JoinedStr):
+        text = "".join(v.value for v in sql.values if isinstance(v, ast.Constant))
+    return text.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
+
+
+def write_shape(node: ast.Call, querysets: set[str]) -> str | None:
+    """What kind of ORM write the call is, or None. The shapes: a manager's or queryset's
+    write (`Job.objects.filter(…).update(…)`, also through a variable holding the
+    queryset), an instance saved or deleted (`job.save()`, `job.quota.save()`,
+    `pod.delete()`), and raw SQL that writes."""
+    if not isinstance(node.func, ast.Attribute):
+        return None
+    name, receiver = node.func.attr, node.func.value
+    if name in WRITE_METHODS and _chain_is_orm(receiver):
+        return name
+    if name in WRITE_METHODS and isinstance(receiver, ast.Name) and receiver.id in querysets:
+        return f"{name} (a queryset held in {receiver.id})"
+    instance_write = name in ("save", "delete") and not node.args and _is_instance(receiver)
+    if instance_write and not _is_unsaved_form_save(node):
+        return f"instance {name}"  # a model instance saved or deleted
+    if name == "execute" and node.args and _raw_sql_write(node):
+        return "raw SQL write"
+    return None
+
+
+def orm_writes_in(source: str, filename: str = "<probe>") -> Iterator[tuple[int, str]]:
+    """(line, what) of each ORM write; `what` names the model's app when it is known."""
+    tree = ast.parse(source, filename=filename)
+    owners = model_apps(tree)
+    querysets = orm_names(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
             continue
-        name = node.func.attr
-        if name in WRITE_METHODS and _chain_is_orm(node.func.value):
+        what = write_shape(node, querysets)
+        if what is None:
+            continue
+        owner = None
+        if what in WRITE_METHODS:
             owner = owners.get(_root_name(node.func.value) or "")
-            yield node.lineno, f"{name} of {owner}" if owner else name
-        elif name == "save" and not node.args and isinstance(node.func.value, ast.Name):
-            yield node.lineno, "save"  # a model instance saved
-        elif name == "execute" and node.args:
-            sql = node.args[0]
-            text = ""
-            if isinstance(sql, ast.Constant) and isinstance(sql.value, str):
-                text = sql.value
-            elif isinstance(sql, ast.JoinedStr):
-                text = "".join(v.value for v in sql.values if isinstance(v, ast.Constant))
-            if text.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
-                yield node.lineno, "raw SQL write"
+        yield node.lineno, f"{what} of {owner}" if owner else what
+
+
+def orm_writes(path: Path) -> Iterator[tuple[int, str]]:
+    return orm_writes_in(path.read_text(), filename=str(path))
 
 
 def is_actions_module(module: str) -> bool:

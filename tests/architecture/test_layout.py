@@ -112,3 +112,59 @@ def test_the_cli_imports_without_django():
     )
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) >= 5
+
+
+WRITE_SHAPES = textwrap.dedent(
+    """
+    from jobs.models import Job
+
+    def through_a_variable():
+        waiting = Job.objects.filter(status="Pending")
+        waiting.update(status="Inqueue")
+
+    def an_instance_deleted(job):
+        job.delete()
+
+    def a_related_instance_saved(job):
+        job.quota.save()
+
+    def admin_action(modeladmin, request, queryset):
+        queryset.delete()
+
+    def not_writes(form, cache, rows):
+        form.save(commit=False)
+        cache.delete("key")
+        rows.update({"a": 1})
+    """
+)
+
+
+def test_the_write_rule_catches_each_write_shape():
+    found = dict(rules.orm_writes_in(WRITE_SHAPES))
+    assert found == {
+        6: "update (a queryset held in waiting)",
+        9: "instance delete",
+        12: "instance save",
+        15: "delete (a queryset held in queryset)",
+    }
+
+
+def test_a_probe_file_with_each_write_shape_is_reported():
+    probe = rules.ROOT / "jobs" / "_write_shapes_probe.py"
+    probe.write_text(WRITE_SHAPES)
+    try:
+        reported = [v for v in rules.write_violations() if v.startswith("jobs._write_shapes")]
+    finally:
+        probe.unlink()
+    assert sorted(int(v.split(":")[1]) for v in reported) == [6, 9, 12, 15]
+
+
+def test_only_the_cycle_shell_of_the_scheduler_imports_actions():
+    """The scheduler owns its types; only its shell module calls the writes (ARCHITECTURE.md)."""
+    offenders = [
+        f"{imp.module}:{imp.line} imports {imp.target}"
+        for path in sorted((rules.ROOT / "jobs" / "scheduler").rglob("*.py"))
+        for imp in rules.imports_of(path)
+        if imp.target.startswith("jobs.actions") and imp.module != "jobs.scheduler.cycle"
+    ]
+    assert offenders == []

@@ -13,7 +13,7 @@ from jobs.actions.progress import pruned_gone
 from jobs.actions.workers import apply_worker_state
 from jobs.models import Checkpoint, Job, Pod
 from jobs.statuses import JobStatus
-from protocol.agent import MAX_CHECKPOINTS_REPORTED
+from protocol import limits
 from tests.agents.conftest import heartbeat, register
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -146,9 +146,9 @@ def test_pruned_gone_with_a_complete_list(reported, gone):
 
 
 def test_a_truncated_list_only_speaks_for_the_steps_it_covers():
-    # The agent reports at most MAX_CHECKPOINTS_REPORTED, newest first: a full list says
+    # The agent reports at most limits.CHECKPOINTS_REPORTED, newest first: a full list says
     # nothing of steps older than its oldest entry.
-    steps = [100 - 3 * i for i in range(MAX_CHECKPOINTS_REPORTED)]  # 100, 97, … 79
+    steps = [100 - 3 * i for i in range(limits.CHECKPOINTS_REPORTED)]  # 100, 97, … 79
     reported = [ck(s) for s in steps]
     assert pruned_gone(reported, LIVE) == [80, 90]
     # One fewer and the list is complete: everything older is gone as well.

@@ -13,7 +13,7 @@ from jobs.statuses import ALLOWED_TRANSITIONS, FINAL_JOB_STATUSES, Actor, JobSta
 
 S = JobStatus
 ALL_PAIRS = list(itertools.product(JobStatus, JobStatus))
-# DESIGN §4 written out by hand, so a slip in ALLOWED_TRANSITIONS fails here.
+# docs/statuses.md written out by hand, so a slip in ALLOWED_TRANSITIONS fails here.
 EXPECTED_ALLOWED = {
     (S.PENDING, S.INQUEUE),
     (S.PENDING, S.STARTING),

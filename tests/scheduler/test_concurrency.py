@@ -21,6 +21,7 @@ from jobs.scheduler.cycle import run_cycle
 from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
 from quotas.models import Quota
 from tests.conftest import make_node
+from tests.scheduler.seams import after_plan
 from tests.scheduler.threads import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -240,7 +241,7 @@ def test_a_cycle_paused_after_plan_holds_the_lock_against_another(
             paused.set()
             assert resume.wait(20), "the test never resumed the first cycle"
 
-    monkeypatch.setattr(cycle_module, "after_plan", hold_the_first_cycle)
+    after_plan(monkeypatch, hold_the_first_cycle)
     results: dict[str, tuple[str, object]] = {}
 
     def run(name: str, call) -> None:

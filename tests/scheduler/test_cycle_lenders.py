@@ -9,6 +9,7 @@ from jobs.statuses import IdleResources, PodStatus
 from quotas.models import Quota
 from tests.conftest import make_node
 from tests.scheduler.conftest import finish_pods
+from tests.scheduler.seams import after_plan
 from tests.scheduler.test_cycle_reclaim import exit_all
 
 
@@ -80,10 +81,10 @@ def test_a_move_home_is_compare_and_set_on_the_pods(submit, quota, other_quota, 
         assert [(m.job_id, m.pods) for m in decided.charges_home] == [(acc.id, 2)]
         Pod.objects.filter(job=acc, rank=1).update(status=PodStatus.FAILED)
 
-    monkeypatch.setattr(cycle, "after_plan", meanwhile)
+    real_plan = after_plan(monkeypatch, meanwhile)
     assert run_cycle().charged_home == ()
     # All or nothing: the live worker's charge is not moved either.
     assert set(acc.pods.values_list("charged_quota_id", "in_quota")) == {(other_quota.id, False)}
-    monkeypatch.setattr(cycle, "after_plan", None)
+    monkeypatch.setattr(cycle, "plan", real_plan)
     assert run_cycle().charged_home == (acc.id,)  # the next cycle decides again
     assert acc.pods.get(rank=0).charged_quota_id == quota.id

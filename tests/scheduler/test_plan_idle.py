@@ -1,4 +1,5 @@
-"""plan(): idle resources, reclaim, priority preemption and the starvation rule (DESIGN §5)."""
+"""plan(): idle resources, reclaim, priority preemption and the starvation rule
+(docs/scheduling.md)."""
 
 from datetime import timedelta
 

@@ -1,5 +1,5 @@
 """plan(): a Lingjun idle job pools several lenders, each pod charged to one, and reclaim
-counts per lender only the pods charged to it (DESIGN §5)."""
+counts per lender only the pods charged to it (docs/scheduling.md)."""
 
 from dataclasses import replace
 from datetime import timedelta

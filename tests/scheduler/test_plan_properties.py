@@ -1,5 +1,5 @@
 """Property test of plan() alone: random snapshots (with running borrowers and in-quota jobs)
-never produce an over-committed quota or node, a split gang, a borrow outside DESIGN §5's
+never produce an over-committed quota or node, a split gang, a borrow outside docs/scheduling.md's
 rules, or a victim that is not reclaimable by the job it is preempted for."""
 
 from collections import Counter
@@ -132,7 +132,8 @@ def test_plan_never_overcommits_or_breaks_the_borrowing_rules(snap, min_runtime,
     for p in result.preemptions:
         v, preemptor = victims[p.job_id], jobs[p.for_job_id]
         own = quotas[preemptor.quota_id]
-        # Off and Acceptable have the guaranteed path (DESIGN §5); Only Idle never preempts.
+        # Off and Acceptable have the guaranteed path (docs/scheduling.md); Only Idle never
+        # preempts.
         assert preemptor.idle_resources != IdleResources.ONLY
         assert v.charged_quota_id == own.id  # only capacity charged to the preemptor's quota
         if v.in_quota:

@@ -1,5 +1,5 @@
 """Property test: random clusters, quotas and job streams (with stops, idle modes, fault
-tolerance and failures) run through the simulator, which checks the SCENARIOS.md invariants
+tolerance and failures) run through the simulator, which checks the docs/simulator.md invariants
 after every scheduling cycle (audit mode) and every lifecycle transition."""
 
 from hypothesis import HealthCheck, given, settings

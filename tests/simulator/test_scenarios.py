@@ -1,5 +1,5 @@
 """Every tests/scenarios/*.yaml runs through the simulator and must produce exactly the
-event sequence in its .expected file, with every SCENARIOS.md invariant holding.
+event sequence in its .expected file, with every docs/simulator.md invariant holding.
 
 To write a new .expected file: SCENARIOS_WRITE=1 pytest tests/simulator/test_scenarios.py,
 then read it line by line before committing it (it is the specification of that case).

@@ -287,7 +287,8 @@ def test_clone_prefills_the_form(member_client, cluster, researcher, workspace, 
     assert "SEED=7" in html
 
 
-# Jobs that can never fit their quota (DESIGN §5): refused with the numbers ------------------
+# Jobs that can never fit their quota (docs/scheduling.md): refused with the numbers
+# ------------------
 
 
 @pytest.mark.parametrize(

@@ -197,7 +197,7 @@ def _shown(tree: Tree) -> list[str]:
 
 
 def _restart(job, node, pod, *, at) -> Pod:
-    """A Synchronous restart (DESIGN §4): the worker failed at `at`, the job went back to
+    """A Synchronous restart (docs/statuses.md): the worker failed at `at`, the job went back to
     Pending as attempt 2 and the scheduler placed the new attempt's worker."""
     from jobs.actions.transitions import transition
     from jobs.statuses import Actor, PodStatus

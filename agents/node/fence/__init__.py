@@ -1,4 +1,5 @@
-"""Self-fencing (DESIGN §6): the lease file the agent renews and the tiny wrapper that reads it.
+"""Self-fencing (docs/fault-tolerance.md): the lease file the agent renews and the tiny wrapper
+that reads it.
 
 `Lease` is written by the agent after each heartbeat the console applied: "EXPIRES GRACE",
 CLOCK_BOOTTIME seconds (counted from when that heartbeat was *sent*, so the console, which

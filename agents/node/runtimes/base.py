@@ -1,4 +1,4 @@
-"""What the agent needs from a worker runtime (DESIGN §7): `process` and `docker`.
+"""What the agent needs from a worker runtime (docs/agent-protocol.md): `process` and `docker`.
 
 A runtime launches workers, stops them (SIGTERM, then SIGKILL after the grace), and tells the
 agent what it holds. It pushes output lines and exits through two callbacks so the agent can

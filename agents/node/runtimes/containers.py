@@ -1,4 +1,5 @@
-"""The docker runtime: one container per worker, through the Docker Engine API (DESIGN §7).
+"""The docker runtime: one container per worker, through the Docker Engine API
+(docs/agent-protocol.md).
 
 The agent builds every container's configuration itself from an allowlist (container_config:
 never privileged, no host namespaces, no extra devices, no Docker socket, bind mounts only
@@ -6,7 +7,7 @@ under the checkpoint root; GPUs by UUID, by NVIDIA or CDI device request).
 
 Containers carry labels (node, job, pod, attempt = epoch, rank) and a deterministic name, so
 the engine itself refuses a second container for one pod attempt, and a restarted agent
-finds its containers by label (`adopt`) instead of trusting a local file alone (DESIGN §9).
+finds its containers by label (`adopt`) instead of trusting a local file alone (docs/traps.md).
 Logs are read from the engine from the start and counted with agents.node.lines; an adopted
 container's already shipped lines are skipped, and an interrupted log stream is re-opened
 the same way, so no line is lost or repeated.

@@ -23,7 +23,6 @@ from agents.node.runtimes.container_config import CDI_KIND
 
 log = logging.getLogger(__name__)
 
-CHOICES = ("auto", "nvidia", "cdi", "off", "on")  # "on": the old name of "nvidia"
 DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
 MAX_SPEC_BYTES = 4 * 1024 * 1024

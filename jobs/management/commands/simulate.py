@@ -2,7 +2,7 @@
 python manage.py simulate --trace philly.csv [--vc philly_vc.csv] [--limit N] [--scale F]
     [--idle-fraction F] [--idle-mode Acceptable] [--checkpoint-every S] [--fault-tolerance]
 
-Runs a scenario (SCENARIOS.md) on the real plan()/lifecycle/fault-tolerance code with a
+Runs a scenario (docs/simulator.md) on the real plan()/lifecycle/fault-tolerance code with a
 simulated clock and prints JSON Lines: one event per line, then {"summary": …}. Exit 0 when
 the run completed (1 if an invariant was violated), 2 with a one-line error on stderr for
 an invalid scenario.

@@ -1,0 +1,344 @@
+"""The cycle's snapshot: everything `plan()` needs, read in eight queries whatever the number
+of jobs (docs/scheduling.md). Reads only; `jobs.forecast` and the usage pages read the same
+snapshot outside the cycle.
+
+Rows are read as named rows (`values_list(named=True)`) and summed into small named
+accumulators; nothing is unpacked by position.
+"""
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Case, DateTimeField, F, Max, Q, TextField, Value, When
+from django.db.models.functions import Cast
+from django.utils import timezone
+
+from cluster.models import GpuDevice, Node, NodeState
+from jobs.models import Checkpoint, Job, Pod
+from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
+from jobs.scheduler.rows import WaitingRow
+from jobs.statuses import (
+    ACTIVE_POD_STATUSES,
+    PLACED_JOB_STATUSES,
+    WAITING_JOB_STATUSES,
+    IdleResources,
+    JobStatus,
+    PodStatus,
+)
+from quotas.models import Quota
+
+_JOB_STATUS = {s.value: s for s in JobStatus}
+_IDLE = {i.value: i for i in IdleResources}
+_NO_JSON_LIST = (None, "", "[]", "null")
+
+# The quota columns copied into QuotaSnap as they are (same names): add a column here and a
+# field to QuotaSnap, and the snapshot carries it.
+QUOTA_COLUMNS = (
+    "id",
+    "name",
+    "tenant_id",
+    "resource_type",
+    "gpu_type",
+    "gpus",
+    "cpus",
+    "memory_gb",
+    "preemption",
+    # The quota tree (docs/quota-tree.md) and the tenant's fair-share switch.
+    "parent_id",
+    "max_gpus",
+    "lending_limit",
+    "weight",
+    "fair_share_preemption",
+)
+
+
+@dataclass(slots=True)
+class QuotaUse:
+    """What the live workers charged to a quota hold."""
+
+    gpus: int = 0
+    cpus: int = 0
+    memory_gb: int = 0
+    borrowed_gpus: int = 0  # of `gpus`: held by pods not in quota (lent out)
+
+
+@dataclass(slots=True)
+class Holding:
+    """A job's live workers: where they run and whose capacity they use."""
+
+    charged_quota_id: int
+    in_quota: bool
+    gpus_by_node: list[tuple[int | None, int]] = field(default_factory=list)
+    last_started_at: datetime | None = None
+    charges: list[int] = field(default_factory=list)  # per worker: pooled jobs have several
+
+
+@dataclass(slots=True)
+class NodeUse:
+    busy_gpus: set[int] = field(default_factory=set)
+    cpus: int = 0
+    memory_gb: int = 0
+
+
+@dataclass
+class LiveUse:
+    """The live workers summed per quota, per job and per node (one query)."""
+
+    quotas: dict[int, QuotaUse] = field(default_factory=lambda: defaultdict(QuotaUse))
+    holdings: dict[int, Holding] = field(default_factory=dict)
+    pods_per_job: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    nodes: dict[int, NodeUse] = field(default_factory=lambda: defaultdict(NodeUse))
+
+
+def load_snapshot(now: datetime | None = None) -> tuple[Snapshot, dict[int, WaitingRow]]:
+    """Read everything plan() needs in eight queries, whatever the number of jobs. `now`
+    is the cycle's (restart back-offs and recent preemptions are judged at it)."""
+    now = now or timezone.now()
+    use = _live_use()
+    preempted_at, reclaimed_by = _recent_preemptions(now)
+    jobs, rows = _load_waiting(now, use, reclaimed_by)
+    snapshot = Snapshot(
+        nodes=_load_nodes(use),
+        quotas=_load_quotas(use),
+        jobs=jobs,
+        running=_load_running(use.holdings, preempted_at),
+    )
+    return snapshot, rows
+
+
+def _live_use() -> LiveUse:
+    """A GPU is busy while any live worker holds it, whatever its job's status: a stopped
+    job's worker keeps its GPUs until it has exited."""
+    use = LiveUse()
+    active = Pod.objects.filter(status__in=[s.value for s in ACTIVE_POD_STATUSES])
+    pods = active.values_list(
+        "job_id",
+        "node_id",
+        "gpu_indices",
+        "gpus",
+        "cpus",
+        "memory_gb",
+        "charged_quota_id",
+        "in_quota",
+        "started_at",
+        named=True,
+    )
+    for pod in pods:
+        use.pods_per_job[pod.job_id] += 1
+        charged = use.quotas[pod.charged_quota_id]
+        charged.gpus += pod.gpus
+        charged.cpus += pod.cpus
+        charged.memory_gb += pod.memory_gb
+        if not pod.in_quota:
+            charged.borrowed_gpus += pod.gpus
+        held = use.holdings.get(pod.job_id)
+        if held is None:
+            held = use.holdings[pod.job_id] = Holding(pod.charged_quota_id, pod.in_quota)
+        held.gpus_by_node.append((pod.node_id, pod.gpus))
+        held.charges.append(pod.charged_quota_id)
+        if pod.started_at and (
+            held.last_started_at is None or pod.started_at > held.last_started_at
+        ):
+            held.last_started_at = pod.started_at
+        if pod.node_id is not None:
+            node = use.nodes[pod.node_id]
+            node.busy_gpus.update(pod.gpu_indices or ())
+            node.cpus += pod.cpus
+            node.memory_gb += pod.memory_gb
+    return use
+
+
+def _load_nodes(use: LiveUse) -> tuple[NodeSnap, ...]:
+    # Unhealthy GPUs, and GPUs in MIG mode (split into MIG devices, not whole GPUs).
+    unusable: dict[int, set[int]] = defaultdict(set)
+    devices = GpuDevice.objects.filter(Q(healthy=False) | Q(mig_enabled=True))
+    for device in devices.values_list("node_id", "index", named=True):
+        unusable[device.node_id].add(device.index)
+    nodes = []
+    fields = ("id", "name", "gpu_type", "resource_type", "gpus", "cpus", "memory_gb")
+    for row in Node.objects.values_list(*fields, "state", "cordoned", named=True).order_by("id"):
+        held = use.nodes.get(row.id) or NodeUse()
+        taken = held.busy_gpus | unusable.get(row.id, set())
+        why = "cordoned" if row.cordoned else ("" if row.state == NodeState.READY else row.state)
+        nodes.append(
+            NodeSnap(
+                id=row.id,
+                name=row.name,
+                gpu_type=row.gpu_type,
+                resource_type=row.resource_type,
+                free_gpu_indices=tuple(i for i in range(row.gpus) if i not in taken),
+                gpus=row.gpus,
+                free_cpus=max(row.cpus - held.cpus, 0),
+                free_memory_gb=max(row.memory_gb - held.memory_gb, 0),
+                schedulable=not why,
+                unschedulable_reason=why,
+            )
+        )
+    return tuple(nodes)
+
+
+def _load_quotas(use: LiveUse) -> tuple[QuotaSnap, ...]:
+    quotas = []
+    rows = Quota.objects.annotate(fair_share_preemption=F("tenant__fair_share_preemption"))
+    for row in rows.values_list(*QUOTA_COLUMNS, named=True).order_by("id"):
+        used = use.quotas.get(row.id) or QuotaUse()
+        quotas.append(
+            QuotaSnap(
+                **row._asdict(),
+                used_gpus=used.gpus,
+                used_cpus=used.cpus,
+                used_memory_gb=used.memory_gb,
+                borrowed_gpus=used.borrowed_gpus,
+            )
+        )
+    return tuple(quotas)
+
+
+def _waiting_rows(now: datetime):
+    # A fault-tolerance restart backing off after a crash (restart_not_before) waits.
+    return (
+        Job.objects.filter(
+            Q(restart_not_before__isnull=True) | Q(restart_not_before__lte=now),
+            status__in=list(WAITING_JOB_STATUSES),
+            stop_requested_at__isnull=True,
+        )
+        .annotate(
+            # Decoded only where there is something to decode: ten thousand datetimes and JSON
+            # lists are a measurable part of a cycle (bench/scheduler.py --db --profile).
+            restart_waiting_since=Case(
+                When(attempt__gt=1, status=JobStatus.PENDING, then=F("updated_at")),
+                default=Value(None),
+                output_field=DateTimeField(),
+            ),
+            excluded_text=Cast("excluded_nodes", TextField()),
+        )
+        .values_list(
+            "id",
+            "quota_id",
+            "workers",
+            "gpus_per_worker",
+            "cpus_per_worker",
+            "memory_gb_per_worker",
+            "priority",
+            "created_at",
+            "status",
+            "idle_resources",
+            "attempt",
+            "status_reason",
+            "queue_position",
+            "name",
+            "restart_waiting_since",
+            "excluded_text",
+            named=True,
+        )
+    )
+
+
+def _load_waiting(
+    now: datetime, use: LiveUse, reclaimed_by: dict[int, tuple]
+) -> tuple[tuple[JobSnap, ...], dict[int, WaitingRow]]:
+    jobs, rows = [], {}
+    for row in _waiting_rows(now):
+        text = row.excluded_text
+        excluded = json.loads(text) if text not in _NO_JSON_LIST else None
+        jobs.append(
+            JobSnap(
+                id=row.id,
+                quota_id=row.quota_id,
+                workers=row.workers,
+                gpus_per_worker=row.gpus_per_worker,
+                cpus_per_worker=row.cpus_per_worker,
+                memory_gb_per_worker=row.memory_gb_per_worker,
+                priority=row.priority,
+                submitted_at=row.created_at,
+                status=_JOB_STATUS[row.status],
+                idle_resources=_IDLE[row.idle_resources],
+                active_pods=use.pods_per_job.get(row.id, 0),
+                name=row.name,
+                # A restart attempt waits from when it went back to Pending.
+                waiting_since=row.restart_waiting_since,
+                excluded_node_ids=(
+                    frozenset(e["id"] for e in excluded) if excluded else frozenset()
+                ),
+                reclaimed_by=reclaimed_by.get(row.id, ()),
+            )
+        )
+        rows[row.id] = WaitingRow(
+            id=row.id,
+            status=row.status,
+            attempt=row.attempt,
+            status_reason=row.status_reason,
+            queue_position=row.queue_position,
+            gpus_per_worker=row.gpus_per_worker,
+            cpus_per_worker=row.cpus_per_worker,
+            memory_gb_per_worker=row.memory_gb_per_worker,
+        )
+    return tuple(jobs), rows
+
+
+def _recent_preemptions(now: datetime) -> tuple[dict[int, tuple], dict[int, tuple]]:
+    """From the pods preempted in the last hour (one query): per job, when it was preempted
+    (the per-hour cap) and which lenders reclaimed it (the re-borrow cool-down)."""
+    since = now - timedelta(hours=1)
+    times: dict[int, dict[int, datetime]] = defaultdict(dict)  # job → attempt → when
+    lenders: dict[int, dict[int, datetime]] = defaultdict(dict)  # job → lender → when
+    preempted = Pod.objects.filter(status=PodStatus.PREEMPTED, finished_at__gte=since)
+    fields = ("job_id", "attempt", "charged_quota_id", "in_quota", "finished_at")
+    for pod in preempted.values_list(*fields, named=True):
+        job, finished = pod.job_id, pod.finished_at
+        times[job][pod.attempt] = max(finished, times[job].get(pod.attempt, finished))
+        if not pod.in_quota:
+            charged = pod.charged_quota_id
+            lenders[job][charged] = max(finished, lenders[job].get(charged, finished))
+    return (
+        {j: tuple(sorted(t.values())) for j, t in times.items()},
+        {j: tuple(sorted(q.items())) for j, q in lenders.items()},
+    )
+
+
+def _load_running(
+    holders: dict[int, Holding], preempted_at: dict[int, tuple]
+) -> tuple[RunningSnap, ...]:
+    """Placed jobs holding GPUs, with their newest committed checkpoint (2 queries)."""
+    placed = [s.value for s in PLACED_JOB_STATUSES]
+    checkpoints = dict(
+        Checkpoint.objects.filter(committed=True, job__status__in=placed)
+        .values("job_id")
+        .annotate(last=Max("created_at"))
+        .values_list("job_id", "last")
+    )
+    running = []
+    fields = (
+        "id",
+        "quota_id",
+        "priority",
+        "started_at",
+        "stop_requested_at",
+        "name",
+        "idle_resources",
+    )
+    for job in Job.objects.filter(status__in=placed).values_list(*fields, named=True):
+        held = holders.get(job.id)
+        if held is None:
+            continue  # no live worker: holds nothing
+        running.append(
+            RunningSnap(
+                id=job.id,
+                quota_id=job.quota_id,
+                charged_quota_id=held.charged_quota_id,
+                in_quota=held.in_quota,
+                priority=job.priority,
+                gpus_by_node=tuple(held.gpus_by_node),
+                started_at=held.last_started_at or job.started_at,
+                last_checkpoint_at=checkpoints.get(job.id),
+                stopping=job.stop_requested_at is not None,
+                name=job.name,
+                preempted_at=preempted_at.get(job.id, ()),
+                # Only when pooled: one lender is the common case and the cheaper snapshot.
+                charges=tuple(held.charges) if len(set(held.charges)) > 1 else (),
+                idle_resources=_IDLE[job.idle_resources],
+            )
+        )
+    return tuple(running)
