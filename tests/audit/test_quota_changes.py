@@ -43,6 +43,7 @@ def quota_form(quota: Quota, **changes) -> dict:
         "cpus": quota.cpus,
         "memory_gb": quota.memory_gb,
         "preemption": quota.preemption,
+        "weight": quota.weight,  # the admin form posts the field's value
     }
     return form | changes
 
