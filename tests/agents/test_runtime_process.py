@@ -290,7 +290,9 @@ def test_injected_env_is_complete():
     assert env["MASTER_PORT"] == str(20000 + 42)
 
 
-def test_an_escaped_process_holding_the_output_does_not_hide_the_exit_and_dies_too(runtime, rec, tmp_path):
+def test_an_escaped_process_holding_the_output_does_not_hide_the_exit_and_dies_too(
+    runtime, rec, tmp_path
+):
     pidfile = tmp_path / "escaped.pid"
     runtime.launch(
         spec(13, f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 600' & sleep 0.2; echo done")
