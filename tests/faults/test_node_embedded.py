@@ -25,10 +25,16 @@ pytestmark = pytest.mark.e2e
 NODE = "local-gpu-0"
 
 
-def agent_of(console: RunningConsole) -> int:
-    """The pid of the agent holding the console's local node state dir."""
+def agent_of(console: RunningConsole, *, other_than: int = 0) -> int:
+    """The pid of the agent holding the console's local node state dir (the console
+    answers while it is still replacing a leftover agent: wait for its own)."""
     state_dir = console.var_dir / "agent" / NODE
-    return wait_for(lambda: lock_holder(state_dir), 60, message="the local agent to hold its lock")
+
+    def holder() -> int | None:
+        pid = lock_holder(state_dir)
+        return pid if pid != other_than else None
+
+    return wait_for(holder, 90, message="the local agent to hold its lock")
 
 
 def alive(pid: int) -> bool:
@@ -60,9 +66,9 @@ def test_the_local_agent_goes_with_its_console_and_a_leftover_is_replaced(tmp_pa
         thaw.start()
         try:
             with start_console(var_dir, database) as console:
-                second = agent_of(console)
+                second = agent_of(console, other_than=first)
                 assert second != first and alive(second)
-                assert not alive(first)
+                wait_for(lambda: not alive(first), 30, message="the leftover agent to exit")
                 assert "another agent is running" not in console.output()
                 node_figures.survive()
                 # Killed -9 again, with an agent awake this time: it goes by itself.
@@ -75,7 +81,7 @@ def test_the_local_agent_goes_with_its_console_and_a_leftover_is_replaced(tmp_pa
             if alive(first):
                 os.kill(first, signal.SIGCONT)
         with start_console(var_dir, database) as console:
-            third = agent_of(console)
+            third = agent_of(console, other_than=second)
             assert "another agent is running" not in console.output()
         assert not alive(third)  # a clean stop leaves no agent behind
         assert lock_holder(state_dir) is None
