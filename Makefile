@@ -3,9 +3,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: run test test-deploy venv lint format check bench clean
+.PHONY: run test test-deploy chaos venv lint format check bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml agents/node/fence/fencewrap.c
 	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -28,6 +28,12 @@ test: venv
 ## on podman, run jobs through it, restart, back up and restore, tear it all down
 test-deploy: venv
 	DEPLOY_TEST=1 $(BIN)/pytest tests/deploy -p no:randomly -v -s --durations=0 $(PYTEST_ARGS)
+
+## make chaos: the fault tests (tests/faults: real processes, agents and consoles) and the
+## suite's figures: faults injected and survived, log lines lost or duplicated, live copies
+## per rank
+chaos: venv
+	$(BIN)/pytest tests/faults -p no:randomly -v $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

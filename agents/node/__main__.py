@@ -23,6 +23,7 @@ from agents.node.gpus import GpuSpecError, parse_fake_spec
 
 log = logging.getLogger("agents")
 
+PARENT_POLL = 0.5  # seconds between looks at whether the console that started us is gone
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
@@ -100,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         "container toolkit's device request; 'on' is the old name), 'off'; 'auto' picks by "
         "what the host has: CDI specs for nvidia.com/gpu, else the toolkit, else off",
     )
+    p.add_argument(
+        "--parent-pid",
+        type=_non_negative_int,
+        help="shut down (as on SIGTERM) once this process is gone: the embedded console "
+        "that started this agent",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -157,7 +164,22 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.parent_pid:
+        threading.Thread(
+            target=_watch_parent, args=(args.parent_pid, stop, agent), daemon=True
+        ).start()
     return agent.run()
+
+
+def _watch_parent(parent: int, stop: threading.Event, agent: Agent) -> None:
+    """An embedded agent dies with its console, however the console ended (`kill -9`
+    included): it would otherwise hold the state dir and keep the next console's agent out."""
+    while not stop.wait(PARENT_POLL):
+        if os.getppid() != parent:
+            log.warning("the console that started this agent (pid %s) is gone", parent)
+            stop.set()
+            agent.wake.set()
+            return
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ from agents.node.logship import LogShipper
 from agents.node.progress import BadCheckpointDir
 from agents.node.runtimes.base import LaunchError, worker_marker
 from agents.node.state import AgentConfigError, StateStore
+from agents.node.waking import Waking
 from protocol import limits
 from protocol.agent import (
     GpuReport,
@@ -67,7 +68,6 @@ from protocol.agent import (
     LogBatch,
     NodeFacts,
     RegisterRequest,
-    WaitRequest,
     WorkerSpec,
 )
 from protocol.devices import without_device_env
@@ -78,10 +78,9 @@ log = logging.getLogger(__name__)
 
 EXIT_LOG_WAIT = 2.0  # at most this long for an exited worker's last lines before reporting
 BARE_HEARTBEATS = 10  # heartbeats sent without worker details once the console kept failing
-WAIT_FOR = 25.0  # how long each wait asks the console to hold (it may hold less)
 
 
-class Agent:
+class Agent(Waking):
     def __init__(
         self,
         config: AgentConfig,
@@ -288,45 +287,6 @@ class Agent:
                 "(progress, checkpoints, error text) are left out for a while",
                 False,
             )
-
-    # --- waking between heartbeats ---
-
-    def _next_beat(self, after: int, timeout: float) -> None:
-        """Wait until a heartbeat newer than `after` was applied (or `timeout`)."""
-        with self._beat:
-            self._beat.wait_for(lambda: self._beats > after or self.stop.is_set(), timeout)
-
-    def wait_for_change(self, client: AgentClient) -> None:
-        """One wait: hold the console's `wait/` with the last reply's token; wake the loop
-        when the desired state changed, then wait for the heartbeat that learns it."""
-        with self._beat:
-            beats, known = self._beats, self._desired_version
-        if known is None:  # no reply yet, or a console without waking
-            self._next_beat(beats, self.interval)
-            return
-        try:
-            reply = client.wait(WaitRequest(known=known, timeout=WAIT_FOR))
-        except (TransportError, ConsoleRefused) as exc:
-            log.debug("wait failed (%s); the next heartbeat learns of new work", exc)
-            self._next_beat(beats, self.interval)
-            return
-        if reply.changed:
-            self.wake.set()
-            self._next_beat(beats, self.interval * 2)
-        elif reply.retry_after is not None:  # no slot free on the console: back off
-            self._next_beat(beats, reply.retry_after)
-
-    def _waker(self) -> None:
-        client = self.client.copy()
-        try:
-            while not self.stop.is_set():
-                try:
-                    self.wait_for_change(client)
-                except Exception:  # never let a bug here end waking for good
-                    log.exception("waiting for the console failed")
-                    self.stop.wait(self.interval)
-        finally:
-            client.close()
 
     # --- converging on the desired state ---
 

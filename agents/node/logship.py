@@ -113,6 +113,9 @@ class LogShipper:
         if self.journal_dir is None:
             return found
         for path in sorted(self.journal_dir.iterdir()):
+            if path.name.endswith(".tmp"):  # a rewrite cut short (disk full, killed)
+                path.unlink(missing_ok=True)
+                continue
             match = _JOURNAL.match(path.name)
             if not match:
                 continue
@@ -152,6 +155,7 @@ class LogShipper:
             stream = self._streams.get(pod_id)
             if stream is not None:
                 stream.closed = True
+                stream.settle(self._clock(), force=True)  # its last drops get their marker
                 self._drop_if_done(stream)
                 self._cond.notify_all()
 
@@ -164,6 +168,8 @@ class LogShipper:
 
     def _due(self, now: float) -> bool:
         for s in self._streams.values():
+            if s.dropped:  # a worker gone quiet after drops: its marker goes out too
+                s.settle(now, force=s.closed)
             if not s.lines:
                 continue
             if s.closed or len(s.lines) >= self.max_lines:
@@ -177,6 +183,8 @@ class LogShipper:
         worker is FLUSH_AFTER old (at most 0.25 s; an append wakes it sooner)."""
         soonest = 0.25
         for s in self._streams.values():
+            if s.dropped:
+                soonest = min(soonest, 0.05)
             if s.lines and s.pending_since is not None:
                 soonest = min(soonest, s.pending_since + self.flush_after - now)
         return max(soonest, 0.005)

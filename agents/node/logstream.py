@@ -70,8 +70,7 @@ class LogStream:
     def add(self, line: str, now: float, source: bool = True) -> None:
         if source:
             self.src += 1
-        self._refill(now)
-        self._settle(now)
+        self.settle(now)
         if self.dropped or self.size >= self.limit or self.tokens < 1:
             if not self.dropped:
                 self.dropped_why = (
@@ -82,9 +81,11 @@ class LogStream:
         self.tokens -= 1
         self._push(line, now)
 
-    def _settle(self, now: float) -> None:
-        """Once there is room again, one line stands for everything dropped meanwhile."""
-        if self.dropped and self.size < self.limit // 2 and self.tokens >= 1:
+    def settle(self, now: float, *, force: bool = False) -> None:
+        """Once there is room again, one line stands for everything dropped meanwhile; at
+        once with `force` (the worker has exited: nothing more comes to make room for)."""
+        self._refill(now)
+        if self.dropped and (force or (self.size < self.limit // 2 and self.tokens >= 1)):
             self._push(f"[agent] {self.dropped} log lines dropped: {self.dropped_why}", now)
             self.dropped = 0
 
@@ -126,6 +127,8 @@ class LogStream:
             os.replace(tmp, self.journal)
             self._file = open(self.journal, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
         except OSError as exc:
+            with contextlib.suppress(OSError):  # disk full, read-only: leave no empty temp file
+                tmp.unlink(missing_ok=True)
             log.warning("pod %s: cannot write log journal (%s); memory only", self.pod_id, exc)
         self._acked_bytes = 0
 
@@ -166,7 +169,7 @@ class LogStream:
         self.pending_since = now if self.lines else None
         if self._acked_bytes > COMPACT_AFTER:
             self._rewrite()
-        self._settle(now)
+        self.settle(now, force=self.closed)
 
     def set_aside(self, count: int, reason: str) -> None:
         """Replace the oldest `count` lines with one marker line that takes the first one's
@@ -185,6 +188,7 @@ class LogStream:
 
     @property
     def drained(self) -> bool:
+        """Done: every line acknowledged, and what was dropped said so by a marker line."""
         return not self.lines and not self.dropped
 
 

@@ -5,12 +5,14 @@ agent launched, written *before* the launch, so that no crash or restart can lea
 being launched twice (docs/traps.md, "duplicate workers"). Both are replaced atomically.
 """
 
+import contextlib
 import fcntl
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+LOCK_NAME = "agent.lock"
 KEEP_FINISHED = 1000  # finished pod ids remembered (never launched again)
 
 
@@ -41,11 +43,32 @@ def _write_private(path: Path, payload: dict) -> None:
     """Atomically replace `path` with JSON readable only by the agent's user."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # disk full, read-only: leave no empty temp file
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def lock_holder(state_dir: Path) -> int | None:
+    """The pid of the agent holding this state dir's lock, or None when it is free."""
+    try:
+        fd = os.open(Path(state_dir) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    with os.fdopen(fd) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = f.read().strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return None
 
 
 class StateStore:
@@ -57,13 +80,19 @@ class StateStore:
         self._lock_file = None
 
     def lock(self) -> None:
-        """One agent per state dir: two would both launch every desired worker."""
-        f = open(self.dir / "agent.lock", "w")  # noqa: SIM115 - held for the agent's life
+        """One agent per state dir: two would both launch every desired worker. The holder
+        writes its pid into the lock file (`lock_holder`)."""
+        fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)  # not truncated
+        f = os.fdopen(fd, "r+")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.close()
             raise AgentConfigError(f"another agent is running with state dir {self.dir}") from None
+        with contextlib.suppress(OSError):
+            f.truncate(0)
+            f.write(f"{os.getpid()}\n")
+            f.flush()
         self._lock_file = f
 
     def unlock(self) -> None:

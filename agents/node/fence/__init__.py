@@ -14,6 +14,7 @@ The wrapper is built when the agent is installed (`python -m agents.node.fence`,
 one older than the source, builds it into its state dir (a C compiler is then needed).
 """
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -102,8 +103,13 @@ class Lease:
     def renew(self, expires: float, grace: float) -> None:
         """Replace the lease atomically (a rename: a bind-mounted folder shows it)."""
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(f"{expires:.3f} {grace:.3f}\n")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(f"{expires:.3f} {grace:.3f}\n")
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):  # disk full: leave no empty temp file
+                tmp.unlink(missing_ok=True)
+            raise
 
     def unlimited(self) -> None:
         """No fence (a console that grants no lease)."""

@@ -9,10 +9,15 @@ marker in its environment), reads its output again from the start skipping what 
 shipped, and learns its exit code from the file.
 
 Like a container, a worker is over when its main process exits: the wrapper then kills what
-is left of the process group. For its own children the agent also does so before reaping
-the wrapper (`waitid` with WNOWAIT), so the group id cannot have been reused by an unrelated
-process when it is signalled; stop and kill take the same lock and check the same flag.
-Adopted workers are watched through a pidfd.
+is left of the process group. However the wrapper ended (its worker's own `kill -9 $PPID`
+included), and whether this agent started it or adopted it, the agent then kills the
+worker's whole session and every process carrying its marker, and sees them gone, before
+it reports the worker ended (agents.node.runtimes.sessions): no second copy of a rank can
+start while anything of the first still runs. A wrapper of its own is reaped only after
+that (`waitid` with WNOWAIT), so its session id cannot have been reused meanwhile; stop and
+kill take the same lock and check the same flag. Adopted workers are watched through a
+pidfd; the wrapper's pid and start time are kept in the work dir (`wrapper`), so a worker
+whose wrapper died while no agent was watching is still found and killed on adoption.
 
 Never enable this runtime on a shared node: workers run as the agent's user, unconfined.
 """
@@ -31,6 +36,7 @@ from pathlib import Path
 
 from agents.node import fence
 from agents.node.lines import MAX_LINE_BYTES, LineSplitter, split_chunks
+from agents.node.runtimes import sessions
 from agents.node.runtimes.base import (
     WORKER_MARKER,
     ExitSink,
@@ -51,6 +57,7 @@ POLL = 0.05  # how often a worker's output file is checked for new bytes
 HOME_MARKER = "GPU_WORKER_HOME"  # which agent's work root a worker belongs to
 OUTPUT = "output.log"
 EXIT_FILE = "exit_code"
+WRAPPER_FILE = "wrapper"  # "PID START_TICKS" of the worker's fence wrapper (its session)
 FENCED = "stopped by its fence: the node's lease with the console ran out"
 _WORKDIR = re.compile(r"^pod-(\d+)-(\d+)$")
 # Agent variables (its bootstrap token among them) never leak into workers.
@@ -66,9 +73,11 @@ def split_output(stream, emit, max_bytes: int = MAX_LINE_BYTES) -> None:
 
 @dataclass(kw_only=True)
 class _Process(Worker):
-    pid: int
+    pid: int  # the wrapper's (0: it had exited when this agent adopted the worker)
     workdir: Path
     proc: subprocess.Popen | None = None  # None when adopted from a previous agent run
+    session: int = 0  # the worker's session id: the wrapper's pid, even once it is gone
+    started: int | None = None  # the wrapper's start time (sessions.start_ticks)
     leader_exited: bool = False
     killed: bool = False
     output_end: threading.Event = field(default_factory=threading.Event)
@@ -95,14 +104,6 @@ def _read_exit_code(workdir: Path) -> tuple[int | None, bool]:
         return int(words[0]), words[1:] == ["fenced"]
     except (OSError, ValueError, IndexError):
         return None, False
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
 
 
 class ProcessRuntime(WorkerTable):
@@ -169,7 +170,10 @@ class ProcessRuntime(WorkerTable):
             workdir=workdir,
             lines=SourceLines(spec.pod_id, self._on_line),
             proc=proc,
+            session=proc.pid,
+            started=sessions.start_ticks(proc.pid),
         )
+        _write_wrapper_file(workdir, worker.session, worker.started)
         if spec.image:
             log.info("pod %s: process runtime ignores image %s", spec.pod_id, spec.image)
             worker.lines.agent(
@@ -214,15 +218,15 @@ class ProcessRuntime(WorkerTable):
         else:
             _wait_pidfd(worker.pid)
         with worker.lock:
-            if worker.proc is not None:
-                # Whatever the main process left running dies with it, as in a container.
-                worker.signal_group(signal.SIGKILL)
-            worker.leader_exited = True
+            worker.leader_exited = True  # from now on the session is killed, not signalled
             for timer in worker.timers:
                 timer.cancel()
+        # Whatever the wrapper left running dies with it, as in a container: the whole
+        # session and whatever carries the marker, seen gone before the exit is reported.
+        leftovers = self._kill_worker(worker)
         returncode = worker.proc.wait() if worker.proc is not None else None
         worker.output_end.set()
-        reader.join(READER_JOIN_TIMEOUT)
+        reader.join()  # a file read to its end: every line is passed on before the exit
         code, fenced = _read_exit_code(worker.workdir)
         if code is None and returncode is not None:
             code = normalize_exit_code(returncode)
@@ -231,11 +235,23 @@ class ProcessRuntime(WorkerTable):
         error = ""
         if code is None:
             error = "the worker ended without an exit status (killed?)"
+            if leftovers:
+                error += f"; its {leftovers} remaining processes were killed"
         elif fenced:
             error = f"{worker.lines.error_tail()}\n{FENCED}".lstrip()
         elif code != 0:
             error = worker.lines.error_tail()
         self._finish(worker, code, error)
+
+    def _kill_worker(self, worker: _Process) -> int:
+        marker = f"{WORKER_MARKER}={worker.pod_id}.{worker.attempt}".encode()
+        home = f"{HOME_MARKER}={self.home}".encode()
+        killed = sessions.kill_worker(worker.session, worker.started, home, {marker})
+        if killed:
+            log.warning(
+                "pod %s: killed %d processes its wrapper left running", worker.pod_id, killed
+            )
+        return killed
 
     # --- the shared table's hooks (base.WorkerTable) ---
 
@@ -246,7 +262,8 @@ class ProcessRuntime(WorkerTable):
         return worker.leader_exited
 
     def _release(self, worker: _Process) -> None:
-        for name in (OUTPUT, EXIT_FILE):  # shipped and reported: nothing to adopt any more
+        # Shipped and reported: nothing to adopt any more.
+        for name in (OUTPUT, EXIT_FILE, WRAPPER_FILE):
             (worker.workdir / name).unlink(missing_ok=True)
 
     # --- after an agent restart ---
@@ -267,7 +284,7 @@ class ProcessRuntime(WorkerTable):
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            stat = _proc_stat(pid)
+            stat = sessions.proc_stat(pid)
             if home not in environ or self.wrapper.encode() not in cmdline or stat is None:
                 continue
             if stat[0] == "Z" or int(stat[3]) != pid:  # dead, or not the session leader
@@ -295,6 +312,7 @@ class ProcessRuntime(WorkerTable):
             if self.has(pod_id):
                 continue
             pid, uuids = live.get(f"{pod_id}.{attempt}", (0, ()))
+            session, started = _read_wrapper_file(workdir)
             worker = _Process(
                 pod_id=pod_id,
                 attempt=attempt,
@@ -303,6 +321,8 @@ class ProcessRuntime(WorkerTable):
                 pid=pid,
                 workdir=workdir,
                 lines=SourceLines(pod_id, self._on_line, skip.get(pod_id, 0)),
+                session=pid or session,
+                started=sessions.start_ticks(pid) if pid else started,
             )
             if not pid:
                 worker.leader_exited = True  # ended while no agent was watching
@@ -315,29 +335,25 @@ class ProcessRuntime(WorkerTable):
 
     def kill_leftovers(self, markers: set[str]) -> int:
         """SIGKILL processes that carry one of these worker markers in their environment:
-        workers of a previous agent run that could not be adopted. Linux only."""
-        if not markers:
+        workers of a previous agent run that could not be adopted; returns once they are
+        gone. Linux only."""
+        if not markers or not Path("/proc").is_dir():
             return 0
         wanted = {f"{WORKER_MARKER}={m}".encode() for m in markers}
-        home = f"{HOME_MARKER}={self.home}".encode()
-        killed = 0
-        proc_root = Path("/proc")
-        if not proc_root.is_dir():
-            return 0
-        for entry in proc_root.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                environ = set((entry / "environ").read_bytes().split(b"\0"))
-            except OSError:
-                continue  # gone, or not ours to read
-            if home in environ and wanted.intersection(environ):
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                    killed += 1
-                except (ProcessLookupError, PermissionError):
-                    pass
-        return killed
+        return sessions.kill_worker(0, None, f"{HOME_MARKER}={self.home}".encode(), wanted)
+
+
+def _write_wrapper_file(workdir: Path, pid: int, started: int | None) -> None:
+    with contextlib.suppress(OSError):  # without it, adoption finds leftovers by marker only
+        (workdir / WRAPPER_FILE).write_text(f"{pid} {started if started is not None else ''}\n")
+
+
+def _read_wrapper_file(workdir: Path) -> tuple[int, int | None]:
+    try:
+        words = (workdir / WRAPPER_FILE).read_text().split()
+        return int(words[0]), int(words[1]) if len(words) > 1 else None
+    except (OSError, ValueError, IndexError):
+        return 0, None
 
 
 def _wait_pidfd(pid: int) -> None:

@@ -10,6 +10,8 @@ Stopped, with it they resume when the console starts again), waits for their wor
 report their end, then stops the agent, the loops and the server.
 """
 
+import contextlib
+import fcntl
 import getpass
 import json
 import os
@@ -41,6 +43,32 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return f"uid {os.getuid()}"
+
+
+def _lock_holder(state_dir: Path) -> int | None:
+    """The pid of the agent holding the state dir's `agent.lock` (it writes its pid there:
+    agents.node.state, which the console does not import), or None when the lock is free."""
+    try:
+        fd = os.open(state_dir / "agent.lock", os.O_RDONLY)
+    except OSError:
+        return None
+    with os.fdopen(fd) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = f.read().strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return None
+
+
+def _is_agent_of(pid: int, state_dir: Path) -> bool:
+    """Whether `pid` is an agent (`python -m agents.node`) on this state dir."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"agents.node" in argv and str(state_dir).encode() in argv
 
 
 def needs_registration(state_dir: Path, url: str, name: str) -> bool:
@@ -162,12 +190,34 @@ class Command(BaseCommand):
             # Workers still running when the agent stops get what a user's Stop gives them.
             "--shutdown-grace",
             str(max(settings.DEFAULT_STOP_GRACE, 1)),
+            # It dies with this console, however this console ends (kill -9 included).
+            "--parent-pid",
+            str(os.getpid()),
         ]
+        self._replace_leftover_agent(state_dir)
         # Its own process group, so Ctrl-C in the terminal reaches us first and we stop it
         # in order (workers get their SIGTERM and grace) instead of all at once.
         process = subprocess.Popen(command, env=env, start_new_session=True)
         threading.Thread(target=self._watch_agent, args=(process,), daemon=True).start()
         return process
+
+    def _replace_leftover_agent(self, state_dir: Path) -> None:
+        """An agent a previous console left on this state dir (one killed before agents
+        watched their console) is stopped like ours at a clean stop, then killed if it
+        lingers: else the new agent would find the state dir locked and exit."""
+        pid = _lock_holder(state_dir)
+        if not pid or not _is_agent_of(pid, state_dir):
+            return
+        self.stdout.write(f"Stopping the local agent a previous console left running ({pid})…")
+        self.stdout.flush()
+        deadline = time.monotonic() + settings.DEFAULT_STOP_GRACE + 20
+        sig = signal.SIGTERM
+        while _lock_holder(state_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            if time.monotonic() >= deadline:
+                sig = signal.SIGKILL
+            time.sleep(0.2)
 
     def _watch_agent(self, process: subprocess.Popen) -> None:
         code = process.wait()

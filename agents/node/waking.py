@@ -1,0 +1,65 @@
+"""Waking between heartbeats (agents.wake on the console; agents.node.agent tells how).
+
+A second thread holds the console's `wait/` open with the desired-state token of the last
+heartbeat reply and wakes the agent's loop as soon as the console answers that the state
+changed; then it waits for the heartbeat that learns the change before waiting again.
+"""
+
+import logging
+import threading
+
+from agents.node.client import AgentClient, ConsoleRefused, TransportError
+from protocol.agent import WaitRequest
+
+log = logging.getLogger("agents.node.agent")
+
+WAIT_FOR = 25.0  # how long each wait asks the console to hold (it may hold less)
+
+
+class Waking:
+    """The agent's waker; the agent supplies these attributes."""
+
+    stop: threading.Event
+    wake: threading.Event
+    interval: float
+    client: AgentClient
+    _beat: threading.Condition
+    _beats: int
+    _desired_version: str | None
+
+    def _next_beat(self, after: int, timeout: float) -> None:
+        """Wait until a heartbeat newer than `after` was applied (or `timeout`)."""
+        with self._beat:
+            self._beat.wait_for(lambda: self._beats > after or self.stop.is_set(), timeout)
+
+    def wait_for_change(self, client: AgentClient) -> None:
+        """One wait: hold the console's `wait/` with the last reply's token; wake the loop
+        when the desired state changed, then wait for the heartbeat that learns it."""
+        with self._beat:
+            beats, known = self._beats, self._desired_version
+        if known is None:  # no reply yet, or a console without waking
+            self._next_beat(beats, self.interval)
+            return
+        try:
+            reply = client.wait(WaitRequest(known=known, timeout=WAIT_FOR))
+        except (TransportError, ConsoleRefused) as exc:
+            log.debug("wait failed (%s); the next heartbeat learns of new work", exc)
+            self._next_beat(beats, self.interval)
+            return
+        if reply.changed:
+            self.wake.set()
+            self._next_beat(beats, self.interval * 2)
+        elif reply.retry_after is not None:  # no slot free on the console: back off
+            self._next_beat(beats, reply.retry_after)
+
+    def _waker(self) -> None:
+        client = self.client.copy()
+        try:
+            while not self.stop.is_set():
+                try:
+                    self.wait_for_change(client)
+                except Exception:  # never let a bug here end waking for good
+                    log.exception("waiting for the console failed")
+                    self.stop.wait(self.interval)
+        finally:
+            client.close()
