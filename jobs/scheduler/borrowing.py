@@ -1,13 +1,15 @@
 """The borrowing pass of `plan()` (DESIGN §5): `Only Idle Resources` jobs and the
 `Acceptable` ones still waiting use idle capacity. General-purpose: the job's own quota.
-Lingjun: every quota of the same tenant and GPU type, its own first; when no single lender
-has the whole job, whole workers are spread over several lenders, each pod charged to one.
-Never across tenants or GPU types; never a lender in reclaim or in its cool-down."""
+Lingjun: every quota of the same tenant and GPU type, nearest first in the quota tree (its
+own subtree, siblings, … up to the root; `working.scope_of`); when no single lender has the
+whole job, whole workers are spread over several lenders, each pod charged to one. Never
+across tenants or GPU types; never a lender in reclaim or in its cool-down; never beyond a
+`lending_limit` (docs/quota-tree.md)."""
 
 from jobs.scheduler.guaranteed import _wait_guaranteed
 from jobs.scheduler.model import Admission, JobSnap, PoolKey, QuotaSnap
 from jobs.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
-from jobs.scheduler.working import _Both, _diagnose, _place, _Short, _Working
+from jobs.scheduler.working import _Both, _diagnose, _place, _Short, _Working, scope_of
 
 
 def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str | _Short | _Both:
@@ -33,14 +35,14 @@ def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaS
 
 def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     need = job.total_gpus
-    lenders = lenders_for(quota, state.lenders)
+    lenders = scope_of(quota, state)
     cooling = _cooling(job, state)
     if cooling:
         lenders = [q for q in lenders if q.id not in cooling]
         if not lenders:
             names = ", ".join(sorted(state.quotas[i].name for i in cooling if i in state.quotas))
             return f"idle resources: reclaimed by {names} recently; not borrowing there yet"
-    room = {q.id: q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0) for q in lenders}
+    room = {q.id: _lendable(q, quota.id, state, {}) for q in lenders}
     able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
     pooled: tuple[QuotaSnap, ...] = ()
     total = 0  # unused GPUs of the lenders together (not counting those in reclaim)
@@ -53,6 +55,9 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         free = f"{max(room[best.id], 0)} unused"
         if best.id in state.reclaiming:
             free += ", being reclaimed"
+        capped = state.tree.loan_room(best.id, quota.id)
+        if capped is not None and capped[0] <= room[best.id]:
+            free += f" under the lending limit of {capped[1]}"
         if len(lenders) == 1:
             return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}"
         # Several lenders are pooled (whole workers each): say what they have together.
@@ -108,12 +113,34 @@ def _pool_lenders(
         key=lambda q: (-room[q.id], q.id),
     )
     charges: list[QuotaSnap] = []
+    spent: dict[int, int] = {}  # lending limits shared by several lenders of one subtree
     for q in order:
-        take = min(room[q.id] // per, job.workers - len(charges)) if per else job.workers
+        free = _lendable(q, job.quota_id, state, spent) if spent else room[q.id]
+        take = min(free // per, job.workers - len(charges)) if per else job.workers
+        if take <= 0:
+            continue
         charges.extend([q] * take)
+        if not state.tree.flat:
+            for a in state.tree.tree.common_ancestor_below(q.id, job.quota_id):
+                spent[a] = spent.get(a, 0) + take * per
         if len(charges) == job.workers:
             return tuple(charges)
     return ()
+
+
+def _lendable(lender: QuotaSnap, borrower_quota_id: int, state: _Working, spent: dict) -> int:
+    """What the lender can lend a job of the borrower's quota now: its unused own guarantee
+    less its waiting jobs' demand, within the `lending_limit` of every subtree the loan
+    leaves (less what this admission already `spent` of them)."""
+    room = lender.gpus - state.usage[lender.id].gpus - state.demand.get(lender.id, 0)
+    tree = state.tree
+    if tree.flat:
+        return room
+    for a in tree.tree.common_ancestor_below(lender.id, borrower_quota_id):
+        limit = tree.tree.quotas[a].lending_limit
+        if limit is not None:
+            room = min(room, limit - tree.lent.get(a, 0) - spent.get(a, 0))
+    return room
 
 
 def _cooling(job: JobSnap, state: _Working) -> set[int]:
