@@ -7,6 +7,13 @@ owner can fix the file; nothing runs until the whole scenario is valid.
 from dataclasses import dataclass, field
 
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
+from jobs.simulator.scenario_tree import (
+    TREE_FIELDS,
+    ScenarioError,
+    check_tree,
+    inherit_parents,
+    tree_fields,
+)
 from jobs.statuses import IdleResources
 
 RESOURCE_TYPES = ("Lingjun", "General-purpose")
@@ -14,10 +21,6 @@ PREEMPTION = ("Never", "LowerPriority")
 # Extension (not in SCENARIOS.md's list): cordon/uncordon a node (no new work; its pods run on).
 NODE_ACTIONS = ("node_down", "node_up", "cordon", "uncordon")
 ACTION_KINDS = ("stop", "terminate", "restart", *NODE_ACTIONS)
-
-
-class ScenarioError(Exception):
-    """An invalid scenario; the message starts with the field's path."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,11 @@ class QuotaSpec:
     gpu_type: str
     gpus: int
     preemption: str = "Never"
+    # The quota tree (docs/quota-tree.md, docs/simulator.md); all optional.
+    parent: str | None = None
+    max_gpus: int | None = None
+    lending_limit: int | None = None
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -176,10 +184,10 @@ def _nodes(raw) -> list[NodeSpec]:
 
 def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
     quotas: list[QuotaSpec] = []
-    for i, item in enumerate(_list(raw, "quotas")):
+    items = [_obj(item, f"quotas[{i}]") for i, item in enumerate(_list(raw, "quotas"))]
+    for i, d in enumerate(inherit_parents(items)):
         where = f"quotas[{i}]"
-        d = _obj(item, where)
-        known = {"name", "tenant", "resource_type", "gpu_type", "gpus", "preemption"}
+        known = {"name", "tenant", "resource_type", "gpu_type", "gpus", "preemption", *TREE_FIELDS}
         _unknown(d, known, where)
         tenant = _str(d, "tenant", where)
         if tenant not in tenants:
@@ -191,10 +199,12 @@ def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
             gpu_type=_str(d, "gpu_type", where, "H200"),
             gpus=_num(d, "gpus", where, integer=True),
             preemption=_enum(d, "preemption", where, PREEMPTION, "Never"),
+            **tree_fields(d, where),
         )
         if any(o.name == q.name for o in quotas):
             raise ScenarioError(f"{where}.name: duplicate quota {q.name!r}")
         quotas.append(q)
+    check_tree(quotas)
     return quotas
 
 
