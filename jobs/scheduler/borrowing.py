@@ -16,6 +16,10 @@ def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str
     """Second pass: idle jobs borrow; an `Acceptable` job that cannot borrow then has every
     right of an `Off` job in its own quota (reclaim, priority preemption, the hold)."""
     quota = state.quotas[job.quota_id]
+    limited = state.tree.limit_short(quota.id, job.total_gpus)  # again: earlier admissions
+    if limited:
+        deferred.pop(job.id)
+        return limited
     idle = _borrow(job, quota, state)
     guaranteed = deferred.pop(job.id)
     if isinstance(idle, Admission) or guaranteed is None:
@@ -55,11 +59,9 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         free = f"{max(room[best.id], 0)} unused"
         if best.id in state.reclaiming:
             free += ", being reclaimed"
-        capped = state.tree.loan_room(best.id, quota.id)
-        if capped is not None and capped[0] <= room[best.id]:
-            free += f" under the lending limit of {capped[1]}"
+        limited = _limited_lender(lenders, quota.id, room, state)
         if len(lenders) == 1:
-            return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}"
+            return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}{limited}"
         # Several lenders are pooled (whole workers each): say what they have together.
         short = (
             f"job needs {need}"
@@ -69,7 +71,7 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         most = f" (most: {best.name}, {free})" if total or best.id in state.reclaiming else ""
         return (
             f"idle resources: the {quota.gpu_type} quotas of this tenant have {total} GPUs "
-            f"unused in all, {short}{most}"
+            f"unused in all, {short}{most}{limited}"
         )
     key = quota.pool
     pool = state.capacity.pool(key)
@@ -156,3 +158,25 @@ def _cooling(job: JobSnap, state: _Working) -> set[int]:
         if (state.now - when).total_seconds() < window
         and (state.demand.get(q) or q in state.reclaiming)
     }
+
+
+def _limited_lender(lenders: list[QuotaSnap], borrower: int, room: dict, state: _Working) -> str:
+    """The lending limit that holds back most unused guarantee, worded ("; dept-x: lending
+    limit 4 GPUs, 4 lent"), or "" when none does."""
+    if state.tree.flat:
+        return ""
+    worst: tuple[int, str] | None = None
+    for q in lenders:
+        unused = q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0)
+        held_back = unused - room[q.id]
+        capped = state.tree.loan_room(q.id, borrower)
+        if held_back > 0 and capped is not None and (worst is None or held_back > worst[0]):
+            worst = (held_back, capped[1])
+    if worst is None:
+        return ""
+    name = worst[1]
+    limit = next(q.lending_limit for q in state.tree.tree.quotas.values() if q.name == name)
+    lent = next(
+        state.tree.lent.get(i, 0) for i, q in state.tree.tree.quotas.items() if q.name == name
+    )
+    return f"; {name}: lending limit {limit} GPUs, {lent} lent"
