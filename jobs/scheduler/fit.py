@@ -56,7 +56,7 @@ def never_fits(
     whole pool could not host even empty is refused too. `tree`: the tenant's quotas of the
     pool (docs/quota-tree.md), when known: limits and own guarantees are checked too."""
     return (
-        _beyond_tree(quota, tree, workers * gpus_per_worker, idle)
+        _beyond_tree(quota, tree, workers, gpus_per_worker, idle)
         or _beyond_quota(
             quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
         )
@@ -65,7 +65,11 @@ def never_fits(
 
 
 def _beyond_tree(
-    quota: QuotaSize, quotas: tuple[QuotaSnap, ...], gpus: int, idle: IdleResources | str
+    quota: QuotaSize,
+    quotas: tuple[QuotaSnap, ...],
+    workers: int,
+    per: int,
+    idle: IdleResources | str,
 ) -> str | None:
     """A `max_gpus` on the quota's path below the job; a guaranteed job above its own
     guarantee; a Lingjun idle job above what its nearest-first scope could ever lend."""
@@ -74,6 +78,7 @@ def _beyond_tree(
     tree = QuotaTree.of(quotas)
     if quota.id not in tree.quotas:
         return None
+    gpus = workers * per
     limit = tree.limit(quota.id)
     if limit is not None and gpus > limit[0]:
         name = tree.quotas[limit[1]].name
@@ -88,6 +93,13 @@ def _beyond_tree(
                 f"The job needs {gpus} GPUs; the quotas it may borrow from could lend "
                 f"{ever} at most, so it could never start."
             )
+        hosts = sum(_lendable_alone(tree, q, quota.id) // per for q in tree.quotas) if per else 0
+        if per and hosts < workers:
+            return (
+                f"The job needs {_workers(workers)} of {per} GPUs; each worker is charged to "
+                f"one quota, and the quotas it may borrow from can hold {_workers(hosts)} of "
+                "that size at most, so it could never start."
+            )
         return None
     own = tree.own_gpus(quota.id)
     if gpus > own and own < quota.gpus:  # (equal to quota.gpus: _beyond_quota words it)
@@ -96,6 +108,17 @@ def _beyond_tree(
             "(its children hold the rest), so it could never start."
         )
     return None
+
+
+def _lendable_alone(tree: QuotaTree, lender: int, borrower: int) -> int:
+    """The most one lender's own guarantee could ever give a job of `borrower`, within the
+    lending limit of each subtree the loan leaves (each taken alone)."""
+    room = tree.own_gpus(lender)
+    for a in tree.common_ancestor_below(lender, borrower):
+        limit = tree.quotas[a].lending_limit
+        if limit is not None:
+            room = min(room, limit)
+    return room
 
 
 def _lendable_ever(tree: QuotaTree, top: int, borrower: int) -> int:

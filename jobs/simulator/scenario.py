@@ -189,6 +189,8 @@ def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
         where = f"quotas[{i}]"
         known = {"name", "tenant", "resource_type", "gpu_type", "gpus", "preemption", *TREE_FIELDS}
         _unknown(d, known, where)
+        if "parent" in d and d["parent"] not in {o.get("name") for o in items}:
+            raise ScenarioError(f"{where}.parent: unknown quota {d['parent']!r}")
         tenant = _str(d, "tenant", where)
         if tenant not in tenants:
             raise ScenarioError(f"{where}.tenant: unknown tenant {tenant!r}")

@@ -58,7 +58,7 @@ def test_a_borrower_is_moved_to_another_lender_and_the_off_job_starts_at_once(
 def test_a_move_away_that_lost_a_race_is_undone_and_decided_again(
     submit, tree, settings, monkeypatch
 ):
-    shared, vision, speech = tree
+    _shared, vision, speech = tree
     make_node("node-0", gpus=8)
     idle = submit(name="idle2", target=vision, gpus=2, idle_resources=IdleResources.ONLY)
     assert run_cycle().admitted == (idle.id,)
