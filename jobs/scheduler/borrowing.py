@@ -122,7 +122,7 @@ def _pool_lenders(
         if take <= 0:
             continue
         charges.extend([q] * take)
-        if not state.tree.flat:
+        if state.tree.any_lending:
             for a in state.tree.tree.common_ancestor_below(q.id, job.quota_id):
                 spent[a] = spent.get(a, 0) + take * per
         if len(charges) == job.workers:
@@ -136,7 +136,7 @@ def _lendable(lender: QuotaSnap, borrower_quota_id: int, state: _Working, spent:
     leaves (less what this admission already `spent` of them)."""
     room = lender.gpus - state.usage[lender.id].gpus - state.demand.get(lender.id, 0)
     tree = state.tree
-    if tree.flat:
+    if not tree.any_lending:
         return room
     for a in tree.tree.common_ancestor_below(lender.id, borrower_quota_id):
         limit = tree.tree.quotas[a].lending_limit
@@ -163,7 +163,7 @@ def _cooling(job: JobSnap, state: _Working) -> set[int]:
 def _limited_lender(lenders: list[QuotaSnap], borrower: int, room: dict, state: _Working) -> str:
     """The lending limit that holds back most unused guarantee, worded ("; dept-x: lending
     limit 4 GPUs, 4 lent"), or "" when none does."""
-    if state.tree.flat:
+    if not state.tree.any_lending:
         return ""
     worst: tuple[int, str] | None = None
     for q in lenders:

@@ -22,6 +22,8 @@ class TreeUse:
     held: dict[int, int] = field(default_factory=dict)  # subtree's jobs, in quota or not
     lent: dict[int, int] = field(default_factory=dict)  # charged into the subtree from outside
     borrowed: dict[int, int] = field(default_factory=dict)  # the quota's own jobs, not in quota
+    any_max: bool = False  # some quota has a `max_gpus`
+    any_lending: bool = False  # some quota has a `lending_limit`
 
     @classmethod
     def of(cls, quotas: Iterable[QuotaSnap], running: Iterable[RunningSnap]) -> "TreeUse":
@@ -30,7 +32,13 @@ class TreeUse:
         flat = not tree.children and all(
             q.max_gpus is None and q.lending_limit is None for q in quotas
         )
-        use = cls(tree, flat, borrowed={q.id: 0 for q in quotas})
+        use = cls(
+            tree,
+            flat,
+            borrowed={q.id: 0 for q in quotas},
+            any_max=any(q.max_gpus is not None for q in quotas),
+            any_lending=any(q.lending_limit is not None for q in quotas),
+        )
         own_held = {q.id: q.guaranteed_gpus for q in quotas}  # in-quota pods: own jobs only
         for r in running:
             if r.in_quota or r.quota_id not in tree.quotas:
@@ -64,7 +72,7 @@ class TreeUse:
     def limit_short(self, quota_id: int, need: int) -> str | None:
         """Why `need` more GPUs for a job of the quota break a `max_gpus` on its path (the
         level that blocks, nearest first), or None."""
-        if self.flat or quota_id not in self.tree.quotas:
+        if not self.any_max or quota_id not in self.tree.quotas:
             return None
         for a in self.tree.path(quota_id):
             q = self.tree.quotas[a]
@@ -79,7 +87,7 @@ class TreeUse:
         """The most the lender may still lend to a job of the borrower's quota under the
         `lending_limit`s of the subtrees the loan leaves, with the name of the tightest; None
         when no lending limit applies."""
-        if self.flat or lender_id not in self.tree.quotas:
+        if not self.any_lending or lender_id not in self.tree.quotas:
             return None
         best: tuple[int, str] | None = None
         for a in self.tree.common_ancestor_below(lender_id, borrower_quota_id):
