@@ -6,6 +6,7 @@ whole job, whole workers are spread over several lenders, each pod charged to on
 across tenants or GPU types; never a lender in reclaim or in its cool-down; never beyond a
 `lending_limit` (docs/quota-tree.md)."""
 
+from jobs.scheduler.fairshare import fair_share_preempt
 from jobs.scheduler.guaranteed import _wait_guaranteed
 from jobs.scheduler.model import Admission, JobSnap, PoolKey, QuotaSnap
 from jobs.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
@@ -22,7 +23,12 @@ def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str
         return limited
     idle = _borrow(job, quota, state)
     guaranteed = deferred.pop(job.id)
-    if isinstance(idle, Admission) or guaranteed is None:
+    if isinstance(idle, Admission):
+        return idle
+    fair = fair_share_preempt(job, quota, state)  # only where the tenant turned it on
+    if fair:
+        return fair
+    if guaranteed is None:
         return idle
     return _Both(_wait_guaranteed(job, quota, guaranteed, state), idle)
 

@@ -31,6 +31,9 @@ class Settings:
     min_runtime_before_reclaim: float = 0
     # Extension (not in SCENARIOS.md's list, optional): the starvation rule's wait, seconds.
     reserve_after: float = 600
+    # Extension (docs/simulator.md): 1 turns weighted fair-share preemption on for every
+    # tenant (Tenant.fair_share_preemption; docs/quota-tree.md). Default 0: off.
+    fair_share_preemption: float = 0
 
 
 @dataclass(frozen=True)

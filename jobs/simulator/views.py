@@ -60,6 +60,7 @@ def snapshot_of(sim) -> Snapshot:
             max_gpus=q.max_gpus,
             lending_limit=q.lending_limit,
             weight=q.weight,
+            fair_share_preemption=bool(sim.cfg.fair_share_preemption),
         )
         for qid, q in sim.quotas.values()
     )

@@ -114,3 +114,27 @@ def test_a_cycle_of_parents_is_refused():
                       {"name": "b", "parent": "a", "gpus": 0, "tenant": "acme"}]}  # fmt: skip
     with pytest.raises(ScenarioError, match=r"quotas\[0\]\.parent: a cycle"):
         parse(raw)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_fair_share_preemption_never_cycles_between_borrowers(raw):
+    raw["settings"]["fair_share_preemption"] = 1
+    sim = Simulation(parse(raw), until=50_000, audit=True)
+    summary = sim.run()
+    assert summary["invariant_violations"] == []
+    assert all(j["status"] not in ("Pending", "Inqueue") for j in summary["jobs"].values())
+    quota_of = {j["name"]: j["quota"] for j in raw["jobs"]}
+    by_instant: dict[float, set[tuple[str, str]]] = {}
+    for e in sim.events:
+        reason = e.get("reason", "")
+        if "to" not in e or not reason.startswith("preempted for the fair share of quota"):
+            continue
+        preemptor = reason.split("quota ", 1)[1].split(" ", 1)[0]
+        after = float(reason.split(": ", 1)[1].split(" GPUs per weight after")[0])
+        before = float(reason.split("after, ", 1)[1].split(" for quota")[0])
+        assert after <= before  # Kueue's rule: the preemptor's share after <= the victim's
+        pairs = by_instant.setdefault(e["t"], set())
+        pair = (preemptor, quota_of[e["job"]])
+        assert (pair[1], pair[0]) not in pairs  # nobody preempts back at the same moment
+        pairs.add(pair)
