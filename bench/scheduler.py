@@ -117,13 +117,36 @@ def _throwaway_database():
     return old_name
 
 
+def _fill_quotas(snap, tenant) -> None:
+    """The snapshot's quotas as rows (with their tree: parents once every quota exists)."""
+    from quotas.models import Quota
+
+    Quota.objects.bulk_create(
+        Quota(
+            id=q.id,
+            tenant=tenant,
+            name=q.name,
+            resource_type=q.resource_type,
+            gpu_type=q.gpu_type,
+            gpus=q.gpus,
+            weight=q.weight,
+            max_gpus=q.max_gpus,
+            lending_limit=q.lending_limit,
+        )
+        for q in snap.quotas
+    )
+    for q in snap.quotas:  # parents after every quota exists
+        if q.parent_id is not None:
+            Quota.objects.filter(id=q.id).update(parent_id=q.parent_id)
+
+
 def _fill(size: Size, seed: int, tree: bool = False) -> None:
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
     from cluster.models import GpuDevice, Node
     from jobs.models import Job, Pod
-    from quotas.models import Quota, Tenant, Workspace
+    from quotas.models import Tenant, Workspace
 
     snap = synthetic_snapshot(size, seed)
     if tree:
@@ -132,23 +155,7 @@ def _fill(size: Size, seed: int, tree: bool = False) -> None:
         tenant = Tenant.objects.create(name="bench")
         workspace = Workspace.objects.create(tenant=tenant, name="bench")
         user = get_user_model().objects.create(username="bench")
-        Quota.objects.bulk_create(
-            Quota(
-                id=q.id,
-                tenant=tenant,
-                name=q.name,
-                resource_type=q.resource_type,
-                gpu_type=q.gpu_type,
-                gpus=q.gpus,
-                weight=q.weight,
-                max_gpus=q.max_gpus,
-                lending_limit=q.lending_limit,
-            )
-            for q in snap.quotas
-        )
-        for q in snap.quotas:  # parents after every quota exists
-            if q.parent_id is not None:
-                Quota.objects.filter(id=q.id).update(parent_id=q.parent_id)
+        _fill_quotas(snap, tenant)
         Node.objects.bulk_create(
             Node(
                 id=n.id,
