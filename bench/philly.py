@@ -39,7 +39,12 @@ TRACE = next(
     (p / "shared" / "traces" / "philly.csv" for p in ROOT.parents if (p / "shared").is_dir()),
     ROOT.parent / "shared" / "traces" / "philly.csv",
 )
-COLORS = {"off": (200, 60, 40), "on": (30, 110, 200)}
+COLORS = {
+    "off": (200, 60, 40),
+    "on": (30, 110, 200),
+    "tree-off": (230, 150, 40),
+    "tree-on": (40, 160, 90),
+}
 BINS = 300
 
 
@@ -57,6 +62,29 @@ def scenario(limit: int, idle_fraction: float, scale: float) -> dict:
         checkpoint_every=1800,
         fault_tolerance=True,
     )
+
+
+def as_tree(raw: dict) -> dict:
+    """The same cluster with the VCs as teams of a 3-level tree (docs/quota-tree.md): one
+    org, 3 departments taking the VCs in turn (each department's gpus its VCs' sum, so the
+    org and departments have no own guarantee), weights 1-3 on the VCs by size order."""
+    vcs = sorted(raw["quotas"], key=lambda q: -q["gpus"])
+    depts = [[vc for i, vc in enumerate(vcs) if i % 3 == d] for d in range(3)]
+    root = {**vcs[0], "name": "org", "gpus": sum(q["gpus"] for q in vcs)}
+    quotas = [root]
+    for d, members in enumerate(depts):
+        quotas.append(
+            {
+                "name": f"dept-{d}",
+                "parent": "org",
+                "gpus": sum(q["gpus"] for q in members),
+                "weight": 1 + d % 2,
+            }
+        )
+        for i, vc in enumerate(members):
+            quotas.append({"name": vc["name"], "parent": f"dept-{d}", "gpus": vc["gpus"],
+                           "weight": 1 + i % 3})  # fmt: skip
+    return {**raw, "quotas": quotas}
 
 
 def utilisation(events: list[dict], total_gpus: int, end: float) -> list[float]:
@@ -88,12 +116,16 @@ def utilisation(events: list[dict], total_gpus: int, end: float) -> list[float]:
     return [a / (width * total_gpus) for a in area]
 
 
-def run(limit: int, idle_fraction: float, scale: float) -> tuple[dict, list[dict], int, float]:
+def run(
+    limit: int, idle_fraction: float, scale: float, tree: bool = False
+) -> tuple[dict, list[dict], int, float]:
     from jobs.simulator.engine import Simulation
     from jobs.simulator.scenario import parse
     from jobs.simulator.trace import offered_load
 
     raw = scenario(limit, idle_fraction, scale)
+    if tree:
+        raw = as_tree(raw)
     total = sum(n["count"] * n["gpus"] for n in raw["nodes"])
     pod_events: list[dict] = []  # the chart needs only these (waiting events are most)
 
@@ -190,6 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--idle-fraction", type=float, default=0.5, help="idle on: this share is Acceptable"
     )
+    parser.add_argument("--tree", action="store_true", help="also run on a 3-level tree")
     parser.add_argument("--out", default=str(ROOT / "bench" / "philly"), help="chart path stem")
     args = parser.parse_args(argv)
     common.setup_django("")  # the simulator needs Django's settings, not a database
@@ -197,8 +230,11 @@ def main(argv: list[str] | None = None) -> None:
     rows, series, end = [], {}, 0.0
     runs = {}
     load = 0.0
-    for name, fraction in (("off", 0.0), ("on", args.idle_fraction)):
-        summary, events, total, load = run(limit, fraction, args.scale)
+    variants = [("off", 0.0, False), ("on", args.idle_fraction, False)]
+    if args.tree:
+        variants += [("tree-off", 0.0, True), ("tree-on", args.idle_fraction, True)]
+    for name, fraction, tree in variants:
+        summary, events, total, load = run(limit, fraction, args.scale, tree)
         runs[name] = (summary, events, total)
         # The chart spans until 99 % of the jobs have finished: a few jobs of the trace run
         # for weeks and would squeeze everything else into the left edge.
@@ -229,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     labels = {r["idle"]: f"idle {r['idle']}: utilisation {r['utilisation']:.1%}" for r in rows}
     svg(series, end / 3600, stem.with_suffix(".svg"), labels)
     print(f"chart: {stem.with_suffix('.png')} (and .svg)")
-    off, on = rows
+    off, on = rows[:2]
     ratio = (
         round(on["mean_wait_h"] / off["mean_wait_h"], 2)
         if on["mean_wait_h"] is not None and off["mean_wait_h"]

@@ -5,6 +5,7 @@
     .venv/bin/python bench/scheduler.py --db            # run_cycle on DATABASE_URL's server
     .venv/bin/python bench/scheduler.py --db --db-nodes 500 --db-jobs 5000
     .venv/bin/python bench/scheduler.py --sizes small --repeat 5
+    .venv/bin/python bench/scheduler.py --db --tree --db-nodes 2000 --db-jobs 10000 --db-quotas 200
 
 The suite's variant measures plan() and then the DB cycle at 2,000 and 5,000 nodes on a
 clean PostgreSQL database of its own (bench/common.py). The --db mode creates a
@@ -18,173 +19,26 @@ import cProfile
 import json
 import os
 import pstats
-import random
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot  # noqa: E402
+from bench.synthetic import (  # noqa: E402  (re-exported: bench/forecast.py)
+    DB_SIZE,
+    NOW,
+    SIZES,
+    Size,
+    synthetic_snapshot,
+    with_tree,
+)
 from jobs.scheduler.plan import plan  # noqa: E402
-from jobs.statuses import IdleResources, JobStatus  # noqa: E402
-
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-POOLS = [("Lingjun", "H200"), ("Lingjun", "H100"), ("General-purpose", "A100")]
-
-
-@dataclass(frozen=True)
-class Size:
-    name: str
-    nodes: int
-    jobs: int
-    quotas: int
-    gpus_per_node: int = 8
-
-
-SIZES = {
-    "small": Size("small", nodes=100, jobs=1_000, quotas=10),
-    "medium": Size("medium", nodes=2_000, jobs=10_000, quotas=200),
-    "large": Size("large", nodes=5_000, jobs=50_000, quotas=500),
-}
-DB_SIZE = Size("db", nodes=200, jobs=2_000, quotas=20)
-
-# (workers, GPUs per worker) with weights: mostly single-node jobs, some 8-GPU gangs.
-SHAPES = [((1, 1), 30), ((1, 2), 15), ((1, 4), 15), ((1, 8), 20), ((2, 8), 10), ((4, 8), 10)]
-
-
-def _busy_gpus(rng: random.Random, gpus: int) -> int:
-    """A cluster that is about 60% busy, fragmented the way real ones are."""
-    return rng.choice([0, 0, gpus // 4, gpus // 2, gpus // 2, 3 * gpus // 4, gpus, gpus])
-
-
-def synthetic_snapshot(
-    size: Size, seed: int = 1, quota_factor: float = 1.0, idle_mix: float = 0.0
-) -> Snapshot:
-    """A fragmented cluster and a queue. quota_factor scales every quota: at 1 the quotas
-    share the cluster and most waiting jobs are quota-bound; at 100 nearly every job goes
-    through placement and waits for GPUs (the placement path's worst case).
-
-    idle_mix > 0: that share of the busy blocks are borrowers (idle jobs charged, not in
-    quota, to a quota of the same pool and tenant) and that share of the queue uses idle
-    resources (half Acceptable, half Only); every busy block is a RunningSnap, so guaranteed
-    jobs short of lent capacity go through victim selection (the reclaim path)."""
-    rng = random.Random(seed)
-    nodes = []
-    capacity = dict.fromkeys(POOLS, 0)
-    for i in range(size.nodes):
-        resource_type, gpu_type = POOLS[i % len(POOLS)]
-        busy = _busy_gpus(rng, size.gpus_per_node)
-        free = tuple(sorted(rng.sample(range(size.gpus_per_node), size.gpus_per_node - busy)))
-        capacity[(resource_type, gpu_type)] += size.gpus_per_node
-        nodes.append(
-            NodeSnap(
-                id=i + 1,
-                name=f"node-{i}",
-                gpu_type=gpu_type,
-                resource_type=resource_type,
-                free_gpu_indices=free,
-                gpus=size.gpus_per_node,
-                free_cpus=128 - busy * 12,
-                free_memory_gb=2048 - busy * 200,
-                schedulable=rng.random() > 0.02,
-                unschedulable_reason="cordoned",
-            )
-        )
-    quotas = []
-    for q in range(size.quotas):
-        pool = POOLS[q % len(POOLS)]
-        in_pool = len(range(q % len(POOLS), size.quotas, len(POOLS)))
-        share = int(capacity[pool] * quota_factor) // max(1, in_pool)
-        quotas.append(
-            QuotaSnap(
-                id=q + 1,
-                name=f"quota-{q}",
-                tenant_id=1 + q % 5,
-                resource_type=pool[0],
-                gpu_type=pool[1],
-                gpus=share,
-                used_gpus=int(share * rng.uniform(0.3, 0.8)),
-            )
-        )
-    running: list[RunningSnap] = []
-    if idle_mix:
-        quotas, running = _charge_busy_blocks(rng, nodes, quotas, idle_mix)
-    shapes, weights = zip(*SHAPES, strict=True)
-    jobs = []
-    for j in range(size.jobs):
-        workers, gpus = rng.choices(shapes, weights)[0]
-        jobs.append(
-            JobSnap(
-                id=j + 1,
-                quota_id=rng.randrange(size.quotas) + 1,
-                workers=workers,
-                gpus_per_worker=gpus,
-                cpus_per_worker=gpus * 8,
-                memory_gb_per_worker=gpus * 100,
-                priority=rng.choices([0, 1, 2, 5], [10, 60, 20, 10])[0],
-                submitted_at=NOW - timedelta(seconds=rng.randrange(86_400)),
-                status=JobStatus.INQUEUE if rng.random() < 0.7 else JobStatus.PENDING,
-                idle_resources=_idle_mode(rng, idle_mix),
-            )
-        )
-    return Snapshot(
-        nodes=tuple(nodes), quotas=tuple(quotas), jobs=tuple(jobs), running=tuple(running)
-    )
-
-
-def _idle_mode(rng: random.Random, idle_mix: float) -> IdleResources:
-    if rng.random() >= idle_mix:
-        return IdleResources.OFF
-    return IdleResources.ACCEPTABLE if rng.random() < 0.5 else IdleResources.ONLY
-
-
-def _charge_busy_blocks(rng, nodes, quotas, idle_mix):
-    """Turn every node's busy GPUs into a running job charged to a quota of its pool."""
-    by_pool: dict[tuple, list[QuotaSnap]] = {}
-    for q in quotas:
-        by_pool.setdefault(q.pool, []).append(q)
-    used = {q.id: [0, 0] for q in quotas}
-    running = []
-    for n in nodes:
-        busy = n.gpus - len(n.free_gpu_indices)
-        if not busy or n.pool not in by_pool:
-            continue
-        charged = rng.choice(by_pool[n.pool])
-        borrowed = rng.random() < idle_mix
-        owner = charged
-        if borrowed:
-            same_tenant = [q for q in by_pool[n.pool] if q.tenant_id == charged.tenant_id]
-            owner = rng.choice(same_tenant)
-        used[charged.id][0] += busy
-        used[charged.id][1] += busy if borrowed else 0
-        running.append(
-            RunningSnap(
-                id=10_000_000 + n.id,
-                quota_id=owner.id,
-                charged_quota_id=charged.id,
-                in_quota=not borrowed,
-                priority=rng.choice([0, 1, 2]),
-                gpus_by_node=((n.id, busy),),
-                started_at=NOW - timedelta(seconds=rng.randrange(1, 86_400)),
-                last_checkpoint_at=NOW - timedelta(seconds=rng.randrange(1, 3_600)),
-            )
-        )
-    quotas = [
-        QuotaSnap(
-            id=q.id, name=q.name, tenant_id=q.tenant_id, resource_type=q.resource_type,
-            gpu_type=q.gpu_type, gpus=max(q.gpus, used[q.id][0]), used_gpus=used[q.id][0],
-            borrowed_gpus=used[q.id][1],
-            preemption="LowerPriority" if q.id % 4 == 0 else "Never",
-        )
-        for q in quotas
-    ]  # fmt: skip
-    return quotas, running
+from jobs.statuses import JobStatus  # noqa: E402
 
 
 def bench_plan(names: list[str], repeat: int, seed: int) -> list[dict]:
@@ -200,6 +54,8 @@ def bench_plan(names: list[str], repeat: int, seed: int) -> list[dict]:
             ("GPUs", 100.0, 0.0),
             ("quota+idle", 1.0, 0.3),
             ("GPUs+idle", 100.0, 0.3),
+            ("tree+idle", 1.0, 0.3),  # 3-level quota trees (docs/quota-tree.md)
+            ("tree+GPUs", 100.0, 0.3),
         ):
             rows.append(_bench_one(SIZES[name], bound, factor, repeat, seed, mix))
     return rows
@@ -209,6 +65,8 @@ def _bench_one(
     size: Size, bound: str, factor: float, repeat: int, seed: int, idle_mix: float = 0.0
 ) -> dict:
     snap = synthetic_snapshot(size, seed, factor, idle_mix)
+    if bound.startswith("tree"):
+        snap = with_tree(snap, seed)
     times, result = [], None
     for _ in range(repeat):
         start = time.perf_counter()
@@ -259,30 +117,45 @@ def _throwaway_database():
     return old_name
 
 
-def _fill(size: Size, seed: int) -> None:
+def _fill_quotas(snap, tenant) -> None:
+    """The snapshot's quotas as rows (with their tree: parents once every quota exists)."""
+    from quotas.models import Quota
+
+    Quota.objects.bulk_create(
+        Quota(
+            id=q.id,
+            tenant=tenant,
+            name=q.name,
+            resource_type=q.resource_type,
+            gpu_type=q.gpu_type,
+            gpus=q.gpus,
+            weight=q.weight,
+            max_gpus=q.max_gpus,
+            lending_limit=q.lending_limit,
+        )
+        for q in snap.quotas
+    )
+    for q in snap.quotas:  # parents after every quota exists
+        if q.parent_id is not None:
+            Quota.objects.filter(id=q.id).update(parent_id=q.parent_id)
+
+
+def _fill(size: Size, seed: int, tree: bool = False) -> None:
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
     from cluster.models import GpuDevice, Node
     from jobs.models import Job, Pod
-    from quotas.models import Quota, Tenant, Workspace
+    from quotas.models import Tenant, Workspace
 
     snap = synthetic_snapshot(size, seed)
+    if tree:
+        snap = with_tree(snap, seed)
     with transaction.atomic():
         tenant = Tenant.objects.create(name="bench")
         workspace = Workspace.objects.create(tenant=tenant, name="bench")
         user = get_user_model().objects.create(username="bench")
-        Quota.objects.bulk_create(
-            Quota(
-                id=q.id,
-                tenant=tenant,
-                name=q.name,
-                resource_type=q.resource_type,
-                gpu_type=q.gpu_type,
-                gpus=q.gpus,
-            )
-            for q in snap.quotas
-        )
+        _fill_quotas(snap, tenant)
         Node.objects.bulk_create(
             Node(
                 id=n.id,
@@ -354,6 +227,7 @@ def bench_db(
     profile: bool = False,
     throwaway: bool = True,
     show_queries: bool = False,
+    tree: bool = False,
 ) -> list[dict]:
     """The DB cycle on a filled database: a throw-away one next to the configured one, or
     (throwaway=False, the suite) the configured one, emptied first."""
@@ -370,7 +244,7 @@ def bench_db(
         call_command("flush", interactive=False, verbosity=0)
     rows: list[dict] = []
     try:
-        _fill(size, seed)
+        _fill(size, seed, tree)
         print(f"database: {connection.vendor} ({connection.settings_dict['NAME']})")
         print(
             f"{size.nodes} nodes x {size.gpus_per_node} GPUs, {size.jobs} waiting jobs, "
@@ -502,6 +376,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db-quotas", type=int, help="default: one per 50 jobs")
     parser.add_argument("--profile", action="store_true", help="--db: cProfile the first cycle")
     parser.add_argument("--queries", action="store_true", help="--db: each statement's time")
+    parser.add_argument("--tree", action="store_true", help="--db: 3-level quota trees")
     parser.add_argument("--full", action="store_true", help="the suite's full variant")
     parser.add_argument("--quick", action="store_true", help="the suite's quick variant")
     args = parser.parse_args(argv)
@@ -514,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.db:
         quotas = args.db_quotas or max(1, args.db_jobs // 50)
         size = Size("db", nodes=args.db_nodes, jobs=args.db_jobs, quotas=quotas)
-        bench_db(size, args.seed, args.profile, show_queries=args.queries)
+        bench_db(size, args.seed, args.profile, show_queries=args.queries, tree=args.tree)
         return
     names = [n.strip() for n in args.sizes.split(",") if n.strip()]
     unknown = [n for n in names if n not in SIZES]

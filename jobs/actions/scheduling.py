@@ -151,7 +151,8 @@ class _ChargeMoved(Exception):
 
 
 def _charge_home(decided: Plan) -> tuple[int, ...]:
-    """Re-charge borrowing Acceptable jobs' pods to their own quota, in quota. One UPDATE
+    """Charge moves (docs/quota-tree.md): borrowing Acceptable jobs' pods re-charged to their
+    own quota, in quota, and borrowers moved to another lender (still not in quota). One UPDATE
     per job, compare-and-set: only live pods still charged, not in quota, to the lenders
     the plan saw; if not exactly all of them move (one exited or moved meanwhile), the
     job's savepoint is rolled back and the next cycle decides again."""
@@ -165,7 +166,7 @@ def _charge_home(decided: Plan) -> tuple[int, ...]:
                     status__in=live,
                     in_quota=False,
                     charged_quota_id__in=move.from_quota_ids,
-                ).update(charged_quota_id=move.quota_id, in_quota=True)
+                ).update(charged_quota_id=move.quota_id, in_quota=move.in_quota)
                 if moved != move.pods:
                     raise _ChargeMoved
         except _ChargeMoved:

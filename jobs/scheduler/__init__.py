@@ -9,6 +9,7 @@ simulator and benchmarks can use the pure core alone.
 from jobs.scheduler.model import (
     Admission,
     ChargeHome,
+    ChargeMove,
     JobSnap,
     NodeSnap,
     Placement,
@@ -24,6 +25,7 @@ from jobs.scheduler.plan import PlanOptions, plan
 __all__ = [
     "Admission",
     "ChargeHome",
+    "ChargeMove",
     "JobSnap",
     "NodeSnap",
     "Placement",

@@ -1,22 +1,34 @@
 """The borrowing pass of `plan()` (docs/scheduling.md): `Only Idle Resources` jobs and the
 `Acceptable` ones still waiting use idle capacity. General-purpose: the job's own quota.
-Lingjun: every quota of the same tenant and GPU type, its own first; when no single lender
-has the whole job, whole workers are spread over several lenders, each pod charged to one.
-Never across tenants or GPU types; never a lender in reclaim or in its cool-down."""
+Lingjun: every quota of the same tenant and GPU type, nearest first in the quota tree (its
+own subtree, siblings, … up to the root; `working.scope_of`); when no single lender has the
+whole job, whole workers are spread over several lenders, each pod charged to one. Never
+across tenants or GPU types; never a lender in reclaim or in its cool-down; never beyond a
+`lending_limit` (docs/quota-tree.md)."""
 
+from jobs.scheduler.fairshare import fair_share_preempt
 from jobs.scheduler.guaranteed import _wait_guaranteed
 from jobs.scheduler.model import Admission, JobSnap, PoolKey, QuotaSnap
 from jobs.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
-from jobs.scheduler.working import _Both, _diagnose, _place, _Short, _Working
+from jobs.scheduler.working import _Both, _diagnose, _place, _Short, _Working, scope_of
 
 
 def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str | _Short | _Both:
     """Second pass: idle jobs borrow; an `Acceptable` job that cannot borrow then has every
     right of an `Off` job in its own quota (reclaim, priority preemption, the hold)."""
     quota = state.quotas[job.quota_id]
+    limited = state.tree.limit_short(quota.id, job.total_gpus)  # again: earlier admissions
+    if limited:
+        deferred.pop(job.id)
+        return limited
     idle = _borrow(job, quota, state)
     guaranteed = deferred.pop(job.id)
-    if isinstance(idle, Admission) or guaranteed is None:
+    if isinstance(idle, Admission):
+        return idle
+    fair = fair_share_preempt(job, quota, state)  # only where the tenant turned it on
+    if fair:
+        return fair
+    if guaranteed is None:
         return idle
     return _Both(_wait_guaranteed(job, quota, guaranteed, state), idle)
 
@@ -33,14 +45,14 @@ def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaS
 
 def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
     need = job.total_gpus
-    lenders = lenders_for(quota, state.lenders)
+    lenders = scope_of(quota, state)
     cooling = _cooling(job, state)
     if cooling:
         lenders = [q for q in lenders if q.id not in cooling]
         if not lenders:
             names = ", ".join(sorted(state.quotas[i].name for i in cooling if i in state.quotas))
             return f"idle resources: reclaimed by {names} recently; not borrowing there yet"
-    room = {q.id: q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0) for q in lenders}
+    room = {q.id: _lendable(q, quota.id, state, {}) for q in lenders}
     able = [q for q in lenders if room[q.id] >= need and q.id not in state.reclaiming]
     pooled: tuple[QuotaSnap, ...] = ()
     total = 0  # unused GPUs of the lenders together (not counting those in reclaim)
@@ -53,8 +65,9 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         free = f"{max(room[best.id], 0)} unused"
         if best.id in state.reclaiming:
             free += ", being reclaimed"
+        limited = _limited_lender(lenders, quota.id, room, state)
         if len(lenders) == 1:
-            return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}"
+            return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}{limited}"
         # Several lenders are pooled (whole workers each): say what they have together.
         short = (
             f"job needs {need}"
@@ -64,7 +77,7 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         most = f" (most: {best.name}, {free})" if total or best.id in state.reclaiming else ""
         return (
             f"idle resources: the {quota.gpu_type} quotas of this tenant have {total} GPUs "
-            f"unused in all, {short}{most}"
+            f"unused in all, {short}{most}{limited}"
         )
     key = quota.pool
     pool = state.capacity.pool(key)
@@ -108,12 +121,34 @@ def _pool_lenders(
         key=lambda q: (-room[q.id], q.id),
     )
     charges: list[QuotaSnap] = []
+    spent: dict[int, int] = {}  # lending limits shared by several lenders of one subtree
     for q in order:
-        take = min(room[q.id] // per, job.workers - len(charges)) if per else job.workers
+        free = _lendable(q, job.quota_id, state, spent) if spent else room[q.id]
+        take = min(free // per, job.workers - len(charges)) if per else job.workers
+        if take <= 0:
+            continue
         charges.extend([q] * take)
+        if state.tree.any_lending:
+            for a in state.tree.tree.common_ancestor_below(q.id, job.quota_id):
+                spent[a] = spent.get(a, 0) + take * per
         if len(charges) == job.workers:
             return tuple(charges)
     return ()
+
+
+def _lendable(lender: QuotaSnap, borrower_quota_id: int, state: _Working, spent: dict) -> int:
+    """What the lender can lend a job of the borrower's quota now: its unused own guarantee
+    less its waiting jobs' demand, within the `lending_limit` of every subtree the loan
+    leaves (less what this admission already `spent` of them)."""
+    room = lender.gpus - state.usage[lender.id].gpus - state.demand.get(lender.id, 0)
+    tree = state.tree
+    if not tree.any_lending:
+        return room
+    for a in tree.tree.common_ancestor_below(lender.id, borrower_quota_id):
+        limit = tree.tree.quotas[a].lending_limit
+        if limit is not None:
+            room = min(room, limit - tree.lent.get(a, 0) - spent.get(a, 0))
+    return room
 
 
 def _cooling(job: JobSnap, state: _Working) -> set[int]:
@@ -129,3 +164,25 @@ def _cooling(job: JobSnap, state: _Working) -> set[int]:
         if (state.now - when).total_seconds() < window
         and (state.demand.get(q) or q in state.reclaiming)
     }
+
+
+def _limited_lender(lenders: list[QuotaSnap], borrower: int, room: dict, state: _Working) -> str:
+    """The lending limit that holds back most unused guarantee, worded ("; dept-x: lending
+    limit 4 GPUs, 4 lent"), or "" when none does."""
+    if not state.tree.any_lending:
+        return ""
+    worst: tuple[int, str] | None = None
+    for q in lenders:
+        unused = q.gpus - state.usage[q.id].gpus - state.demand.get(q.id, 0)
+        held_back = unused - room[q.id]
+        capped = state.tree.loan_room(q.id, borrower)
+        if held_back > 0 and capped is not None and (worst is None or held_back > worst[0]):
+            worst = (held_back, capped[1])
+    if worst is None:
+        return ""
+    name = worst[1]
+    limit = next(q.lending_limit for q in state.tree.tree.quotas.values() if q.name == name)
+    lent = next(
+        state.tree.lent.get(i, 0) for i, q in state.tree.tree.quotas.items() if q.name == name
+    )
+    return f"; {name}: lending limit {limit} GPUs, {lent} lent"

@@ -14,6 +14,8 @@ One rule for the create form (and so the API) and the simulator's `refused` even
 
 from dataclasses import dataclass
 
+from jobs.scheduler.model import QuotaSnap
+from jobs.scheduler.tree import QuotaTree
 from jobs.statuses import IdleResources
 
 LINGJUN = "Lingjun"
@@ -31,6 +33,7 @@ class QuotaSize:
     tenant_gpus: int = 0
     # The same quotas' GPUs one by one, where known (the whole-worker check); () = unknown.
     tenant_quota_gpus: tuple[int, ...] = ()
+    id: int | None = None  # the quota's id in `tree` (never_fits' tree check)
 
 
 def _workers(n: int) -> str:
@@ -46,13 +49,88 @@ def never_fits(
     memory_gb_per_worker: int = 0,
     idle: IdleResources | str = IdleResources.OFF,
     node_gpus: tuple[int, ...] | None = None,
+    tree: tuple[QuotaSnap, ...] = (),
 ) -> str | None:
     """The error a user sees for a job that could never start on this quota, or None.
     `node_gpus`: GPUs of each registered node of the quota's pool, when known: a gang the
-    whole pool could not host even empty is refused too."""
-    return _beyond_quota(
-        quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
-    ) or _beyond_pool(quota, workers, gpus_per_worker, node_gpus)
+    whole pool could not host even empty is refused too. `tree`: the tenant's quotas of the
+    pool (docs/quota-tree.md), when known: limits and own guarantees are checked too."""
+    return (
+        _beyond_tree(quota, tree, workers, gpus_per_worker, idle)
+        or _beyond_quota(
+            quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
+        )
+        or _beyond_pool(quota, workers, gpus_per_worker, node_gpus)
+    )
+
+
+def _beyond_tree(
+    quota: QuotaSize,
+    quotas: tuple[QuotaSnap, ...],
+    workers: int,
+    per: int,
+    idle: IdleResources | str,
+) -> str | None:
+    """A `max_gpus` on the quota's path below the job; a guaranteed job above its own
+    guarantee; a Lingjun idle job above what its nearest-first scope could ever lend."""
+    if not quotas or quota.id is None:
+        return None
+    tree = QuotaTree.of(quotas)
+    if quota.id not in tree.quotas:
+        return None
+    gpus = workers * per
+    limit = tree.limit(quota.id)
+    if limit is not None and gpus > limit[0]:
+        name = tree.quotas[limit[1]].name
+        return (
+            f"The job needs {gpus} GPUs; {name} has a limit of {limit[0]}, so it could never start."
+        )
+    if quota.resource_type == LINGJUN and IdleResources(idle) != IdleResources.OFF:
+        roots = [q for q in tree.quotas if tree.parent(q) is None]
+        ever = sum(_lendable_ever(tree, r, quota.id) for r in roots)
+        if gpus > ever:
+            return (
+                f"The job needs {gpus} GPUs; the quotas it may borrow from could lend "
+                f"{ever} at most, so it could never start."
+            )
+        hosts = sum(_lendable_alone(tree, q, quota.id) // per for q in tree.quotas) if per else 0
+        if per and hosts < workers:
+            return (
+                f"The job needs {_workers(workers)} of {per} GPUs; each worker is charged to "
+                f"one quota, and the quotas it may borrow from can hold {_workers(hosts)} of "
+                "that size at most, so it could never start."
+            )
+        return None
+    own = tree.own_gpus(quota.id)
+    if gpus > own and own < quota.gpus:  # (equal to quota.gpus: _beyond_quota words it)
+        return (
+            f"The job needs {gpus} GPUs; quota {quota.name} guarantees {own} of its own "
+            "(its children hold the rest), so it could never start."
+        )
+    return None
+
+
+def _lendable_alone(tree: QuotaTree, lender: int, borrower: int) -> int:
+    """The most one lender's own guarantee could ever give a job of `borrower`, within the
+    lending limit of each subtree the loan leaves (each taken alone)."""
+    room = tree.own_gpus(lender)
+    for a in tree.common_ancestor_below(lender, borrower):
+        limit = tree.quotas[a].lending_limit
+        if limit is not None:
+            room = min(room, limit)
+    return room
+
+
+def _lendable_ever(tree: QuotaTree, top: int, borrower: int) -> int:
+    """The most the subtree of `top` could ever give a job of `borrower`: every own
+    guarantee in it, within the lending limit of each subtree the loan leaves."""
+    total = tree.own_gpus(top) + sum(
+        _lendable_ever(tree, c, borrower) for c in tree.children.get(top, ())
+    )
+    limit = tree.quotas[top].lending_limit
+    if limit is not None and borrower not in tree.subtree(top):
+        total = min(total, limit)
+    return total
 
 
 def _beyond_pool(

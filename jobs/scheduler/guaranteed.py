@@ -4,6 +4,7 @@ quota's guarantee and a gang placement; one that still waits may preempt
 rule), but only while capacity that will free up could ever satisfy it."""
 
 from jobs.scheduler.model import Admission, JobSnap, QuotaSnap
+from jobs.scheduler.moves import move_borrowers
 from jobs.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
 from jobs.scheduler.reclaim import _preempt
 from jobs.scheduler.working import Usage, _place, _Short, _Working, quota_shortfall
@@ -20,6 +21,9 @@ def _guaranteed_pass(job: JobSnap, state: _Working, deferred: dict) -> object:
         return f"quota #{job.quota_id} no longer exists"
     if job.active_pods:
         return f"waiting for {_n(job.active_pods, 'worker')} of the previous attempt to exit"
+    limited = state.tree.limit_short(quota.id, job.total_gpus)
+    if limited:  # a `max_gpus` on its path: neither its guarantee nor idle capacity helps
+        return limited
     if job.idle_resources == IdleResources.ONLY:
         deferred[job.id] = None
         return _DEFER
@@ -65,11 +69,17 @@ def _guaranteed(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | 
     holder = state.holds.get(quota.id)
     if holder is not None:
         return f"waiting behind {holder.label}, which has waited longest for quota {quota.name}"
-    if used.gpus + job.total_gpus > quota.gpus:
-        _claim_releasing(job, quota, state)
-        return _Short(quota, lent=True)
     key = quota.pool
     pool = state.capacity.pool(key)
+    if used.gpus + job.total_gpus > quota.gpus and not (
+        # Lent out, but a placement is free: borrowers moved to other lenders give the
+        # room back without a restart (docs/quota-tree.md, "move before preempting").
+        pool is not None
+        and pool.find(job.shape, job.excluded_node_ids) is not None
+        and move_borrowers(quota, used.gpus + job.total_gpus - quota.gpus, job, state)
+    ):
+        _claim_releasing(job, quota, state)
+        return _Short(quota, lent=True)
     if pool is None or pool.size == 0:
         return diagnose_unschedulable_pool(key, state.capacity.unschedulable.get(key))
     if not state.options.backfill and key in state.blocked_by:

@@ -207,15 +207,21 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
-class ChargeHome:
-    """A running `Acceptable` job that borrowed moves its charge to its own quota, in quota
-    (docs/scheduling.md): its quota now has room for the whole job, so it is no reclaim victim."""
+class ChargeMove:
+    """A running borrower's pods are re-charged, nothing restarts (docs/quota-tree.md).
+    Home: an `Acceptable` job whose own quota now has room moves there, in quota, and is no
+    reclaim victim any more. Away (`in_quota` False): a lender needs its GPUs back and
+    another lender in the borrower's scope has room, so it is moved instead of preempted."""
 
     job_id: int
-    quota_id: int  # its own quota: the pods' new charge
+    quota_id: int  # the pods' new charge (its own quota when moving home)
     from_quota_ids: tuple[int, ...]  # the lenders its pods are charged to now
     pods: int  # its live pods: all of them move, or none (compare-and-set)
-    reason: str  # "charge moved home to quota team-a (in quota)"
+    reason: str  # "charge moved home to quota team-a (in quota)" / "charge moved to quota b"
+    in_quota: bool = True  # the pods' new in-quota flag
+
+
+ChargeHome = ChargeMove  # the move home, its first kind (kept for its callers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +229,8 @@ class Plan:
     admissions: tuple[Admission, ...] = ()
     queued: tuple[QueueDecision, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
-    charges_home: tuple[ChargeHome, ...] = ()
+    # Charge moves, home and away (the name is the first kind's).
+    charges_home: tuple[ChargeMove, ...] = ()
 
     def admission_for(self, job_id: int) -> Admission | None:
         return next((a for a in self.admissions if a.job_id == job_id), None)

@@ -37,7 +37,11 @@ will host its whole gang, and nothing else is placed on them, so they only drain
 continues on every other node: it cannot delay the reserved job.
 """
 
+import heapq
 import logging
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 
 from jobs.scheduler.borrowing import _idle_pass, lenders_for
@@ -52,6 +56,7 @@ from jobs.scheduler.reasons import (
     format_indices,
 )
 from jobs.scheduler.reclaim import _move_home
+from jobs.scheduler.treeuse import TreeUse, with_own_guarantees
 from jobs.scheduler.working import (
     PlanOptions,
     Usage,
@@ -92,6 +97,9 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     writes nothing. (Usage only grows within a plan, so a job short of quota or GPUs when
     it was looked at is still short at the end.)
     """
+    tree = TreeUse.of(snapshot.quotas, snapshot.running)
+    # Each quota charged by its own guarantee (docs/quota-tree.md); flat quotas unchanged.
+    snapshot = replace(snapshot, quotas=with_own_guarantees(snapshot.quotas, tree.tree))
     lenders, charged_to, own = _index(snapshot)
     state = _Working(
         options=options or PlanOptions(),
@@ -106,6 +114,7 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         charged_to=charged_to,
         own=own,
         releasing=_releasing(snapshot.running),
+        tree=tree,
     )
     order = admission_order(snapshot.jobs)
     _claim_demand(order, state)
@@ -118,9 +127,9 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     # and a lender whose job arrives now gets the room back instead of reclaiming.
     charges_home = _move_home(snapshot.running, state)
     for phase in (_guaranteed_pass, _idle_pass):
-        for job in order:
-            if phase is _idle_pass and job.id not in deferred:
-                continue
+        # Idle capacity goes to the quota with the lowest borrowed GPUs / weight first.
+        jobs = order if phase is _guaranteed_pass else fair_order(order, deferred, state.tree)
+        for job in jobs:
             try:
                 result = phase(job, state, deferred)
             except Exception as exc:  # one bad job must not stop admissions cluster-wide
@@ -154,8 +163,30 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         admissions=tuple(admissions),
         queued=tuple(queued),
         preemptions=tuple(state.preemptions),
-        charges_home=tuple(charges_home),
+        charges_home=(*charges_home, *state.charge_moves),
     )
+
+
+def fair_order(order: list[JobSnap], deferred: dict, tree: TreeUse) -> Iterator[JobSnap]:
+    """The idle pass's jobs: next the head (in admission order) of the quota whose borrowed
+    GPUs over weight is lowest, then by its priority, submission time and id. Read lazily:
+    a quota's share is looked up again after its job was booked."""
+    queues: dict[int, deque[JobSnap]] = {}
+    for job in order:
+        if job.id in deferred:
+            queues.setdefault(job.quota_id, deque()).append(job)
+
+    def key(quota_id: int) -> tuple:
+        head = queues[quota_id][0]
+        return (tree.share(quota_id), -head.priority, head.submitted_at, head.id, quota_id)
+
+    heap = [key(quota_id) for quota_id in queues]
+    heapq.heapify(heap)
+    while heap:
+        quota_id = heapq.heappop(heap)[-1]
+        yield queues[quota_id].popleft()
+        if queues[quota_id]:
+            heapq.heappush(heap, key(quota_id))
 
 
 def _error(exc: Exception) -> str:

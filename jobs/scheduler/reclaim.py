@@ -45,7 +45,9 @@ def _move_home(running: Iterable[RunningSnap], state: _Working) -> list[ChargeHo
             gpus = r.gpus_charged_to(lender)
             state.usage[lender].gpus -= gpus
             state.usage[lender].borrowed -= gpus
+            state.tree.loan(lender, r.quota_id, -gpus)
         used.gpus += r.gpus
+        state.tree.borrowed[quota.id] = state.tree.borrowed.get(quota.id, 0) - r.gpus
         state.moved.add(r.id)
         moves.append(
             ChargeHome(

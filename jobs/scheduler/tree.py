@@ -15,6 +15,11 @@ from jobs.scheduler.model import QuotaSnap
 class QuotaTree:
     quotas: dict[int, QuotaSnap]
     children: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # Memos (the tree never changes during a plan; plan() asks for paths thousands of times).
+    _paths: dict[int, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
+    _leaving: dict[tuple[int, int], tuple[int, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def of(cls, quotas: Iterable[QuotaSnap]) -> "QuotaTree":
@@ -42,7 +47,10 @@ class QuotaTree:
 
     def path(self, quota_id: int) -> tuple[int, ...]:
         """The quota itself, then its ancestors up to the root."""
-        return (quota_id, *self.ancestors(quota_id))
+        path = self._paths.get(quota_id)
+        if path is None:
+            path = self._paths[quota_id] = (quota_id, *self.ancestors(quota_id))
+        return path
 
     def root(self, quota_id: int) -> int:
         return self.path(quota_id)[-1]
@@ -88,10 +96,15 @@ class QuotaTree:
     def common_ancestor_below(self, lender_id: int, borrower_id: int) -> tuple[int, ...]:
         """The lender's path up to, not including, the first quota that also holds the
         borrower: the subtrees whose `lending_limit` a loan from lender to borrower leaves."""
+        key = (lender_id, borrower_id)
+        memo = self._leaving.get(key)
+        if memo is not None:
+            return memo
         holding = set(self.path(borrower_id))
         out = []
         for q in self.path(lender_id):
             if q in holding:
                 break
             out.append(q)
-        return tuple(out)
+        self._leaving[key] = result = tuple(out)
+        return result

@@ -20,6 +20,8 @@ from jobs.scheduler.model import (
 )
 from jobs.scheduler.placement import CapacityIndex, PoolIndex
 from jobs.scheduler.reasons import diagnose_excluded, diagnose_never, diagnose_placement
+from jobs.scheduler.tree import QuotaTree
+from jobs.scheduler.treeuse import TreeUse
 from jobs.statuses import IdleResources
 
 
@@ -118,6 +120,34 @@ class _Working:
     # Placement diagnoses by (pool, shape): a long queue of same-sized jobs that cannot
     # fit is diagnosed once, not once per job.
     diagnoses: dict[tuple, str] = field(default_factory=dict)
+    # The quota tree's counts (docs/quota-tree.md): limits, lending limits, fair shares.
+    tree: TreeUse = field(default_factory=lambda: TreeUse(QuotaTree({})))
+    # Borrowers re-charged to another lender so a lender gets its GPUs back unpreempted.
+    charge_moves: list = field(default_factory=list)
+    scopes: dict[int, list[QuotaSnap]] = field(default_factory=dict)  # scope_of's memo
+
+
+def scope_of(quota: QuotaSnap, state: "_Working") -> list[QuotaSnap]:
+    """The lenders an idle job of `quota` may borrow from, nearest first (docs/quota-tree.md):
+    General-purpose, its own quota; Lingjun, its own subtree, its siblings', its parent's
+    siblings', … up to its root, then the tenant's other trees of the pool (by id). On flat
+    quotas: its own, then the others by id, as before trees existed."""
+    if quota.id in state.scopes:
+        return state.scopes[quota.id]
+    if quota.resource_type != "Lingjun":
+        scope = [quota]
+    else:
+        same = state.lenders.get((quota.tenant_id, quota.pool), [])
+        tree = state.tree.tree
+        if tree.children and quota.id in tree.quotas:
+            by_id = {q.id: q for q in same}
+            near = [by_id[i] for i in tree.nearest_first(quota.id) if i in by_id]
+            seen = {q.id for q in near}
+            scope = [*near, *(q for q in same if q.id not in seen)]
+        else:
+            scope = [quota, *(q for q in same if q.id != quota.id)]
+    state.scopes[quota.id] = scope
+    return scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +201,8 @@ def _claim_demand(order: list[JobSnap], state: _Working) -> None:
         quota = state.quotas.get(job.quota_id)
         if quota is None or job.idle_resources == IdleResources.ONLY or job.active_pods:
             continue
+        if state.tree.limit_short(quota.id, job.total_gpus):
+            continue  # held back by a `max_gpus`: lender capacity kept for it would idle
         claimed = state.demand.get(quota.id, 0)
         if quota.guaranteed_gpus + claimed + job.total_gpus > quota.gpus:
             continue
@@ -197,6 +229,12 @@ def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
             _charge(state.usage[quota_id], job, 1, admission.in_quota)
     else:
         _charge(state.usage[admission.charged_quota_id], job, job.workers, admission.in_quota)
+    tree = state.tree
+    tree.hold(job.quota_id, job.total_gpus)
+    if not admission.in_quota:
+        tree.borrowed[job.quota_id] = tree.borrowed.get(job.quota_id, 0) + job.total_gpus
+        for lender, gpus in admission.charged_gpus().items():
+            tree.loan(lender, job.quota_id, gpus)
 
 
 def _charge(used: Usage, job: JobSnap, workers: int, in_quota: bool) -> None:

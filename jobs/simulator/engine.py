@@ -22,19 +22,19 @@ World model (the choices docs/simulator.md leaves open):
 import heapq
 import itertools
 
-from jobs.derive import PodView, derive_job_transitions
 from jobs.faulttolerance import hang
-from jobs.faulttolerance.policy import Action, Failure, FailureKind, decide
+from jobs.faulttolerance.policy import Failure, FailureKind
 from jobs.scheduler.fit import QuotaSize, never_fits
-from jobs.scheduler.model import Snapshot
-from jobs.scheduler.plan import PlanOptions, plan
+from jobs.scheduler.plan import PlanOptions
+from jobs.scheduler.tree import QuotaTree
+from jobs.simulator.faults import Lifecycle
 from jobs.simulator.scenario import JobSpec, Scenario
-from jobs.simulator.views import snapshot_of, summary_of
+from jobs.simulator.sim_cycle import Scheduling
+from jobs.simulator.views import summary_of
 from jobs.simulator.world import SimJob, SimNode, SimPod, Violation, at, check_invariants
 from jobs.statuses import (
     FINAL_JOB_STATUSES,
     FINAL_POD_STATUSES,
-    IdleResources,
     JobStatus,
     PodStatus,
     is_allowed,
@@ -43,7 +43,7 @@ from jobs.statuses import (
 S, P = JobStatus, PodStatus
 
 
-class Simulation:
+class Simulation(Lifecycle, Scheduling):
     def __init__(
         self,
         scenario: Scenario,
@@ -98,8 +98,23 @@ class Simulation:
                 q.gpus,
                 tenant_gpus=sum(pooled[(q.tenant, q.resource_type, q.gpu_type)]),
                 tenant_quota_gpus=pooled[(q.tenant, q.resource_type, q.gpu_type)],
+                id=qid,
             )
             for qid, q in self.quotas.values()
+        }
+        self.charge_seconds: dict[tuple[int, int], float] = {}  # (job's quota, charged) → s
+        # The quota tree (docs/quota-tree.md): each quota's own guarantee, and the tenant's
+        # quotas of its pool as never_fits' `tree`. None of it when every quota is flat.
+        quota_snaps = self.snapshot().quotas
+        self.tree = QuotaTree.of(quota_snaps)
+        self.has_tree = any(
+            q.parent or q.max_gpus is not None or q.lending_limit is not None
+            for q in scenario.quotas
+        )
+        self.own_gpus = {qid: self.tree.own_gpus(qid) for qid in self.quota_name}
+        self.tree_of = {
+            q.id: tuple(o for o in quota_snaps if (o.tenant_id, o.pool) == (q.tenant_id, q.pool))
+            for q in quota_snaps
         }
         self.options = PlanOptions(
             min_runtime_before_reclaim_s=self.cfg.min_runtime_before_reclaim,
@@ -191,6 +206,7 @@ class Simulation:
         if reason:
             event["reason"] = reason
         if status in FINAL_POD_STATUSES:
+            self._settle_charge(pod)
             self.charged[pod.charged_to] -= len(pod.gpus)
             pod.node.release(pod)
             pod.job.busy_gpu_seconds += len(pod.gpus) * (self.t - pod.started_t)
@@ -230,6 +246,7 @@ class Simulation:
             gpus_per_worker=spec.gpus_per_worker,
             idle=spec.idle_resources,
             node_gpus=self.pool_gpus.get(self._pool_of(spec.quota), ()),
+            tree=self.tree_of[qid] if self.has_tree else (),
         )
         if problem:  # the console refuses it at submission: never created (docs/simulator.md)
             self._out({"job": spec.name, "refused": problem})
@@ -359,211 +376,6 @@ class Simulation:
                         self._pod_event(pod, P.RUNNING if ready else P.STARTING)
                     self._derive(pod.job)
                     self._progress(pod.job)
-
-    # -- stops, faults, restarts --------------------------------------------------------------
-    def request_stop(self, job: SimJob, final: JobStatus, reason: str) -> None:
-        if job.status in (S.PENDING, S.INQUEUE):
-            self._job_event(job, final, reason)
-            job.finished_t = self.t
-            return
-        if job.stop_final is not None and final != S.TERMINATED:
-            return  # a stop is already under way
-        job.stop_final, job.stop_reason = final, reason
-        pod_status = {S.STOPPED: P.STOPPED, S.TERMINATED: P.TERMINATED, S.PREEMPTED: P.PREEMPTED}
-        grace = 0 if final == S.TERMINATED else self.cfg.stop_grace
-        self._stop_pods(job, pod_status[final], reason, grace)
-        self._derive(job)
-
-    def _stop_pods(self, job: SimJob, stop_as: PodStatus, reason: str, grace: float) -> None:
-        job.settle(self.t)
-        for pod in job.pods:
-            if pod.status in FINAL_POD_STATUSES:
-                continue
-            pod.stop_as, pod.stop_reason = stop_as, reason
-            if pod.node.down:
-                continue  # the order waits for the node (or its loss)
-            if job.hung and grace > 0:
-                self._push(self.t + grace, "kill", pod)  # stuck: killed when grace ends
-            else:
-                self._pod_event(pod, stop_as, reason)
-
-    def _fault(self, job: SimJob, failure: Failure) -> None:
-        """A hang (or a failure found by the monitor): ask the policy, then act."""
-        decision = decide(job.spec.ft, job.counters(), failure)
-        if decision.action == Action.STOP:
-            self.request_stop(job, S.STOPPED, decision.reason)
-        elif decision.action in (Action.RESTART_JOB, Action.RESTART_WORKER):
-            self._stop_pods(job, P.STOPPED, decision.reason, self.cfg.stop_grace)
-            job.pending_restart = decision
-            self._derive(job)
-        else:
-            job.pending_fail = decision.reason
-            self._stop_pods(job, P.STOPPED, decision.reason, self.cfg.stop_grace)
-            self._derive(job)
-
-    def _derive(self, job: SimJob) -> None:
-        """Job status from its workers (the production rule), then fault tolerance."""
-        if job.pending_restart or job.pending_fail:
-            if all(p.status in FINAL_POD_STATUSES for p in job.pods):
-                if job.pending_restart:
-                    self._restart(job, job.pending_restart)
-                else:
-                    self._end(job, S.FAILED, job.pending_fail)
-            return
-        views = [PodView(p.rank, p.status, p.exit_code, p.reason) for p in job.pods]
-        changes = derive_job_transitions(
-            job.status,
-            views,
-            stop_requested=job.stop_final is not None,
-            stop_final_status=job.stop_final or S.STOPPED,
-            stop_reason=job.stop_reason,
-        )
-        for change in changes:
-            if change.to_status == S.FAILED and job.spec.ft:
-                if job.lost_node:
-                    lost = min(p.rank for p in job.pods if p.status == P.LOST)
-                    failure = Failure(FailureKind.NODE_LOST, worker_rank=lost)
-                else:
-                    failure = job.exit_failure or Failure(FailureKind.EXIT)
-                decision = decide(job.spec.ft, job.counters(), failure)
-                if decision.action in (Action.RESTART_JOB, Action.RESTART_WORKER):
-                    job.pending_restart = decision
-                    self._stop_pods(job, P.STOPPED, f"job restarting: {decision.reason}", 0)
-                    return self._derive(job)
-                return self._end(job, S.FAILED, decision.reason, stop_rest=True)
-            if change.to_status in (S.FAILED, S.COMPLETED, S.STOPPED, S.TERMINATED):
-                return self._end(job, change.to_status, change.reason, stop_rest=True)
-            if change.to_status == S.PREEMPTED:
-                self._note_preempted(job)
-                self._end(job, S.PREEMPTED, change.reason)
-                self.preemption_count += 1
-                failure = Failure(FailureKind.PREEMPTED, message=change.reason)
-                decision = decide(job.spec.ft, job.counters(), failure) if job.spec.ft else None
-                job.preemptions += 1
-                if decision and decision.action == Action.RESTART_JOB:
-                    self._restart(job, decision, counted=True)
-                return
-            self._job_event(job, change.to_status, change.reason)
-            if change.to_status == S.RUNNING:
-                job.running_since = self.t
-                if job.first_running_t is None:
-                    job.first_running_t = self.t
-                self._progress(job)
-
-    def _note_preempted(self, job: SimJob) -> None:
-        """What the next plans need to know about a preemption (as the console's rows
-        would tell): when (the per-hour cap) and which lenders reclaimed it (cool-down).
-        The loop wakes when either stops mattering."""
-        job.preempted_times.append(self.t)
-        self._push(self.t + 3600, "wake")
-        lenders = {p.charged_to for p in job.pods if not p.in_quota and p.status == P.PREEMPTED}
-        for lender in sorted(lenders):
-            job.reclaimed_by.append((lender, self.t))
-        if lenders:
-            self._push(self.t + self.options.reclaim_cooldown_s, "wake")
-
-    def _end(self, job: SimJob, status: JobStatus, reason: str, stop_rest: bool = False) -> None:
-        job.settle(self.t)
-        job.advancing_since = None
-        if stop_rest:
-            self._stop_pods(job, P.STOPPED, f"job {status.lower()}: {reason}", 0)
-        if status in (S.FAILED, S.PREEMPTED):  # stopped work is the user's choice, not lost
-            job.lose_uncheckpointed()
-        self._job_event(job, status, reason)
-        job.finished_t = self.t
-        job.token += 1
-
-    def _restart(self, job: SimJob, decision, counted: bool = False) -> None:
-        """A new attempt back in Pending (Automatic Fault Tolerance)."""
-        if not counted:
-            job.lose_uncheckpointed()
-            if decision.consumes_budget:
-                job.restarts += 1
-            elif job.lost_node:
-                job.node_losses += 1
-        self._job_event(job, S.PENDING, decision.reason)
-        job.new_attempt(self.t)
-        if decision.backoff_seconds:
-            job.not_before = self.t + decision.backoff_seconds
-            self._push(job.not_before, "wake")
-
-    def _progress(self, job: SimJob) -> None:
-        """(Re)start the work clock and schedule the next moment that matters."""
-        job.settle(self.t)
-        running = (
-            job.status == S.RUNNING
-            and job.stop_final is None
-            and not job.pending_restart
-            and not job.pending_fail
-            and all(p.status == P.RUNNING for p in job.pods)
-            and not job.hung
-        )
-        job.advancing_since = self.t if running else None
-        job.token += 1
-        if running:
-            step = job.next_moment()
-            self._push(self.t + step, "work", job, job.token)
-
-    # -- scheduling ---------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
-        return snapshot_of(self)
-
-    @staticmethod
-    def _may_move_home(job: SimJob) -> bool:
-        """A borrowing Acceptable job: plan() may move its charge home (docs/scheduling.md)."""
-        return job.spec.idle_resources == IdleResources.ACCEPTABLE and any(
-            not p.in_quota and p.status not in FINAL_POD_STATUSES for p in job.pods
-        )
-
-    def _move_home(self, job: SimJob, quota_id: int, reason: str) -> None:
-        """Each live pod re-charged to the job's own quota, in quota: a pod event with its
-        status unchanged and the new `charged_to`/`in_quota` (what the console's row shows)."""
-        for pod in job.pods:
-            if pod.status in FINAL_POD_STATUSES or pod.in_quota:
-                continue
-            self.charged[pod.charged_to] -= len(pod.gpus)
-            self.charged[quota_id] += len(pod.gpus)
-            pod.charged_to, pod.in_quota = quota_id, True
-            self._pod_event(pod, pod.status, reason)
-
-    def _cycle(self) -> bool:
-        """One scheduling cycle. Returns whether another should follow at once."""
-        if not any(
-            j.status in (S.PENDING, S.INQUEUE) or self._may_move_home(j)
-            for j in self.active.values()
-        ):
-            return False  # nothing waits, no charge to move home: nothing to decide
-        snapshot = self.snapshot()
-        if not snapshot.jobs and not any(self._may_move_home(j) for j in self.active.values()):
-            return False  # the waiting ones are backing off
-        decided = plan(snapshot, at(self.t), self.options)
-        for move in decided.charges_home:
-            self._move_home(self.job_by_id[move.job_id], move.quota_id, move.reason)
-        for admission in decided.admissions:
-            job = self.job_by_id[admission.job_id]
-            self._job_event(job, S.STARTING, admission.reason)
-            job.admitted_t = self.t
-            for i, p in enumerate(admission.placements):
-                node = self.node_by_id[p.node_id]
-                pod = SimPod(job, p.rank, job.attempt, node, p.gpu_indices)
-                pod.charged_to, pod.in_quota, pod.started_t = (
-                    admission.charge_of(i),  # each pod its own lender (pooled idle jobs)
-                    admission.in_quota,
-                    self.t,
-                )
-                node.hold(pod)
-                job.pods.append(pod)
-                self._pod_event(pod, P.STARTING)
-            self._push(self.t + self.cfg.start_delay, "pods_running", job, job.attempt)
-            if not admission.in_quota and self.options.min_runtime_before_reclaim_s:
-                # The production loop reclaims once the protection ends: so does this one.
-                self._push(self.t + self.options.min_runtime_before_reclaim_s, "wake")
-        self._queued(decided.queued)
-        for p in decided.preemptions:
-            victim = self.job_by_id[p.job_id]
-            victim.preempted_by = p.for_job_id
-            self.request_stop(victim, S.PREEMPTED, p.reason)
-        return bool(decided.preemptions)
 
     # -- summary ------------------------------------------------------------------------------
     def summary(self, end: float) -> dict:

@@ -7,6 +7,13 @@ owner can fix the file; nothing runs until the whole scenario is valid.
 from dataclasses import dataclass, field
 
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
+from jobs.simulator.scenario_tree import (
+    TREE_FIELDS,
+    ScenarioError,
+    check_tree,
+    inherit_parents,
+    tree_fields,
+)
 from jobs.statuses import IdleResources
 
 RESOURCE_TYPES = ("Lingjun", "General-purpose")
@@ -17,10 +24,6 @@ NODE_ACTIONS = ("node_down", "node_up", "cordon", "uncordon")
 ACTION_KINDS = ("stop", "terminate", "restart", *NODE_ACTIONS)
 
 
-class ScenarioError(Exception):
-    """An invalid scenario; the message starts with the field's path."""
-
-
 @dataclass(frozen=True)
 class Settings:
     start_delay: float = 30
@@ -29,6 +32,9 @@ class Settings:
     min_runtime_before_reclaim: float = 0
     # Extension (not in docs/simulator.md's list, optional): the starvation rule's wait, seconds.
     reserve_after: float = 600
+    # Extension (docs/simulator.md): 1 turns weighted fair-share preemption on for every
+    # tenant (Tenant.fair_share_preemption; docs/quota-tree.md). Default 0: off.
+    fair_share_preemption: float = 0
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,11 @@ class QuotaSpec:
     gpu_type: str
     gpus: int
     preemption: str = "Never"
+    # The quota tree (docs/quota-tree.md, docs/simulator.md); all optional.
+    parent: str | None = None
+    max_gpus: int | None = None
+    lending_limit: int | None = None
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -177,11 +188,13 @@ def _nodes(raw) -> list[NodeSpec]:
 
 def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
     quotas: list[QuotaSpec] = []
-    for i, item in enumerate(_list(raw, "quotas")):
+    items = [_obj(item, f"quotas[{i}]") for i, item in enumerate(_list(raw, "quotas"))]
+    for i, d in enumerate(inherit_parents(items)):
         where = f"quotas[{i}]"
-        d = _obj(item, where)
-        known = {"name", "tenant", "resource_type", "gpu_type", "gpus", "preemption"}
+        known = {"name", "tenant", "resource_type", "gpu_type", "gpus", "preemption", *TREE_FIELDS}
         _unknown(d, known, where)
+        if "parent" in d and d["parent"] not in {o.get("name") for o in items}:
+            raise ScenarioError(f"{where}.parent: unknown quota {d['parent']!r}")
         tenant = _str(d, "tenant", where)
         if tenant not in tenants:
             raise ScenarioError(f"{where}.tenant: unknown tenant {tenant!r}")
@@ -192,10 +205,12 @@ def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
             gpu_type=_str(d, "gpu_type", where, "H200"),
             gpus=_num(d, "gpus", where, integer=True),
             preemption=_enum(d, "preemption", where, PREEMPTION, "Never"),
+            **tree_fields(d, where),
         )
         if any(o.name == q.name for o in quotas):
             raise ScenarioError(f"{where}.name: duplicate quota {q.name!r}")
         quotas.append(q)
+    check_tree(quotas)
     return quotas
 
 

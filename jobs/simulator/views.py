@@ -56,6 +56,11 @@ def snapshot_of(sim) -> Snapshot:
             used_gpus=used[qid][0],
             borrowed_gpus=used[qid][1],
             preemption=q.preemption,
+            parent_id=sim.quotas[q.parent][0] if q.parent else None,
+            max_gpus=q.max_gpus,
+            lending_limit=q.lending_limit,
+            weight=q.weight,
+            fair_share_preemption=bool(sim.cfg.fair_share_preemption),
         )
         for qid, q in sim.quotas.values()
     )
@@ -92,7 +97,34 @@ def summary_of(sim, end: float) -> dict:
         "lost_gpu_seconds": round(lost, 3),
         "end": round(end, 3),
         "invariant_violations": [f"t={v.t}: {v.text}" for v in sim.violations],
+        "quotas": quota_seconds(sim, end),
     }
+
+
+def quota_seconds(sim, end: float) -> dict:
+    """Per quota, GPU-seconds of its own jobs' pods charged to it (`in_quota`), of its own
+    jobs' pods charged elsewhere (`borrowed`) and of other quotas' jobs' pods charged to it
+    (`lent`): each pod from Starting to its final status, split at charge moves."""
+    out = {
+        q.name: {"gpu_seconds_in_quota": 0.0, "gpu_seconds_borrowed": 0.0, "gpu_seconds_lent": 0.0}
+        for _, q in sim.quotas.values()
+    }
+    for (own, charged), seconds in sim.charge_seconds.items():
+        _add_seconds(out, sim, own, charged, seconds)
+    for job in sim.jobs.values():
+        for p in job.pods:
+            if p.status not in FINAL_POD_STATUSES:
+                seconds = len(p.gpus) * (end - p.charged_since)
+                _add_seconds(out, sim, job.quota_id, p.charged_to, seconds)
+    return {name: {k: round(v, 3) for k, v in row.items()} for name, row in out.items()}
+
+
+def _add_seconds(out: dict, sim, own: int, charged: int, seconds: float) -> None:
+    if own == charged:
+        out[sim.quota_name[own]]["gpu_seconds_in_quota"] += seconds
+    else:
+        out[sim.quota_name[own]]["gpu_seconds_borrowed"] += seconds
+        out[sim.quota_name[charged]]["gpu_seconds_lent"] += seconds
 
 
 def _charges(live: list[SimPod]) -> tuple[int, ...]:

@@ -95,6 +95,7 @@ class SimPod:
     stop_as: PodStatus | None = None
     stop_reason: str = ""
     counted: bool = False  # its GPUs are in the simulation's per-quota charge
+    charged_since: float = 0.0  # since when `charged_to` holds (the summary's split)
 
 
 @dataclass(eq=False)
@@ -243,10 +244,11 @@ def check_invariants(sim, jobs) -> list[Violation]:
     (and every quota, from the running per-quota charge). Cheap enough for whole traces."""
     out: list[Violation] = []
     for qid, q in sim.quotas.values():
-        if sim.charged[qid] > q.gpus:
-            out.append(
-                Violation(sim.t, f"quota {q.name}: {sim.charged[qid]}/{q.gpus} GPUs charged")
-            )
+        own = sim.own_gpus[qid]  # its own guarantee (docs/quota-tree.md); flat: its gpus
+        if sim.charged[qid] > own:
+            out.append(Violation(sim.t, f"quota {q.name}: {sim.charged[qid]}/{own} GPUs charged"))
+    if sim.has_tree:
+        out.extend(tree_violations(sim))
     nodes = {p.node.id: p.node for job in jobs for p in job.pods}
     for node in nodes.values():
         for text in node.double_booked:
@@ -281,4 +283,28 @@ def check_invariants(sim, jobs) -> list[Violation]:
             len(job.pods) != job.spec.workers or len({p.started_t for p in job.pods}) != 1
         ):
             out.append(Violation(sim.t, f"{job.name}: workers not started as one gang"))
+    return out
+
+
+def tree_violations(sim) -> list[Violation]:
+    """The tree's invariants over every live pod: no subtree's jobs above its `max_gpus`,
+    no subtree lending more than its `lending_limit` outside itself."""
+    tree = sim.tree
+    held: dict[int, int] = {}
+    lent: dict[int, int] = {}
+    for job in sim.active.values():
+        for p in job.pods:
+            if p.status in FINAL_POD_STATUSES:
+                continue
+            for a in tree.path(job.quota_id):
+                held[a] = held.get(a, 0) + len(p.gpus)
+            for a in tree.common_ancestor_below(p.charged_to, job.quota_id):
+                lent[a] = lent.get(a, 0) + len(p.gpus)
+    out = []
+    for qid, q in tree.quotas.items():
+        if q.max_gpus is not None and held.get(qid, 0) > q.max_gpus:
+            out.append(Violation(sim.t, f"{q.name}: {held[qid]} GPUs held, limit {q.max_gpus}"))
+        if q.lending_limit is not None and lent.get(qid, 0) > q.lending_limit:
+            text = f"{q.name}: {lent[qid]} GPUs lent, lending limit {q.lending_limit}"
+            out.append(Violation(sim.t, text))
     return out
