@@ -7,11 +7,11 @@ nobody is preempted."""
 
 import pytest
 
-from jobs.scheduler import cycle
 from jobs.scheduler.cycle import run_cycle
 from jobs.statuses import IdleResources
 from quotas.models import Quota
 from tests.conftest import make_node
+from tests.scheduler.seams import after_plan
 
 
 @pytest.fixture
@@ -69,6 +69,6 @@ def test_a_move_away_that_lost_a_race_is_undone_and_decided_again(
         assert (move.job_id, move.in_quota) == (idle.id, False)
         idle.pods.update(charged_quota_id=speech.id)
 
-    monkeypatch.setattr(cycle, "after_plan", meanwhile)
+    after_plan(monkeypatch, meanwhile)
     assert run_cycle().charged_home == ()
     assert idle.pods.get().charged_quota_id == speech.id  # not overwritten
