@@ -18,9 +18,9 @@ from jobs.access import get_job_for_user
 from jobs.accounting import account
 from jobs.forecast import current_snapshot, expected_start_json
 from jobs.models import Job, Pod, WorkerGpuSample
-from jobs.serializers import checkpoint_json, event_json, log_line_json, progress_json, restart_json
+from api.serializers import checkpoint_json, event_json, log_line_json, progress_json, restart_json
 from jobs.statuses import FINAL_POD_STATUSES
-from jobs.usage import WAITING, usage_json
+from api.usage import WAITING, usage_json
 
 router = Router()
 

@@ -25,10 +25,10 @@ from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
 from jobs.actions.transitions import TransitionConflict
 from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
 from jobs.forecast import expected_start_json
-from jobs.forms import JobForm, initial_from_job
+from web.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
 from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
-from jobs.serializers import job_json
+from api.serializers import job_json
 from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
 
 router = Router()

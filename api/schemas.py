@@ -13,7 +13,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from jobs.faulttolerance.policy import HangAction, RestartPolicy, RunType
-from jobs.forms import LIMITS, MAX_ENV_VARS
+from web.forms import LIMITS, MAX_ENV_VARS
 from jobs.statuses import IdleResources, JobStatus
 
 

@@ -73,7 +73,7 @@ def test_docs_page_loads_only_local_assets(client, db):
 def test_the_document_states_the_forms_own_rules(client, db):
     """Bounds and choices in the OpenAPI document are read from jobs.forms.JobForm, so the
     document and the validation cannot drift apart."""
-    from jobs.forms import LIMITS, JobForm
+    from web.forms import LIMITS, JobForm
 
     fields = client.get("/api/v1/openapi.json").json()["components"]["schemas"]["JobCreate"]
     properties = fields["properties"]

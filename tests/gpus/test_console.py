@@ -16,7 +16,7 @@ from agents.node.gpus import GpuInfo, worker_gpu_usage
 from cluster.models import GpuDevice, Node
 from jobs.actions.submit import JobSpec, create_job
 from jobs.faulttolerance import hang
-from jobs.forms import parse_env
+from web.forms import parse_env
 from jobs.models import LogChunk, Pod, WorkerGpuSample
 from jobs.scheduler.cycle import load_snapshot, run_cycle
 from jobs.statuses import PodStatus

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.actions.stop import stop_pods
-from jobs.forms import JobForm
+from web.forms import JobForm
 from jobs.models import Job, Pod
 from jobs.statuses import JobStatus, PodStatus
 from protocol import limits

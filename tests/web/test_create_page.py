@@ -5,7 +5,7 @@ import pytest
 from django.urls import reverse
 
 from jobs.accounting import account
-from jobs.forms import JobForm, initial_from_job
+from web.forms import JobForm, initial_from_job
 from jobs.models import Job
 from jobs.scheduler.cycle import load_snapshot
 from tests.conftest import make_node

@@ -16,7 +16,7 @@ from jobs.display import (
     format_duration,
     is_live,
 )
-from jobs.forms import default_name
+from web.forms import default_name
 from jobs.logview import chunk_lines, logs_complete
 from jobs.paging import BadPageRequest, decode_cursor, parse_limit, parse_statuses
 from jobs.statuses import JobStatus, PodStatus

@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from jobs import logview, metrics
+from jobs import logview
 from jobs.access import get_job_for_user, member_workspace_ids, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, resubmit_job
@@ -29,10 +29,11 @@ from jobs.actions.transitions import TransitionConflict
 from jobs.display import is_live
 from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_resources
 from jobs.forecast import cached_expected_starts
-from jobs.forms import JobForm, initial_from_job
+from web.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
 from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
+from web import charts as metrics
 
 EVENTS_SHOWN = 200
 WAITING_STATUSES = (JobStatus.PENDING, JobStatus.INQUEUE)

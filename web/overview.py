@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 from jobs.access import member_workspace_ids
 from jobs.accounting import Accounting, QuotaUsage, account
 from jobs.forecast import cached_expected_starts, current_snapshot
-from jobs.metrics import idle_holders
+from web.charts import idle_holders
 from jobs.models import Job, JobEvent, Pod, RestartRecord
 from jobs.statuses import ACTIVE_JOB_STATUSES, JobStatus, PodStatus
 from quotas.access import owned_tenant_ids, visible_quota_ids, workspace_quotas
