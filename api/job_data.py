@@ -13,14 +13,14 @@ from pydantic import Field
 from api import schemas
 from api.jobs import READ_ERRORS
 from api.parsing import reject_unknown_query
+from api.serializers import checkpoint_json, event_json, log_line_json, progress_json, restart_json
+from api.usage import WAITING, usage_json
 from jobs import logview
 from jobs.access import get_job_for_user
 from jobs.accounting import account
 from jobs.forecast import current_snapshot, expected_start_json
 from jobs.models import Job, Pod, WorkerGpuSample
-from api.serializers import checkpoint_json, event_json, log_line_json, progress_json, restart_json
 from jobs.statuses import FINAL_POD_STATUSES
-from api.usage import WAITING, usage_json
 
 router = Router()
 

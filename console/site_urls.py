@@ -3,9 +3,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console import metrics, views
-from web import account
-from web import overview
+from console import health, metrics
+from web import account, overview
 from web import notifications as notification_views
 
 urlpatterns = [
@@ -15,7 +14,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/token/", account.api_token, name="api-token"),
     path("account/notifications/", notification_views.settings_page, name="notifications"),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", health.healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),
-    path("favicon.ico", views.favicon, name="favicon"),
+    path("favicon.ico", health.favicon, name="favicon"),
 ]

@@ -17,11 +17,11 @@ from django.views.decorators.http import require_GET
 from jobs.access import member_workspace_ids
 from jobs.accounting import Accounting, QuotaUsage, account
 from jobs.forecast import cached_expected_starts, current_snapshot
-from web.charts import idle_holders
 from jobs.models import Job, JobEvent, Pod, RestartRecord
 from jobs.statuses import ACTIVE_JOB_STATUSES, JobStatus, PodStatus
 from quotas.access import owned_tenant_ids, visible_quota_ids, workspace_quotas
 from quotas.models import Tenant
+from web.charts import idle_holders
 
 RECENT = 10
 WAITING_SHOWN = 10  # per quota on the Quotas page

@@ -29,11 +29,11 @@ from jobs.actions.transitions import TransitionConflict
 from jobs.display import is_live
 from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_resources
 from jobs.forecast import cached_expected_starts
-from web.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
 from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
 from web import charts as metrics
+from web.forms import JobForm, initial_from_job
 
 EVENTS_SHOWN = 200
 WAITING_STATUSES = (JobStatus.PENDING, JobStatus.INQUEUE)

@@ -21,11 +21,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from jobs.access import get_job_for_user
 from jobs.accounting import account
 from jobs.forecast import current_snapshot, expected_starts
-from web.forms import JobForm, initial_from_job
 from jobs.scheduler.cycle import plan_options
 from jobs.scheduler.model import JobSnap
 from jobs.scheduler.plan import plan
 from jobs.statuses import IdleResources, JobStatus
+from web.forms import JobForm, initial_from_job
 
 SECTIONS = [
     ("Basics", ["quota", "workspace", "name", "image", "command"]),

@@ -5,11 +5,11 @@ import pytest
 from django.urls import reverse
 
 from jobs.accounting import account
-from web.forms import JobForm, initial_from_job
 from jobs.models import Job
 from jobs.scheduler.cycle import load_snapshot
 from tests.conftest import make_node
 from tests.web.conftest import HTMX, Tree, borrow, place, submit
+from web.forms import JobForm, initial_from_job
 
 FORM = {
     "image": "busybox",
