@@ -113,8 +113,8 @@ def what_if(form: JobForm, snapshot, now) -> dict:
     if admission is not None:
         result |= {
             "outcome": "start" if admission.in_quota else "borrow",
-            # The lender is said separately: keep only where it would be placed.
-            "where": admission.reason.split("; idle resources of quota")[0],
+            # The lender is said separately: only where it would be placed.
+            "where": admission.where or admission.reason,
             "lender": ", ".join(  # a pooled idle job names each of its lenders
                 names.get(q, "") for q in dict.fromkeys(admission.charged_gpus())
             ),

@@ -83,6 +83,7 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
             charged_quota_id=charges[0],
             in_quota=False,
             reason=f"{where}; idle resources of quotas {names} (not in quota)",
+            where=where,
             charges=charges,
         )
     lender = able[0]
@@ -92,6 +93,7 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         charged_quota_id=lender.id,
         in_quota=False,
         reason=f"{where}; idle resources of quota {lender.name} (not in quota)",
+        where=where,
     )
 
 

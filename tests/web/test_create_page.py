@@ -122,6 +122,17 @@ def test_hint_would_borrow_idle_gpus(
     assert 'data-outcome="borrow"' in html and "borrowed GPUs" in html and "team-a" in html
 
 
+def test_hint_says_where_a_borrower_goes_apart_from_its_lender(
+    member_client, researcher, workspace, small_quota, quota, node
+):
+    """Where the pods go comes from the admission's own field, not from its reason's text
+    (which names the lender too): the sentence names each once."""
+    place(submit(researcher, workspace, small_quota, gpus_per_worker=2), node)
+    html = hint(member_client, small_quota, idle_resources="Acceptable")
+    assert "(Not in Quota): placed on node-0 (GPUs 2-3)." in html
+    assert "idle resources of quota" not in html
+
+
 def test_hint_would_queue_and_says_why_with_an_estimate(
     member_client, researcher, workspace, small_quota, node
 ):
