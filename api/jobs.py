@@ -19,7 +19,7 @@ from accounts.api_auth import ApiError
 from api import idempotency, schemas
 from api.idempotency import Outcome
 from api.parsing import reject_unknown_query
-from api.serializers import job_json
+from api.serializers import expected_start_json, job_json
 from jobs.access import MAX_ID, get_job_for_user, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
@@ -28,7 +28,6 @@ from jobs.actions.transitions import TransitionConflict
 from jobs.admission.facts import Checked, check_job
 from jobs.admission.rules import ALL, fields_of_job
 from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
-from jobs.forecast import expected_start_json
 from jobs.models import Job, Pod
 from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
 from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus

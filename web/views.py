@@ -1,6 +1,6 @@
 """Researcher pages: job list, create form, detail with workers, events and live logs.
 
-Function views, thin over jobs.forms / jobs.actions. With HTMX a page polls a named partial
+Function views, thin over web.forms / jobs.actions. With HTMX a page polls a named partial
 of its own template (`page.html#name`) and gets 286 (stop polling) once nothing can change;
 without HTMX every page is plain links and POST-redirect-GET forms.
 """
@@ -31,12 +31,11 @@ from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_r
 from jobs.forecast import cached_expected_starts
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
-from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
+from jobs.statuses import FINAL_JOB_STATUSES, WAITING_JOB_STATUSES, IdleResources, JobStatus
 from web import charts as metrics
 from web.forms import JobForm, initial_from_job
 
 EVENTS_SHOWN = 200
-WAITING_STATUSES = (JobStatus.PENDING, JobStatus.INQUEUE)
 
 
 def _partial(request: HttpRequest, template: str, context: dict, *, live: bool) -> HttpResponse:
@@ -97,7 +96,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         error, page, next_cursor = exc.message, [], None
         filters = JobFilters()
     live = any(is_live(job.status) for job in page)
-    waiting = {job.pk for job in page if job.status in WAITING_STATUSES}
+    waiting = {job.pk for job in page if job.status in WAITING_JOB_STATUSES}
     if waiting:
         estimates = cached_expected_starts(waiting)
         for job in page:
@@ -162,7 +161,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "events_hidden": max(event_count - EVENTS_SHOWN, 0),
         "live": live,
         "expected_start": (
-            cached_expected_starts({job.pk}).get(job.pk) if job.status in WAITING_STATUSES else None
+            cached_expected_starts({job.pk}).get(job.pk)
+            if job.status in WAITING_JOB_STATUSES
+            else None
         ),
     }
     if request.htmx:

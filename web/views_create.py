@@ -1,6 +1,6 @@
 """The Create job page and its live hint.
 
-The page lays `jobs.forms.JobForm` out in sections (basics, resources, Idle Resources,
+The page lays `web.forms.JobForm` out in sections (basics, resources, Idle Resources,
 Automatic Fault Tolerance behind "Modify Configuration", advanced); the quota picker says how
 much of each quota is used and free (the scheduler's numbers, `jobs.accounting`). While the
 user types, HTMX posts the form to `job_plan_hint`, which validates it without saving and
