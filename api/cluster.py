@@ -9,13 +9,13 @@ from accounts.api_auth import ApiError
 from api import schemas
 from api.jobs import READ_ERRORS, is_admin
 from api.parsing import bad_text
+from api.serializers import node_json
+from api.usage import my_positions, usage_json, waiting_gpus, waiting_jobs
 from cluster.models import Node
 from jobs.access import member_workspace_ids
 from jobs.accounting import account
 from jobs.forecast import current_snapshot
-from jobs.serializers import node_json
 from jobs.statuses import ACTIVE_POD_STATUSES
-from jobs.usage import my_positions, usage_json, waiting_gpus, waiting_jobs
 from quotas.models import Quota, Workspace
 
 router = Router()

@@ -13,14 +13,21 @@ from pydantic import Field
 from api import schemas
 from api.jobs import READ_ERRORS
 from api.parsing import reject_unknown_query
+from api.serializers import (
+    checkpoint_json,
+    event_json,
+    expected_start_json,
+    log_line_json,
+    progress_json,
+    restart_json,
+)
+from api.usage import usage_json
 from jobs import logview
 from jobs.access import get_job_for_user
 from jobs.accounting import account
-from jobs.forecast import current_snapshot, expected_start_json
+from jobs.forecast import current_snapshot
 from jobs.models import Job, Pod, WorkerGpuSample
-from jobs.serializers import checkpoint_json, event_json, log_line_json, progress_json, restart_json
-from jobs.statuses import FINAL_POD_STATUSES
-from jobs.usage import WAITING, usage_json
+from jobs.statuses import FINAL_POD_STATUSES, WAITING_JOB_STATUSES
 
 router = Router()
 
@@ -191,7 +198,7 @@ def job_metrics(request: HttpRequest, job_id: int, params: Query[MetricParams]):
 
 
 def _expected(job: Job, snapshot=None) -> dict:
-    if job.status not in WAITING:
+    if job.status not in WAITING_JOB_STATUSES:
         return {"estimate": True, "at": None, "basis": f"the job is {job.status}, not waiting"}
     return expected_start_json([job], snapshot)[job.pk]
 
@@ -209,7 +216,7 @@ def why_pending(request: HttpRequest, job_id: int):
     return {
         "job": job.pk,
         "status": job.status,
-        "waiting": job.status in WAITING,
+        "waiting": job.status in WAITING_JOB_STATUSES,
         "reason": job.status_reason,
         "queue_position": job.queue_position,
         "quota": job.quota.name,

@@ -1,7 +1,7 @@
 """Jobs: create (one, a batch, an array), list with filters, get, stop, restart, terminate.
 
-Validation of every new job is `jobs.forms.JobForm`, the create page's; the API adds only
-JSON strictness (api.schemas). Writes go through jobs.actions.
+Every new job is checked by `jobs.admission` (the create page's rules too); the API adds
+only JSON strictness (api.schemas). Writes go through jobs.actions.
 """
 
 import re
@@ -19,16 +19,17 @@ from accounts.api_auth import ApiError
 from api import idempotency, schemas
 from api.idempotency import Outcome
 from api.parsing import reject_unknown_query
+from api.serializers import expected_start_json, job_json
 from jobs.access import MAX_ID, get_job_for_user, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
+from jobs.actions.submit import create_job as submit_job
 from jobs.actions.transitions import TransitionConflict
+from jobs.admission.facts import Checked, check_job
+from jobs.admission.rules import ALL, fields_of_job
 from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
-from jobs.forecast import expected_start_json
-from jobs.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
 from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
-from jobs.serializers import job_json
 from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
 from protocol import limits
 
@@ -84,12 +85,10 @@ def submitted_json(job: Job) -> dict[str, Any]:
     return job_json(job, []) | {"expected_start": AT_SUBMISSION}
 
 
-def form_error(form: JobForm, prefix: str = "") -> ApiError:
+def problems_error(checked: Checked, prefix: str = "") -> ApiError:
     fields = {
-        (f"{prefix}{name}" if name != "__all__" else prefix.rstrip(".") or name): [
-            str(m) for m in messages
-        ]
-        for name, messages in form.errors.items()
+        (f"{prefix}{name}" if name != ALL else prefix.rstrip(".") or name): list(messages)
+        for name, messages in checked.problems.items()
     }
     first = next(iter(fields))
     return ApiError(
@@ -101,7 +100,7 @@ def form_error(form: JobForm, prefix: str = "") -> ApiError:
     )
 
 
-def validated_form(request: HttpRequest, payload: schemas.JobCreate, extra_env=None) -> JobForm:
+def checked_job(request: HttpRequest, payload: schemas.JobCreate, extra_env=None) -> Checked:
     data = payload.model_dump(exclude_none=True)
     if extra_env:
         env = data.get("env") or {}
@@ -110,7 +109,7 @@ def validated_form(request: HttpRequest, payload: schemas.JobCreate, extra_env=N
         else:
             env = {**env, **extra_env}
         data["env"] = env
-    return JobForm(data, user=request.user)
+    return check_job(data, request.user)
 
 
 # -- create --------------------------------------------------------------------------------
@@ -137,10 +136,16 @@ def create_job(
     idempotency_key: str | None = IdempotencyKey,
 ):
     def create() -> Outcome:
-        form = validated_form(request, payload)
-        if not form.is_valid():
-            raise form_error(form)
-        return Outcome(jobs=[form.create_job()])
+        checked = checked_job(request, payload)
+        if not checked.ok:
+            raise problems_error(checked)
+        job = submit_job(
+            user=request.user,
+            workspace=checked.workspace,
+            quota=checked.quota,
+            spec=checked.spec(),
+        )
+        return Outcome(jobs=[job])
 
     outcome = idempotency.once(request, create)
     if outcome.replayed:
@@ -169,11 +174,11 @@ def create_batch(
     def create() -> Outcome:
         items, errors = [], []
         for index, spec in enumerate(payload.jobs):
-            form = validated_form(request, spec)
-            if form.is_valid():
-                items.append((form.workspace_obj, form.quota_obj, form.spec()))
+            checked = checked_job(request, spec)
+            if checked.ok:
+                items.append((checked.workspace, checked.quota, checked.spec()))
             else:
-                error = form_error(form)
+                error = problems_error(checked)
                 errors.append(
                     {
                         "index": index,
@@ -223,10 +228,10 @@ def create_array(
 
     def create() -> Outcome:
         extra = {"ARRAY_INDEX": "0", "ARRAY_COUNT": str(payload.count)}
-        form = validated_form(request, payload.job, extra_env=extra)
-        if not form.is_valid():
-            raise form_error(form, prefix="job.")
-        template = form.spec()
+        checked = checked_job(request, payload.job, extra_env=extra)
+        if not checked.ok:
+            raise problems_error(checked, prefix="job.")
+        template = checked.spec()
         items = []
         for index in range(payload.count):
             spec = replace(
@@ -234,7 +239,7 @@ def create_array(
                 env={**template.env, "ARRAY_INDEX": str(index)},
                 name=f"{template.name[:190]}-{index}",
             )
-            items.append((form.workspace_obj, form.quota_obj, spec))
+            items.append((checked.workspace, checked.quota, spec))
         return Outcome(jobs=create_jobs(user=request.user, items=items))
 
     outcome = idempotency.once(request, create)
@@ -397,9 +402,9 @@ def restart_job(
             raise ApiError(409, "conflict", f"Cannot restart: the job is still {job.status}.")
         # A restart is a new job: the rules of creation still apply (the quota may have
         # been unbound from the workspace, or the nodes that could run a worker removed).
-        form = JobForm(initial_from_job(job), user=request.user)
-        if not form.is_valid():
-            raise form_error(form)
+        checked = check_job(fields_of_job(job), request.user)
+        if not checked.ok:
+            raise problems_error(checked)
         try:
             return Outcome(jobs=[resubmit_job(job, user=request.user)])
         except JobStillActive as exc:

@@ -2,9 +2,9 @@
 
 Requests are strict about JSON types (no "2" for 2, no true for 1, no unknown fields: a
 typo is an error, not a silent default). Everything beyond types — bounds, the user's
-quotas and workspaces, whether a worker fits a node — is `jobs.forms.JobForm`'s, the same
-validation as the create page's; the bounds shown in the schema are read from the form's
-own limits, so the document and the validation cannot disagree.
+quotas and workspaces, whether a worker fits a node — is `jobs.admission`'s, the same
+rules as the create page's; the bounds shown in the schema are the ones those rules read
+(`protocol.limits`), so the document and the validation cannot disagree.
 """
 
 from typing import Annotated, Any
@@ -13,13 +13,12 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from jobs.faulttolerance.policy import HangAction, RestartPolicy, RunType
-from jobs.forms import LIMITS
 from jobs.statuses import IdleResources, JobStatus
 from protocol import limits
 
 
 def _bounded(name: str, description: str = "") -> Any:
-    low, high = LIMITS[name]
+    low, high = limits.JOB_BOUNDS[name]
     return Field(
         None,
         description=f"{description} {low} to {high}.".strip(),

@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "notifications",
     "agents",
     "api",
+    "web",
 ]
 
 MIDDLEWARE = [

@@ -3,18 +3,18 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console import metrics, views
-from jobs import overview
-from notifications import views as notification_views
+from console import health, metrics
+from web import account, overview
+from web import notifications as notification_views
 
 urlpatterns = [
     path("", overview.dashboard, name="home"),
     path("quotas/", overview.quotas_page, name="quotas"),
-    path("login/", views.LoginView.as_view(), name="login"),
+    path("login/", account.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("account/token/", views.api_token, name="api-token"),
+    path("account/token/", account.api_token, name="api-token"),
     path("account/notifications/", notification_views.settings_page, name="notifications"),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", health.healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),
-    path("favicon.ico", views.favicon, name="favicon"),
+    path("favicon.ico", health.favicon, name="favicon"),
 ]

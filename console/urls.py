@@ -10,6 +10,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/agent/", include("agents.urls")),
     path("api/v1/", include("api.urls")),
-    path("jobs/", include("jobs.urls")),
+    path("jobs/", include("web.urls")),
     path("", include("console.site_urls")),
 ]

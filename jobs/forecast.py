@@ -437,30 +437,3 @@ def cached_expected_starts(
         value = expected_starts(snapshot, targets=targets)
         cache.set(key, value, seconds)
     return value
-
-
-def estimate_json(estimate: Estimate | None) -> dict | None:
-    """The API's shape: always labelled an estimate, with what it rests on."""
-    if estimate is None:
-        return None
-    return {
-        "estimate": True,
-        "at": estimate.at.isoformat() if estimate.at else None,
-        "basis": estimate.basis,
-    }
-
-
-NOT_ESTIMATED = {"estimate": True, "at": None, "basis": "not estimated"}
-
-
-def expected_start_json(jobs, snapshot: Snapshot | None = None) -> dict[int, dict | None]:
-    """The API's `expected_start` of each job: the estimate of a waiting one (labelled an
-    estimate, with what it rests on), None for one that is not waiting."""
-    from jobs.statuses import WAITING_JOB_STATUSES
-
-    waiting = {j.pk for j in jobs if j.status in WAITING_JOB_STATUSES}
-    estimates = cached_expected_starts(waiting, snapshot)
-    return {
-        j.pk: (estimate_json(estimates.get(j.pk)) or NOT_ESTIMATED) if j.pk in waiting else None
-        for j in jobs
-    }

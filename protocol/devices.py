@@ -1,6 +1,6 @@
 """Which GPUs a worker sees is the agent's to say, never the job's (Django-free).
 
-The console refuses these variables in a job's environment (jobs.forms), and the agent drops
+The console refuses these variables in a job's environment (jobs.admission), and the agent drops
 them from whatever it is given and sets its own (agents.node.runtimes.base), so neither a
 user's env nor an old stored job can widen a worker's devices. A CUDA image's own
 `NVIDIA_VISIBLE_DEVICES=all` is overridden by the container's environment too.

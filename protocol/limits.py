@@ -1,13 +1,25 @@
-"""One set of limits for every boundary (docs/agent-protocol.md): the job form, the researcher API,
-the agent protocol's schemas and the database columns all read these constants, so a value that
-passes one boundary fits every other one. Django-free: the agent imports it on GPU nodes.
+"""One set of limits for every boundary (docs/agent-protocol.md): a job's admission rules,
+the researcher API's schema, the agent protocol's schemas and the database columns all read
+these constants, so a value that passes one boundary fits every other one. Django-free: the
+agent imports it on GPU nodes.
 
 Lengths are in characters (Python `len`), as PostgreSQL's varchar(n) counts them.
 """
 
 import re
 
-# --- a job, as submitted (jobs.forms.JobForm, the API, Job columns, protocol.WorkerSpec) ---
+# --- a job, as submitted (jobs.admission, api.schemas, Job columns, protocol.WorkerSpec) ---
+# Per-worker and per-job bounds, inclusive (a worker must also fit on one registered node).
+JOB_BOUNDS = {
+    "workers": (1, 64),
+    "gpus_per_worker": (0, 8),
+    "cpus_per_worker": (1, 512),
+    "memory_gb_per_worker": (1, 8192),
+    "priority": (1, 9),
+    "max_runtime_seconds": (60, 90 * 86400),
+    "max_restarts": (0, 100),
+    "hang_timeout": (5, 30 * 86400),
+}
 JOB_NAME = 200
 IMAGE = 500
 COMMAND = 20_000

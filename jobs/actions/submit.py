@@ -1,6 +1,6 @@
 """Submitting jobs: a new job, and a finished job submitted again as a new job (docs/statuses.md).
 
-Validation happens before (jobs.forms.JobForm, shared by the page and the API); these only
+Validation happens before (jobs.admission, shared by the page and the API); these only
 write, in one transaction, and ask for a scheduling cycle once it commits."""
 
 from collections.abc import Sequence
@@ -27,7 +27,7 @@ class JobStillActive(Exception):
 
 @dataclass
 class JobSpec:
-    """What a researcher asks for; validated by `jobs.forms.JobForm` before it gets here."""
+    """What a researcher asks for; validated by `jobs.admission` before it gets here."""
 
     name: str
     image: str

@@ -96,6 +96,7 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
             charged_quota_id=charges[0],
             in_quota=False,
             reason=f"{where}; idle resources of quotas {names} (not in quota)",
+            where=where,
             charges=charges,
         )
     lender = able[0]
@@ -105,6 +106,7 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         charged_quota_id=lender.id,
         in_quota=False,
         reason=f"{where}; idle resources of quota {lender.name} (not in quota)",
+        where=where,
     )
 
 

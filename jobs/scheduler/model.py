@@ -176,6 +176,9 @@ class Admission:
     # Per placement (same order), the lender its pod is charged to, when a Lingjun idle job
     # pools several lenders (docs/scheduling.md); empty: every pod is charged to charged_quota_id.
     charges: tuple[int, ...] = ()
+    # Where the pods go alone, when `reason` also names the lenders (a borrowing admission):
+    # "placed on node-0 (GPUs 0-3)". Empty: `reason` says only where.
+    where: str = ""
 
     def charge_of(self, index: int) -> int:
         """The quota the pod of `placements[index]` is charged to."""

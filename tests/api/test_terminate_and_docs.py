@@ -71,9 +71,10 @@ def test_docs_page_loads_only_local_assets(client, db):
 
 
 def test_the_document_states_the_forms_own_rules(client, db):
-    """Bounds and choices in the OpenAPI document are read from jobs.forms.JobForm, so the
-    document and the validation cannot drift apart."""
-    from jobs.forms import LIMITS, JobForm
+    """Bounds in the OpenAPI document are the admission rules' own (protocol.limits) and its
+    choices the create page's, so the document and the validation cannot drift apart."""
+    from protocol.limits import JOB_BOUNDS as LIMITS
+    from web.forms import JobForm
 
     fields = client.get("/api/v1/openapi.json").json()["components"]["schemas"]["JobCreate"]
     properties = fields["properties"]

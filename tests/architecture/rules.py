@@ -9,11 +9,13 @@ Rooms, lowest first; a room may import the rooms listed for it, never one above 
     accounts        API tokens, who is calling, rate limits
     quotas          tenants, workspaces, quotas
     cluster         nodes and GPUs
-    jobs            jobs, pods, lifecycle, scheduler, fault tolerance, pages
+    jobs            jobs, pods, lifecycle, scheduler, fault tolerance, admission rules
     audit           the audit log (hears jobs' notices; mirrors the admin's history)
     notifications   webhook and e-mail notifications (an outbox fed by jobs' notices)
     agents          the agent API app: registration, heartbeats, logs, node monitor
-    api             the researcher API (django-ninja, /api/v1/)
+    api             the researcher API (django-ninja, /api/v1/) and its JSON shapes
+    web             the HTML pages, partials, template tags (a peer of api: neither imports
+                    the other; both read the same rooms)
     console         the site shell: settings, URLs, Celery, loops, start-up commands
 """
 
@@ -37,7 +39,9 @@ ALLOWED: dict[str, set[str]] = {
     "notifications": {"jobs", "cluster", "quotas", "accounts", "protocol"},
     "agents": {"jobs", "cluster", "quotas", "accounts", "protocol"},
     "api": {"audit", "notifications", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "web": {"audit", "notifications", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "console": {
+        "web",
         "api",
         "agents",
         "audit",

@@ -7,11 +7,11 @@ import pytest
 import time_machine
 
 from api.jobs import job_detail
+from api.serializers import job_json
 from jobs.actions.workers import apply_worker_state
 from jobs.faulttolerance.policy import FtConfig, RunType
 from jobs.models import Job, Pod, RestartRecord
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.serializers import job_json
 from jobs.statuses import JobStatus, PodStatus
 from tests.conftest import make_node
 

@@ -9,14 +9,13 @@ import time
 
 import pytest
 from django.apps import apps
-from django.forms import ValidationError
 
 from agents.actions import worker_spec
 from agents.node.gpus import GpuInfo, worker_gpu_usage
 from cluster.models import GpuDevice, Node
 from jobs.actions.submit import JobSpec, create_job
+from jobs.admission.env import EnvProblems, parse_env
 from jobs.faulttolerance import hang
-from jobs.forms import parse_env
 from jobs.models import LogChunk, Pod, WorkerGpuSample
 from jobs.scheduler.cycle import load_snapshot, run_cycle
 from jobs.statuses import PodStatus
@@ -102,7 +101,7 @@ def test_live_pods_placed_before_uuids_get_them_from_their_node(researcher, work
     "line", ["CUDA_VISIBLE_DEVICES=0,1", "NVIDIA_VISIBLE_DEVICES=all", "CUDA_DEVICE_ORDER=x"]
 )
 def test_a_job_cannot_choose_its_devices(line):
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(EnvProblems) as caught:
         parse_env(f"LR=0.1\n{line}")
     name = line.split("=")[0]
     assert caught.value.messages == [

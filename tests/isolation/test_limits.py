@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.actions.stop import stop_pods
-from jobs.forms import JobForm
 from jobs.models import Job, Pod
 from jobs.statuses import JobStatus, PodStatus
 from protocol import limits
 from protocol.agent import JobRunSpec, ProgressReport, WorkerReport, WorkerSpec, job_problems
 from protocol.text import NUL_MARK, TRUNCATED, clean_text, fit, fit_tail, name_problem
 from tests.isolation.conftest import needs_postgres
+from web.forms import JobForm
 
 pytestmark = pytest.mark.django_db
 

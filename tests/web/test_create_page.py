@@ -5,11 +5,11 @@ import pytest
 from django.urls import reverse
 
 from jobs.accounting import account
-from jobs.forms import JobForm, initial_from_job
 from jobs.models import Job
 from jobs.scheduler.cycle import load_snapshot
 from tests.conftest import make_node
 from tests.web.conftest import HTMX, Tree, borrow, place, submit
+from web.forms import JobForm, initial_from_job
 
 FORM = {
     "image": "busybox",
@@ -120,6 +120,17 @@ def test_hint_would_borrow_idle_gpus(
     place(submit(researcher, workspace, small_quota, gpus_per_worker=2), node)
     html = hint(member_client, small_quota, idle_resources="Acceptable")
     assert 'data-outcome="borrow"' in html and "borrowed GPUs" in html and "team-a" in html
+
+
+def test_hint_says_where_a_borrower_goes_apart_from_its_lender(
+    member_client, researcher, workspace, small_quota, quota, node
+):
+    """Where the pods go comes from the admission's own field, not from its reason's text
+    (which names the lender too): the sentence names each once."""
+    place(submit(researcher, workspace, small_quota, gpus_per_worker=2), node)
+    html = hint(member_client, small_quota, idle_resources="Acceptable")
+    assert "(Not in Quota): placed on node-0 (GPUs 2-3)." in html
+    assert "idle resources of quota" not in html
 
 
 def test_hint_would_queue_and_says_why_with_an_estimate(

@@ -6,6 +6,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from jobs.admission.rules import default_name
 from jobs.display import (
     STOPPING,
     UNKNOWN,
@@ -16,7 +17,6 @@ from jobs.display import (
     format_duration,
     is_live,
 )
-from jobs.forms import default_name
 from jobs.logview import chunk_lines, logs_complete
 from jobs.paging import BadPageRequest, decode_cursor, parse_limit, parse_statuses
 from jobs.statuses import JobStatus, PodStatus

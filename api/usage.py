@@ -11,9 +11,7 @@ from django.db.models import F
 
 from jobs.accounting import QuotaUsage
 from jobs.models import Job
-from jobs.statuses import JobStatus
-
-WAITING = [JobStatus.PENDING.value, JobStatus.INQUEUE.value]
+from jobs.statuses import WAITING_JOB_STATUSES
 
 
 def usage_json(usage: QuotaUsage | None, size: int) -> dict:
@@ -39,7 +37,7 @@ def usage_json(usage: QuotaUsage | None, size: int) -> dict:
 def waiting_jobs(quota_id: int):
     """The quota's waiting jobs in the scheduler's order (priority, then submit time)."""
     return (
-        Job.objects.filter(quota_id=quota_id, status__in=WAITING)
+        Job.objects.filter(quota_id=quota_id, status__in=WAITING_JOB_STATUSES)
         .select_related("workspace", "owner")
         .order_by(F("queue_position").asc(nulls_last=True), "-priority", "created_at", "pk")
     )
@@ -49,7 +47,7 @@ def my_positions(quota_ids: list[int], user) -> dict[int, list[int]]:
     """Queue positions of the user's waiting jobs per quota."""
     positions: dict[int, list[int]] = defaultdict(list)
     rows = (
-        Job.objects.filter(quota_id__in=quota_ids, status__in=WAITING, owner=user)
+        Job.objects.filter(quota_id__in=quota_ids, status__in=WAITING_JOB_STATUSES, owner=user)
         .exclude(queue_position__isnull=True)
         .order_by("queue_position")
         .values_list("quota_id", "queue_position")
@@ -64,7 +62,7 @@ def waiting_gpus(quota_ids: list[int]) -> dict[int, tuple[int, int]]:
     from django.db.models import Count, Sum
 
     rows = (
-        Job.objects.filter(quota_id__in=quota_ids, status__in=WAITING)
+        Job.objects.filter(quota_id__in=quota_ids, status__in=WAITING_JOB_STATUSES)
         .values("quota_id")
         .annotate(jobs=Count("pk"), gpus=Sum(F("workers") * F("gpus_per_worker")))
     )

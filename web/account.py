@@ -1,4 +1,4 @@
-"""Site-level pages: health check and the researcher's API token page."""
+"""Account pages: sign-in (attempts limited) and the researcher's API token."""
 
 import logging
 
@@ -6,12 +6,11 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.db import DatabaseError, connection
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_http_methods
 
 from accounts.actions import revoke_api_tokens, rotate_api_token
 from accounts.login_limits import RateLimitedAuthenticationForm
@@ -19,28 +18,6 @@ from accounts.models import ApiToken
 from audit.actions import record
 
 log = logging.getLogger(__name__)
-
-
-@require_GET
-def favicon(request: HttpRequest) -> HttpResponse:
-    """No icon, but no 404 either (the admin's pages do not say `rel=icon`)."""
-    response = HttpResponse(status=204)
-    response["Cache-Control"] = "public, max-age=86400"
-    return response
-
-
-@never_cache
-@require_GET
-def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness plus a database round trip, for load balancers and compose healthchecks."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-    except DatabaseError:
-        log.exception("health check: database unreachable")
-        return JsonResponse({"status": "error", "database": "unreachable"}, status=503)
-    return JsonResponse({"status": "ok", "database": "ok"})
 
 
 NEW_TOKEN_COOKIE = "new_api_token"

@@ -17,15 +17,14 @@ from django.views.decorators.http import require_GET
 from jobs.access import member_workspace_ids
 from jobs.accounting import Accounting, QuotaUsage, account
 from jobs.forecast import cached_expected_starts, current_snapshot
-from jobs.metrics import idle_holders
 from jobs.models import Job, JobEvent, Pod, RestartRecord
-from jobs.statuses import ACTIVE_JOB_STATUSES, JobStatus, PodStatus
+from jobs.statuses import ACTIVE_JOB_STATUSES, WAITING_JOB_STATUSES, JobStatus, PodStatus
 from quotas.access import owned_tenant_ids, visible_quota_ids, workspace_quotas
 from quotas.models import Tenant
+from web.charts import idle_holders
 
 RECENT = 10
 WAITING_SHOWN = 10  # per quota on the Quotas page
-_WAITING = [JobStatus.PENDING, JobStatus.INQUEUE]
 
 
 def _usage_rows(acc: Accounting, quota_ids: set[int]) -> list[QuotaUsage]:
@@ -92,7 +91,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 def _waiting_jobs(quota_ids: set[int]) -> dict[int, list[Job]]:
     """The first WAITING_SHOWN jobs of each quota's queue, in queue order (one query)."""
     ranked = (
-        Job.objects.filter(status__in=_WAITING, quota_id__in=quota_ids)
+        Job.objects.filter(status__in=WAITING_JOB_STATUSES, quota_id__in=quota_ids)
         .annotate(
             place=Window(
                 RowNumber(),

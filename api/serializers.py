@@ -9,8 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from jobs.display import display_status
+from jobs.forecast import Estimate, cached_expected_starts
 from jobs.logview import LogLine
 from jobs.models import Job, Pod
+from jobs.scheduler.model import Snapshot
+from jobs.statuses import WAITING_JOB_STATUSES
 
 
 def _time(value: datetime | None) -> str | None:
@@ -178,3 +181,31 @@ def node_json(node) -> dict[str, Any]:
 
 def log_line_json(line: LogLine) -> dict[str, Any]:
     return {"seq": line.seq, "rank": line.rank, "attempt": line.attempt, "text": line.text}
+
+
+# -- expected starts (jobs.forecast's estimates, as the API shows them) -------------------
+
+
+def estimate_json(estimate: Estimate | None) -> dict | None:
+    """The API's shape: always labelled an estimate, with what it rests on."""
+    if estimate is None:
+        return None
+    return {
+        "estimate": True,
+        "at": estimate.at.isoformat() if estimate.at else None,
+        "basis": estimate.basis,
+    }
+
+
+NOT_ESTIMATED = {"estimate": True, "at": None, "basis": "not estimated"}
+
+
+def expected_start_json(jobs, snapshot: Snapshot | None = None) -> dict[int, dict | None]:
+    """The API's `expected_start` of each job: the estimate of a waiting one (labelled an
+    estimate, with what it rests on), None for one that is not waiting."""
+    waiting = {j.pk for j in jobs if j.status in WAITING_JOB_STATUSES}
+    estimates = cached_expected_starts(waiting, snapshot)
+    return {
+        j.pk: (estimate_json(estimates.get(j.pk)) or NOT_ESTIMATED) if j.pk in waiting else None
+        for j in jobs
+    }

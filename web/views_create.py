@@ -1,6 +1,6 @@
 """The Create job page and its live hint.
 
-The page lays `jobs.forms.JobForm` out in sections (basics, resources, Idle Resources,
+The page lays `web.forms.JobForm` out in sections (basics, resources, Idle Resources,
 Automatic Fault Tolerance behind "Modify Configuration", advanced); the quota picker says how
 much of each quota is used and free (the scheduler's numbers, `jobs.accounting`). While the
 user types, HTMX posts the form to `job_plan_hint`, which validates it without saving and
@@ -21,11 +21,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from jobs.access import get_job_for_user
 from jobs.accounting import account
 from jobs.forecast import current_snapshot, expected_starts
-from jobs.forms import JobForm, initial_from_job
 from jobs.scheduler.cycle import plan_options
 from jobs.scheduler.model import JobSnap
 from jobs.scheduler.plan import plan
 from jobs.statuses import IdleResources, JobStatus
+from web.forms import JobForm, initial_from_job
 
 SECTIONS = [
     ("Basics", ["quota", "workspace", "name", "image", "command"]),
@@ -113,8 +113,8 @@ def what_if(form: JobForm, snapshot, now) -> dict:
     if admission is not None:
         result |= {
             "outcome": "start" if admission.in_quota else "borrow",
-            # The lender is said separately: keep only where it would be placed.
-            "where": admission.reason.split("; idle resources of quota")[0],
+            # The lender is said separately: only where it would be placed.
+            "where": admission.where or admission.reason,
             "lender": ", ".join(  # a pooled idle job names each of its lenders
                 names.get(q, "") for q in dict.fromkeys(admission.charged_gpus())
             ),

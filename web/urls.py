@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from jobs import views, views_create
+from web import views, views_create
 
 app_name = "jobs"
 

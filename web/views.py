@@ -1,6 +1,6 @@
 """Researcher pages: job list, create form, detail with workers, events and live logs.
 
-Function views, thin over jobs.forms / jobs.actions. With HTMX a page polls a named partial
+Function views, thin over web.forms / jobs.actions. With HTMX a page polls a named partial
 of its own template (`page.html#name`) and gets 286 (stop polling) once nothing can change;
 without HTMX every page is plain links and POST-redirect-GET forms.
 """
@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from jobs import logview, metrics
+from jobs import logview
 from jobs.access import get_job_for_user, member_workspace_ids, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, resubmit_job
@@ -29,13 +29,13 @@ from jobs.actions.transitions import TransitionConflict
 from jobs.display import is_live
 from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_resources
 from jobs.forecast import cached_expected_starts
-from jobs.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
-from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
+from jobs.statuses import FINAL_JOB_STATUSES, WAITING_JOB_STATUSES, IdleResources, JobStatus
+from web import charts as metrics
+from web.forms import JobForm, initial_from_job
 
 EVENTS_SHOWN = 200
-WAITING_STATUSES = (JobStatus.PENDING, JobStatus.INQUEUE)
 
 
 def _partial(request: HttpRequest, template: str, context: dict, *, live: bool) -> HttpResponse:
@@ -96,7 +96,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         error, page, next_cursor = exc.message, [], None
         filters = JobFilters()
     live = any(is_live(job.status) for job in page)
-    waiting = {job.pk for job in page if job.status in WAITING_STATUSES}
+    waiting = {job.pk for job in page if job.status in WAITING_JOB_STATUSES}
     if waiting:
         estimates = cached_expected_starts(waiting)
         for job in page:
@@ -161,7 +161,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "events_hidden": max(event_count - EVENTS_SHOWN, 0),
         "live": live,
         "expected_start": (
-            cached_expected_starts({job.pk}).get(job.pk) if job.status in WAITING_STATUSES else None
+            cached_expected_starts({job.pk}).get(job.pk)
+            if job.status in WAITING_JOB_STATUSES
+            else None
         ),
     }
     if request.htmx:

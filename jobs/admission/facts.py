@@ -1,0 +1,166 @@
+"""The database side of a job's admission: load the facts `jobs.admission.rules` needs, in
+at most four queries whatever the request (the quota with its tenant's GPUs of the same
+kind; the user's workspaces it is bound to; its nodes grouped by GPU count; its tenant's
+same-kind quotas, only for a Lingjun idle job larger than its quota), run the rules, and
+hand a valid request over as a `JobSpec` with its quota and workspace rows.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, Max, OuterRef, Q, QuerySet, Subquery, Sum
+
+from cluster.models import Node, NodeState
+from jobs.actions.submit import JobSpec
+from jobs.admission import rules
+from jobs.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
+from quotas.models import Quota, Workspace
+
+
+@dataclass
+class Checked:
+    """A request checked against the database: the rules' verdict and the rows it names."""
+
+    verdict: Verdict
+    quota: Quota | None = None
+    workspace: Workspace | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def problems(self) -> dict[str, list[str]]:
+        return self.verdict.problems
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return self.verdict.values
+
+    def spec(self) -> JobSpec:
+        data = self.values
+        return JobSpec(
+            name=data["name"],
+            image=data["image"],
+            command=data["command"],
+            workers=data["workers"],
+            gpus_per_worker=data["gpus_per_worker"],
+            cpus_per_worker=data["cpus_per_worker"],
+            memory_gb_per_worker=data["memory_gb_per_worker"],
+            priority=data["priority"],
+            idle_resources=data["idle_resources"],
+            env=data["env"],
+            max_runtime_seconds=data.get("max_runtime_seconds"),
+            fault_tolerance=bool(data.get("fault_tolerance")),
+            ft_config=rules.ft_config(data).to_dict(),
+            checkpoint_dir=data.get("checkpoint_dir") or "",
+        )
+
+
+def member_workspaces(user) -> QuerySet[Workspace]:
+    return Workspace.objects.filter(memberships__user=user)
+
+
+def _quota(ref: str) -> Quota | None:
+    """By id or by name, with its tenant's GPUs of the same kind (the never-fit check), in
+    one query."""
+    by_id = ref.isascii() and ref.isdigit() and len(ref) <= 18  # fits a bigint
+    lookup = {"pk": int(ref)} if by_id else {"name": ref}
+    tenant_gpus = (
+        Quota.objects.filter(
+            tenant_id=OuterRef("tenant_id"),
+            resource_type=OuterRef("resource_type"),
+            gpu_type=OuterRef("gpu_type"),
+        )
+        .values("tenant_id")
+        .annotate(total=Sum("gpus"))
+        .values("total")
+    )
+    return Quota.objects.filter(**lookup).annotate(tenant_gpus=Subquery(tenant_gpus)).first()
+
+
+def _pool(quota: Quota, values: Mapping[str, Any]) -> PoolFacts:
+    """The quota's schedulable nodes in one query, grouped by GPU count (a few rows)."""
+    sized = all(values.get(name) is not None for name in rules.WORKER_SIZE)
+    fitting = (
+        Q(
+            gpus__gte=values["gpus_per_worker"],
+            cpus__gte=values["cpus_per_worker"],
+            memory_gb__gte=values["memory_gb_per_worker"],
+        )
+        if sized
+        else Q(pk__in=[])
+    )
+    rows = list(
+        Node.objects.filter(
+            gpu_type=quota.gpu_type,
+            resource_type=quota.resource_type,
+            state__in=[NodeState.READY, NodeState.NOT_READY],
+        )
+        .values("gpus")
+        .annotate(
+            count=Count("pk"),
+            most_cpus=Max("cpus"),
+            most_memory=Max("memory_gb"),
+            fitting=Count("pk", filter=fitting),
+        )
+        .order_by("gpus")
+    )
+    return PoolFacts(
+        count=sum(r["count"] for r in rows),
+        most_gpus=max((r["gpus"] for r in rows), default=None),
+        most_cpus=max((r["most_cpus"] for r in rows), default=None),
+        most_memory=max((r["most_memory"] for r in rows), default=None),
+        fitting=sum(r["fitting"] for r in rows),
+        node_gpus=tuple(r["gpus"] for r in rows for _ in range(r["count"])),
+    )
+
+
+def quota_facts(quota: Quota) -> QuotaFacts:
+    return QuotaFacts(
+        id=quota.pk,
+        name=quota.name,
+        resource_type=quota.resource_type,
+        gpu_type=quota.gpu_type,
+        gpus=quota.gpus,
+        cpus=quota.cpus,
+        memory_gb=quota.memory_gb,
+        tenant_gpus=getattr(quota, "tenant_gpus", None) or 0,
+    )
+
+
+def check_job(raw: Mapping[str, Any], user, workspaces: QuerySet | None = None) -> Checked:
+    """Check a new job of `user` (`raw`: its fields as submitted) against the rules and the
+    database. `workspaces`: the user's workspaces, when the caller has the queryset already."""
+    values, problems = rules.clean_fields(raw)
+    if "quota" in problems:
+        return Checked(rules.check(raw, Facts()))
+    quota = _quota(values["quota"])
+    bound: list[Workspace] = []
+    if quota is not None:
+        mine = workspaces if workspaces is not None else member_workspaces(user)
+        bound = list(quota.workspaces.filter(pk__in=mine).order_by("name"))
+    facts = Facts(
+        quota=quota_facts(quota) if quota is not None else None,
+        workspaces=tuple(WorkspaceFacts(w.pk, w.name) for w in bound),
+    )
+    if quota is not None and bound:
+        facts = Facts(
+            quota=facts.quota,
+            workspaces=facts.workspaces,
+            pool=_pool(quota, values),
+            lenders=_lenders(quota) if rules.needs_lenders(facts.quota, values) else (),
+        )
+    verdict = rules.check(raw, facts)
+    chosen = verdict.workspace
+    workspace = next((w for w in bound if chosen and w.pk == chosen.id), None)
+    return Checked(verdict, quota=quota if bound else None, workspace=workspace)
+
+
+def _lenders(quota: Quota) -> tuple[int, ...]:
+    """Each of the tenant's quotas' GPUs of the same kind (whole workers pool only there)."""
+    same = Quota.objects.filter(
+        tenant_id=quota.tenant_id, resource_type=quota.resource_type, gpu_type=quota.gpu_type
+    )
+    return tuple(same.values_list("gpus", flat=True))
