@@ -101,6 +101,12 @@ def form_error(form: JobForm, prefix: str = "") -> ApiError:
     )
 
 
+CHOICE_FIELDS = {
+    name: [str(choice) for choice, _ in JobForm.base_fields[name].choices if choice]
+    for name in ("idle_resources", "run_type", "restart_policy", "hang_action")
+}
+
+
 def validated_form(request: HttpRequest, payload: schemas.JobCreate, extra_env=None) -> JobForm:
     data = payload.model_dump(exclude_none=True)
     if extra_env:
@@ -110,7 +116,15 @@ def validated_form(request: HttpRequest, payload: schemas.JobCreate, extra_env=N
         else:
             env = {**env, **extra_env}
         data["env"] = env
-    return JobForm(data, user=request.user)
+    form = JobForm(data, user=request.user)
+    # The page's "not chosen" is "" (the form's default); the API's is an absent field, and
+    # its document lists only the values, so "" is an error here, not the default.
+    empty = [name for name in CHOICE_FIELDS if data.get(name) == ""]
+    if empty:
+        form.full_clean()  # errors are added to a cleaned form
+        for name in empty:
+            form.add_error(name, f"Choose one of: {', '.join(CHOICE_FIELDS[name])}.")
+    return form
 
 
 # -- create --------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from protocol import limits
 from protocol.agent import job_problems
 from protocol.devices import is_device_env
 from protocol.text import name_problem, text_problem
+from protocol.workerenv import is_worker_env
 from quotas.models import Quota, ResourceType, Workspace
 
 # Per-worker and per-job bounds (a worker must also fit on one registered node).
@@ -103,6 +104,8 @@ def parse_env(value: Any) -> dict[str, str]:
                 f"{key} cannot be set: each worker sees exactly the GPUs it was given "
                 "(the agent sets the device variables)"
             )
+        elif is_worker_env(key):
+            errors.append(f"{key} cannot be set: the agent sets it for each worker")
         elif key in env:
             errors.append(f"{key} is set twice")
         elif text_problem(val):
