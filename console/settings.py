@@ -66,6 +66,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: every later log line of the request carries its id.
     "console.requestid.RequestIdMiddleware",
+    # A lost database connection: a safe request is retried once, else 503 (Retry-After).
+    "console.dbretry.RetryLostConnection",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
