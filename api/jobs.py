@@ -24,6 +24,7 @@ from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
 from jobs.actions.transitions import TransitionConflict
 from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
+from jobs.folders import FolderTaken, array_folders
 from jobs.forecast import expected_start_json
 from jobs.forms import JobForm, initial_from_job
 from jobs.models import Job, Pod
@@ -241,12 +242,17 @@ def create_array(
         if not form.is_valid():
             raise form_error(form, prefix="job.")
         template = form.spec()
+        try:
+            folders = array_folders(form.workspace_obj.pk, template.checkpoint_dir, payload.count)
+        except FolderTaken as exc:
+            raise ApiError(400, "validation_error", str(exc), "job.checkpoint_dir") from None
         items = []
         for index in range(payload.count):
             spec = replace(
                 template,
                 env={**template.env, "ARRAY_INDEX": str(index)},
                 name=f"{template.name[:190]}-{index}",
+                checkpoint_dir=folders[index],
             )
             items.append((form.workspace_obj, form.quota_obj, spec))
         return Outcome(jobs=create_jobs(user=request.user, items=items))

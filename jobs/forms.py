@@ -16,6 +16,7 @@ from django.utils.functional import cached_property
 from cluster.models import Node, NodeState
 from jobs.actions.submit import JobSpec, create_job
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
+from jobs.folders import folder_owner
 from jobs.models import Job
 from jobs.scheduler.fit import QuotaSize, never_fits
 from jobs.statuses import IdleResources
@@ -369,10 +370,23 @@ class JobForm(forms.Form):
             self.workspace_obj = self._pick_workspace(quota, data.get("workspace") or "")
             self._check_fits_a_node(quota, data)
             self._check_fits_the_quota(quota, data)
+            self._check_folder_is_free(data.get("checkpoint_dir") or "")
         if not data.get("name") and data.get("image"):
             data["name"] = default_name(data["image"])[: limits.JOB_NAME]
         self._check_agent_accepts(data)
         return data
+
+    def _check_folder_is_free(self, folder: str) -> None:
+        """Two runs never share a checkpoint folder unknowingly: the other job's
+        checkpoints would be taken for this one's (docs/fault-tolerance.md)."""
+        owner = folder_owner(self.workspace_obj.pk, folder) if self.workspace_obj else None
+        if owner is not None:
+            self.add_error(
+                "checkpoint_dir",
+                f"Job #{owner} already uses this folder; its checkpoints would be taken for "
+                f"this job's. Choose another folder, or Restart job #{owner} to continue "
+                "from its checkpoints.",
+            )
 
     def _check_agent_accepts(self, data: dict[str, Any]) -> None:
         """The last gate: what every worker spec of this job would carry must pass the agent
