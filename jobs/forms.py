@@ -603,5 +603,7 @@ def ft_initial(job: Job) -> dict[str, Any]:
         "hang_detection": config.hang_detection,
         "hang_timeout": config.hang_timeout,
         "hang_action": config.hang_action.value,
-        "checkpoint_dir": job.checkpoint_dir,
+        # A clone is a new run, in a folder of its own (its default job-<id>); a Restart
+        # keeps the original's folder itself (resubmit_job). docs/fault-tolerance.md.
+        "checkpoint_dir": "",
     }

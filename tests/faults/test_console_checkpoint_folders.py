@@ -98,3 +98,18 @@ def test_array_copies_get_a_folder_each(researcher, quota, node):
     assert folders == ["sweep/0", "sweep/1", "sweep/2"]
     again = post(client_for(researcher), "/api/v1/jobs/array", body)
     assert error_of(again, 400, "validation_error")["field"] == "job.checkpoint_dir"
+
+
+def test_a_restart_through_the_api_keeps_an_explicit_folder(console_earlier, researcher, node):
+    Job.objects.filter(pk=console_earlier.pk).update(status=JobStatus.FAILED)
+    api = client_for(researcher)
+    response = post(api, f"/api/v1/jobs/{console_earlier.pk}/restart")
+    assert response.status_code == 201, response.content[:300]
+    clone = Job.objects.get(cloned_from=console_earlier)
+    assert clone.checkpoint_dir == "f7-0" and clone.resume_from.endswith("/f7-0/step-400")
+
+
+def test_a_clone_on_the_page_starts_in_a_folder_of_its_own(console_earlier):
+    from jobs.forms import initial_from_job
+
+    assert initial_from_job(console_earlier)["checkpoint_dir"] == ""
