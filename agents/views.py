@@ -15,11 +15,13 @@ from functools import wraps
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
+from accounts.dbloss import is_lost_connection, lost_connection_response, reset_connections
 from agents import actions
 from agents.auth import AgentApiError, authenticate_node, bearer_token
 from agents.wake import NoSlot, watcher
@@ -51,10 +53,21 @@ def agent_endpoint(view: Callable[[HttpRequest], HttpResponse]):
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         if request.method != "POST":
             return _error(405, "method_not_allowed", "use POST")
-        try:
-            return view(request, *args, **kwargs)
-        except AgentApiError as exc:
-            return _error(exc.status, exc.code, exc.message, exc.field)
+        for last_try in (False, True):
+            try:
+                return view(request, *args, **kwargs)
+            except AgentApiError as exc:
+                return _error(exc.status, exc.code, exc.message, exc.field)
+            except (OperationalError, InterfaceError) as exc:
+                # The connection went away: a heartbeat or log batch is safe to apply
+                # twice (level-triggered; each sequence once), so it runs once more on a
+                # new connection before the agent is told 503 (accounts.dbloss).
+                if not is_lost_connection(exc):
+                    raise
+                if last_try:
+                    return lost_connection_response(exc)
+                reset_connections()
+        raise AssertionError("unreachable")
 
     return wrapper
 

@@ -26,8 +26,9 @@ from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
 from jobs.actions.submit import create_job as submit_job
 from jobs.actions.transitions import TransitionConflict
 from jobs.admission.facts import Checked, check_job
-from jobs.admission.rules import ALL, fields_of_job
+from jobs.admission.rules import ALL, CHOICES, add_problem, fields_of_job
 from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
+from jobs.folders import FolderTaken, array_folders
 from jobs.models import Job, Pod
 from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
 from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
@@ -100,6 +101,13 @@ def problems_error(checked: Checked, prefix: str = "") -> ApiError:
     )
 
 
+# The page's "not chosen" is "" (the form's default); the API's is an absent field, and its
+# document lists only the values, so "" is an error here, not the default.
+CHOICE_FIELDS = {
+    name: [str(choice.value) for choice in kind] for name, (kind, _default) in CHOICES.items()
+}
+
+
 def checked_job(request: HttpRequest, payload: schemas.JobCreate, extra_env=None) -> Checked:
     data = payload.model_dump(exclude_none=True)
     if extra_env:
@@ -109,7 +117,11 @@ def checked_job(request: HttpRequest, payload: schemas.JobCreate, extra_env=None
         else:
             env = {**env, **extra_env}
         data["env"] = env
-    return check_job(data, request.user)
+    checked = check_job(data, request.user)
+    for name, choices in CHOICE_FIELDS.items():
+        if data.get(name) == "":
+            add_problem(checked.verdict, name, f"Choose one of: {', '.join(choices)}.")
+    return checked
 
 
 # -- create --------------------------------------------------------------------------------
@@ -232,12 +244,17 @@ def create_array(
         if not checked.ok:
             raise problems_error(checked, prefix="job.")
         template = checked.spec()
+        try:
+            folders = array_folders(checked.workspace.pk, template.checkpoint_dir, payload.count)
+        except FolderTaken as exc:
+            raise ApiError(400, "validation_error", str(exc), "job.checkpoint_dir") from None
         items = []
         for index in range(payload.count):
             spec = replace(
                 template,
                 env={**template.env, "ARRAY_INDEX": str(index)},
                 name=f"{template.name[:190]}-{index}",
+                checkpoint_dir=folders[index],
             )
             items.append((checked.workspace, checked.quota, spec))
         return Outcome(jobs=create_jobs(user=request.user, items=items))

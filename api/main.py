@@ -15,6 +15,7 @@ from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from accounts.api_auth import ApiError, error_response
+from accounts.dbloss import is_lost_connection, lost_connection_response
 from api import schemas
 from api.parsing import SafeJsonParser
 from api.security import TokenAuth
@@ -181,6 +182,8 @@ def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 
 @api.exception_handler(Exception)
 def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    if is_lost_connection(exc):  # 503 + Retry-After; console.dbretry retries a safe request
+        return lost_connection_response(exc)
     log.exception("API %s %s failed", request.method, request.path, exc_info=exc)
     return error_response(500, "server_error", "The server failed; the error was logged.")
 

@@ -67,6 +67,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: every later log line of the request carries its id.
     "console.requestid.RequestIdMiddleware",
+    # A lost database connection: a safe request is retried once, else 503 (Retry-After).
+    "console.dbretry.RetryLostConnection",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -200,6 +202,9 @@ NOTIFY_TIMEOUT = env_int("NOTIFY_TIMEOUT", 10, minimum=1)
 NOTIFY_MAX_ATTEMPTS = env_int("NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
 NOTIFY_BACKOFF_BASE = env_int("NOTIFY_BACKOFF_BASE", 10, minimum=1)  # 10 s, 20 s, 40 s …
 NOTIFY_BACKOFF_MAX = env_int("NOTIFY_BACKOFF_MAX", 3600, minimum=1)
+# Webhooks go to public addresses only (notifications.outbound). On: loopback addresses
+# too (and only those), for tests' local receivers or an operator's receiver on this host.
+NOTIFY_ALLOW_LOOPBACK = env_bool("NOTIFY_ALLOW_LOOPBACK", False)
 # E-mail (Django's MAILERS): SMTP in production, printed to the console in development.
 _MAIL_BACKEND = env_str(
     "EMAIL_BACKEND",
@@ -341,17 +346,18 @@ LOGGING = {
     "filters": {
         "quiet_agent": {"()": "console.logfilters.QuietAgentRequests"},
         "request_id": {"()": "console.requestid.RequestIdFilter"},
+        "no_client_tracebacks": {"()": "console.logfilters.NoClientTracebacks"},
     },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": LOG_FORMAT,
-            "filters": ["request_id"],
+            "filters": ["no_client_tracebacks", "request_id"],
         },
         "server": {
             "class": "logging.StreamHandler",
             "formatter": LOG_FORMAT,
-            "filters": ["quiet_agent", "request_id"],
+            "filters": ["no_client_tracebacks", "quiet_agent", "request_id"],
         },
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},

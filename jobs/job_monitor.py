@@ -10,6 +10,11 @@ saw; only the copy whose UPDATE matched acts, so two monitors (two beat processe
 redelivered task) never restart a job twice. When acting raises, the deadline is pushed
 forward so one bad row cannot crash-loop the monitor.
 
+The node's state decides first: a job whose node went silent before its deadline (a frozen
+or cut-off agent) is not judged hung while the node says nothing; the node monitor's path
+(NotReady, then Lost) handles it (`hang.silence_is_the_nodes`). The monitor looks again each
+cycle: once the node reports again, new progress moves the deadline, none means a hang.
+
 Max runtime: a placed job running longer than `max_runtime_seconds` (since it first ran) is
 terminated at once (`request_stop(final_status=Terminated)`, grace 0).
 """
@@ -19,9 +24,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from cluster.models import GpuDevice
+from cluster.models import GpuDevice, NodeState
 from jobs.actions.progress import (
     claim_hung_job,
     clear_stale_hang_deadlines,
@@ -33,8 +39,8 @@ from jobs.actions.transitions import TransitionConflict
 from jobs.actions.workers import current_pods
 from jobs.faulttolerance import hang
 from jobs.faulttolerance.policy import config_of
-from jobs.models import Job
-from jobs.statuses import Actor, JobStatus, PodStatus
+from jobs.models import Job, Pod
+from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +50,7 @@ RETRY_AFTER_ERROR = timedelta(seconds=60)
 @dataclass
 class JobMonitorResult:
     hung: list[int] = field(default_factory=list)
+    node_silent: list[int] = field(default_factory=list)  # past the deadline, node silent
     terminated: list[int] = field(default_factory=list)
     cleared: int = 0
 
@@ -82,6 +89,17 @@ def hang_evidence(job: Job, seen_deadline: datetime, now: datetime) -> str:
     return hang.hang_reason(state, now)
 
 
+def _nodes_of_live_workers(job_id: int) -> list[hang.NodeHeard]:
+    rows = (
+        Pod.objects.filter(job_id=job_id, attempt=F("job__attempt"), node__isnull=False)
+        .filter(status__in=ACTIVE_POD_STATUSES)
+        .order_by()
+        .values_list("node__state", "node__last_heartbeat_at")
+        .distinct()
+    )
+    return [hang.NodeHeard(state == NodeState.READY, heard) for state, heard in rows]
+
+
 def _act_on_hang(job_id: int, seen: datetime, now: datetime, result: JobMonitorResult) -> None:
     with transaction.atomic():
         if not claim_hung_job(job_id, seen):
@@ -100,6 +118,9 @@ def check_hangs(now: datetime, result: JobMonitorResult) -> None:
         hang_deadline__lt=now, status=JobStatus.RUNNING, stop_requested_at__isnull=True
     ).values_list("id", "hang_deadline")
     for job_id, seen in due:
+        if hang.silence_is_the_nodes(seen, _nodes_of_live_workers(job_id)):
+            result.node_silent.append(job_id)
+            continue
         try:
             _act_on_hang(job_id, seen, now, result)
         except TransitionConflict:

@@ -339,6 +339,8 @@ class Checkpoint(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "path"], name="checkpoint_unique_path")
         ]
+        # Who recorded a path (jobs.actions.progress.store_checkpoints: another job's).
+        indexes = [models.Index(fields=["path"], name="checkpoint_by_path")]
 
     def __str__(self) -> str:
         return f"{self.job_id} step {self.step}"

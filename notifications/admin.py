@@ -5,6 +5,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils import timezone
 
+from notifications import outbound
 from notifications.actions import retry_now
 from notifications.models import Delivery, DeliveryAttempt, Event, NotificationRule
 
@@ -18,6 +19,15 @@ class RuleForm(forms.ModelForm):
         model = NotificationRule
         fields = ["name", "channel", "workspace", "user", "url", "secret", "events", "enabled"]
         widgets = {"secret": forms.PasswordInput(render_value=True)}
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data.get("url", "")
+        if url:
+            try:
+                outbound.vet(url)
+            except outbound.RefusedDestination as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return url
 
     def clean(self):
         data = super().clean()

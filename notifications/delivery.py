@@ -16,12 +16,13 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-import requests
+import urllib3
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db.models import Q
 from django.utils import timezone
 
+from notifications import outbound
 from notifications.actions import AttemptResult, claim, record_attempt
 from notifications.messages import email_message, slack_body
 from notifications.models import Channel, Delivery, DeliveryStatus
@@ -60,8 +61,8 @@ def next_attempt_at(
     return now + timedelta(seconds=wait)
 
 
-def _retry_after(response: requests.Response | None) -> float | None:
-    value = response.headers.get("Retry-After", "") if response is not None else ""
+def _retry_after(response: outbound.OutboundResponse) -> float | None:
+    value = response.headers.get("retry-after", "")
     return float(value) if value.isdigit() else None
 
 
@@ -87,18 +88,21 @@ def send_webhook(delivery: Delivery) -> tuple[AttemptResult, float | None]:
         headers["X-Console-Signature"] = signature(secret, body)
     started = time.monotonic()
     try:
-        response = requests.post(
-            delivery.target,
-            data=body,
-            headers=headers,
-            timeout=settings.NOTIFY_TIMEOUT,
-            allow_redirects=False,
-        )
-    except requests.RequestException as exc:
+        # Vetted again at each attempt: a URL saved before the rule form refused such
+        # addresses, or a host whose DNS answer changed since, is refused here.
+        response = outbound.post(delivery.target, body, headers, timeout=settings.NOTIFY_TIMEOUT)
+    except outbound.ResolveFailed as exc:  # DNS may answer later
+        elapsed = int((time.monotonic() - started) * 1000)
+        return AttemptResult(False, None, f"ResolveFailed: {exc}", elapsed), None
+    except outbound.RefusedDestination as exc:  # sending again cannot help
+        elapsed = int((time.monotonic() - started) * 1000)
+        error = f"RefusedDestination: {exc}"
+        return AttemptResult(False, None, error, elapsed, retry=False), None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
         elapsed = int((time.monotonic() - started) * 1000)
         return AttemptResult(False, None, f"{type(exc).__name__}: {exc}", elapsed), None
     elapsed = int((time.monotonic() - started) * 1000)
-    code = response.status_code
+    code = response.status
     if 200 <= code < 300:
         return AttemptResult(True, code, "", elapsed), None
     retry = code >= 500 or code in _RETRYABLE_4XX

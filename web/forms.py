@@ -74,7 +74,8 @@ class JobForm(forms.Form):
     max_runtime_seconds = _bounded(
         "max_runtime_seconds", "Max runtime (seconds)", help_text="Empty: no limit."
     )
-    # Automatic Fault Tolerance (docs/fault-tolerance.md), stored in Job.fault_tolerance / Job.ft_config.
+    # Automatic Fault Tolerance (docs/fault-tolerance.md), stored in Job.fault_tolerance and
+    # Job.ft_config.
     fault_tolerance = forms.BooleanField(required=False, label="Automatic Fault Tolerance")
     run_type = forms.ChoiceField(
         choices=[(v.value, v.value) for v in RunType],

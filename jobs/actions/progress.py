@@ -111,6 +111,15 @@ def store_checkpoints(pod: Pod, checkpoints: Iterable, now: datetime) -> int:
         if c.path not in known
     ]
     if new:
+        # Recorded already for another job (a folder reused before submissions refused
+        # that): that run's checkpoints, never this job's to list or resume from.
+        foreign = set(
+            Checkpoint.objects.filter(path__in=[c.path for c in new])
+            .exclude(job_id=pod.job_id)
+            .values_list("path", flat=True)
+        )
+        new = [c for c in new if c.path not in foreign]
+    if new:
         Checkpoint.objects.bulk_create(new, ignore_conflicts=True)
     for c in mine:  # saved again where a pruned one was (rare): present once more
         if c.path in known and known[c.path] is not None:

@@ -144,7 +144,8 @@ def start_new_attempt(
         "restart_not_before": (
             now + timedelta(seconds=decision.backoff_seconds) if decision.backoff_seconds else None
         ),
-        "resume_from": _newest_checkpoint(job),
+        # Its own newest, else where it started from (a Restart of another job).
+        "resume_from": _newest_checkpoint(job) or job.resume_from,
         "hang_deadline": None,
         "stop_requested_at": None,
         "stop_reason": "",
@@ -187,7 +188,7 @@ def restart_worker(
     False when another writer changed the job first (nothing done)."""
     from_attempt = job.attempt
     new_attempt = job.attempt + 1
-    resume = _newest_checkpoint(job)
+    resume = _newest_checkpoint(job) or job.resume_from
     claimed = Job.objects.filter(pk=job.pk, status=job.status, attempt=from_attempt).update(
         attempt=new_attempt,
         restart_count=job.restart_count + 1,

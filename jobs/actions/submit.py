@@ -11,7 +11,7 @@ from django.db import transaction
 
 from jobs.actions.transitions import record_decision
 from jobs.hooks import JobNotice, Notice, announce, announce_one
-from jobs.models import Job, JobEvent
+from jobs.models import Checkpoint, Job, JobEvent
 from jobs.statuses import (
     FINAL_JOB_STATUSES,
     Actor,
@@ -140,6 +140,16 @@ def create_jobs(*, user, items: Sequence[tuple[Any, Any, JobSpec]]) -> list[Job]
     return jobs
 
 
+def _newest_checkpoint_of(job: Job) -> str:
+    row = (
+        Checkpoint.objects.filter(job=job, committed=True, pruned_at__isnull=True)
+        .order_by("-step", "-id")
+        .values_list("path", flat=True)
+        .first()
+    )
+    return row or job.resume_from
+
+
 def resubmit_job(job: Job, *, user) -> Job:
     """ "Restart" of a finished job: a new job with the same parameters (docs/statuses.md). (A new
     attempt of the same job, by fault tolerance, is `actions.restarts.start_new_attempt`.)"""
@@ -167,6 +177,9 @@ def resubmit_job(job: Job, *, user) -> Job:
             # The same folder of the same workspace's area: the restart can resume from the
             # original's checkpoints (its default folder is job-<original id>).
             checkpoint_dir=effective_checkpoint_dir(job),
+            # Resuming is what a Restart asks for: from the original's newest checkpoint
+            # (its own rows stay the original's; docs/fault-tolerance.md).
+            resume_from=_newest_checkpoint_of(job),
         )
         new_job.refresh_from_db()
         event = record_decision(job, f"restarted as job #{new_job.pk}", actor=Actor.USER, user=user)

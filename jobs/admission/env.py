@@ -6,6 +6,7 @@ from typing import Any
 from protocol import limits
 from protocol.devices import is_device_env
 from protocol.text import name_problem, text_problem
+from protocol.workerenv import is_worker_env
 
 
 class EnvProblems(ValueError):
@@ -56,6 +57,8 @@ def _problem(key: str, val: str, env: dict[str, str]) -> str | None:
             f"{key} cannot be set: each worker sees exactly the GPUs it was given "
             "(the agent sets the device variables)"
         )
+    if is_worker_env(key):
+        return f"{key} cannot be set: the agent sets it for each worker"
     if key in env:
         return f"{key} is set twice"
     if text_problem(val):

@@ -15,6 +15,7 @@ from cluster.models import Node, NodeState
 from jobs.actions.submit import JobSpec
 from jobs.admission import rules
 from jobs.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
+from jobs.folders import folder_owner
 from quotas.models import Quota, Workspace
 
 
@@ -155,7 +156,24 @@ def check_job(raw: Mapping[str, Any], user, workspaces: QuerySet | None = None) 
     verdict = rules.check(raw, facts)
     chosen = verdict.workspace
     workspace = next((w for w in bound if chosen and w.pk == chosen.id), None)
+    if workspace is not None:
+        _check_folder_is_free(verdict, workspace.pk)
     return Checked(verdict, quota=quota if bound else None, workspace=workspace)
+
+
+def _check_folder_is_free(verdict: Verdict, workspace_id: int) -> None:
+    """Two runs never share a checkpoint folder unknowingly: the other job's checkpoints
+    would be taken for this one's (docs/fault-tolerance.md). One query, only for a folder."""
+    folder = verdict.values.get("checkpoint_dir") or ""
+    owner = folder_owner(workspace_id, folder) if folder else None
+    if owner is not None:
+        rules.add_problem(
+            verdict,
+            "checkpoint_dir",
+            f"Job #{owner} already uses this folder; its checkpoints would be taken for "
+            f"this job's. Choose another folder, or Restart job #{owner} to continue "
+            "from its checkpoints.",
+        )
 
 
 def _lenders(quota: Quota) -> tuple[int, ...]:

@@ -309,7 +309,7 @@ def check(raw: Mapping[str, Any], facts: Facts) -> Verdict:
     return verdict
 
 
-def _add(verdict: Verdict, name: str | None, message: str) -> None:
+def add_problem(verdict: Verdict, name: str | None, message: str) -> None:
     """A problem found across fields: the field's value no longer counts as clean."""
     verdict.problems.setdefault(name or ALL, []).append(message)
     if name:
@@ -332,11 +332,13 @@ def _pick_workspace(
     if raw:
         chosen = [w for w in candidates if str(w.id) == raw or w.name == raw]
         if len(chosen) != 1:
-            _add(verdict, "workspace", f"Quota {quota.name} is bound to your workspaces: {names}.")
+            add_problem(
+                verdict, "workspace", f"Quota {quota.name} is bound to your workspaces: {names}."
+            )
             return None
         return chosen[0]
     if len(candidates) > 1:
-        _add(
+        add_problem(
             verdict,
             "workspace",
             f"Quota {quota.name} is bound to several of your workspaces ({names}); pick one.",
@@ -356,7 +358,7 @@ def _fits_a_node(verdict: Verdict, quota: QuotaFacts, pool: PoolFacts) -> None:
     sized = all(values.get(name) is not None for name in wanted)
     kind = f"{quota.resource_type} {quota.gpu_type}"
     if not pool.count:
-        _add(
+        add_problem(
             verdict,
             "quota",
             f"No {kind} nodes are registered, so jobs on quota {quota.name} cannot run.",
@@ -367,11 +369,13 @@ def _fits_a_node(verdict: Verdict, quota: QuotaFacts, pool: PoolFacts) -> None:
         value = values.get(name)
         if value is not None and value > largest:
             too_big = True
-            _add(verdict, name, f"No {kind} node has {value} {unit}; the largest has {largest}.")
+            add_problem(
+                verdict, name, f"No {kind} node has {value} {unit}; the largest has {largest}."
+            )
     if too_big or not sized:
         return
     if not pool.fitting:
-        _add(
+        add_problem(
             verdict,
             None,
             f"No single {kind} node has {values['gpus_per_worker']} GPUs, "
@@ -405,7 +409,7 @@ def _fits_the_quota(verdict: Verdict, quota: QuotaFacts, facts: Facts) -> None:
         idle=values["idle_resources"],
     )
     if problem:
-        _add(verdict, "workers", problem)
+        add_problem(verdict, "workers", problem)
 
 
 # What each worker spec of the job carries (protocol.agent.JobRunSpec) → the field it is.
@@ -428,7 +432,7 @@ def _agent_accepts(verdict: Verdict) -> None:
     if len(values) < len(_AGENT_FIELDS):
         return  # a field already has its own problem
     for spec_field, message in job_problems(**values).items():
-        _add(verdict, _AGENT_FIELDS.get(spec_field), f"Agents would refuse this: {message}")
+        add_problem(verdict, _AGENT_FIELDS.get(spec_field), f"Agents would refuse this: {message}")
 
 
 # -- an existing job's fields (clone, restart) -------------------------------------------------
@@ -465,5 +469,7 @@ def ft_fields_of_job(job: Any) -> dict[str, Any]:
         "hang_detection": config.hang_detection,
         "hang_timeout": config.hang_timeout,
         "hang_action": config.hang_action.value,
-        "checkpoint_dir": job.checkpoint_dir,
+        # A clone is a new run, in a folder of its own (its default job-<id>); a Restart
+        # keeps the original's folder itself (resubmit_job). docs/fault-tolerance.md.
+        "checkpoint_dir": "",
     }

@@ -77,6 +77,26 @@ def is_hung(state: HangInput, now: datetime) -> bool:
     return now >= deadline_after(last_activity(state), state.timeout_seconds)
 
 
+@dataclass(frozen=True)
+class NodeHeard:
+    """A node one of the job's live workers is on, as the console last heard it."""
+
+    ready: bool
+    last_heartbeat_at: datetime | None
+
+
+def silence_is_the_nodes(deadline: datetime, nodes: Sequence[NodeHeard]) -> bool:
+    """Whether the job's silence past `deadline` may be its node's, not its own: progress
+    and log lines travel with the node's heartbeats and log batches, so a job is judged
+    hung only once every node of its workers is Ready and was heard after the deadline
+    (it reported, and the job had nothing new). A silent or NotReady node is the node
+    monitor's: NotReady, then Lost, a restart of kind node_lost that spends no budget."""
+    return any(
+        not node.ready or node.last_heartbeat_at is None or node.last_heartbeat_at < deadline
+        for node in nodes
+    )
+
+
 def hang_reason(state: HangInput, now: datetime) -> str:
     """For the user: what was missing for how long, and the GPU evidence when known."""
     quiet = int((now - last_activity(state)).total_seconds())

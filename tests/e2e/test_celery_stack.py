@@ -51,6 +51,7 @@ def test_job_runs_through_gunicorn_celery_and_beat(tmp_path):
     env.update(
         REDIS_URL=os.environ["REDIS_URL"],
         CONSOLE_LOOPS="celery",
+        NOTIFY_ALLOW_LOOPBACK="1",  # the test's webhook receiver listens on 127.0.0.1
         SCHEDULER_INTERVAL="3600",
         MONITOR_INTERVAL="1",
     )

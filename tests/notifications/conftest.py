@@ -63,7 +63,14 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver():
+def loopback_webhooks(settings):
+    """Webhooks to this host's loopback receivers: off by default (notifications.outbound
+    refuses loopback), so every test that needs a local receiver turns it on here."""
+    settings.NOTIFY_ALLOW_LOOPBACK = True
+
+
+@pytest.fixture
+def receiver(loopback_webhooks):
     made = []
 
     def make(**kwargs) -> Receiver:

@@ -147,7 +147,7 @@ def test_retries_stop_after_the_maximum(
 
 
 def test_an_unreachable_receiver_is_recorded(
-    researcher, workspace, quota, node, django_capture_on_commit_callbacks
+    researcher, workspace, quota, node, django_capture_on_commit_callbacks, loopback_webhooks
 ):
     webhook(workspace, "http://127.0.0.1:9/nothing-listens", ["queued"])
     submitted(researcher, workspace, quota, django_capture_on_commit_callbacks)

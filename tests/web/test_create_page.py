@@ -230,10 +230,11 @@ def test_clone_prefills_every_field(member_client, researcher, workspace, quota,
         "max_runtime_seconds",
         "fault_tolerance",
         "ft_config",
-        "checkpoint_dir",
         "quota_id",
     ]
     assert {f: getattr(clone, f) for f in fields} == {f: getattr(job, f) for f in fields}
+    # A clone is a new run: a folder of its own, never the original's (docs/fault-tolerance.md).
+    assert clone.checkpoint_dir == ""
 
 
 def test_borrow_helper_sanity(researcher, workspace, quota, other_quota, node):
