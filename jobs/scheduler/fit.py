@@ -10,10 +10,19 @@ One rule for the create form (and so the API) and the simulator's `refused` even
   6 GPUs never runs on two quotas of 5);
 - a gang the pool's registered nodes could not host even when empty.
 (A worker larger than any node is the form's node check, and an invalid scenario.)
+
+On a quota tree (`tree`: the tenant's quotas of the pool; docs/quota-tree.md "Refusals") the
+guarantee that counts is the quota's *own* (its `gpus` less its children's), any job above
+the tightest `max_gpus` on its path is refused, and a Lingjun idle job is measured against
+what its borrowing scope could ever lend it, lending limits included. Without a tree, or on
+a flat one, the rules and messages are exactly the flat ones.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from jobs.scheduler.model import QuotaSnap
+from jobs.scheduler.scope import lending_limited, scope_capacity
+from jobs.scheduler.tree import QuotaTree
 from jobs.statuses import IdleResources
 
 LINGJUN = "Lingjun"
@@ -31,6 +40,7 @@ class QuotaSize:
     tenant_gpus: int = 0
     # The same quotas' GPUs one by one, where known (the whole-worker check); () = unknown.
     tenant_quota_gpus: tuple[int, ...] = ()
+    id: int = 0  # the quota's id in `tree` (never_fits' keyword), where one is given
 
 
 def _workers(n: int) -> str:
@@ -46,13 +56,89 @@ def never_fits(
     memory_gb_per_worker: int = 0,
     idle: IdleResources | str = IdleResources.OFF,
     node_gpus: tuple[int, ...] | None = None,
+    tree: tuple[QuotaSnap, ...] = (),
 ) -> str | None:
     """The error a user sees for a job that could never start on this quota, or None.
     `node_gpus`: GPUs of each registered node of the quota's pool, when known: a gang the
-    whole pool could not host even empty is refused too."""
-    return _beyond_quota(
-        quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
-    ) or _beyond_pool(quota, workers, gpus_per_worker, node_gpus)
+    whole pool could not host even empty is refused too. `tree`: the tenant's quotas of the
+    quota's pool (`quota.id` among them), for the tree's rules."""
+    quotas = QuotaTree.of(q for q in tree if q.pool == (quota.resource_type, quota.gpu_type))
+    if quota.id in quotas.quotas and _is_tree(quotas):
+        beyond = _beyond_tree(
+            quota, quotas, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
+        )
+    else:
+        if quota.id in quotas.quotas:  # a flat pool: the same numbers as without a tree
+            pooled = tuple(q.gpus for q in quotas.quotas.values())
+            quota = replace(quota, tenant_gpus=sum(pooled), tenant_quota_gpus=pooled)
+        beyond = _beyond_quota(
+            quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
+        )
+    return beyond or _beyond_pool(quota, workers, gpus_per_worker, node_gpus)
+
+
+def _is_tree(quotas: QuotaTree) -> bool:
+    """Whether any quota has a parent or a limit: otherwise the flat rules say it all."""
+    return bool(quotas.children) or any(
+        q.max_gpus is not None or q.lending_limit is not None for q in quotas.quotas.values()
+    )
+
+
+def _beyond_tree(
+    quota: QuotaSize,
+    tree: QuotaTree,
+    workers: int,
+    gpus_per_worker: int,
+    cpus_per_worker: int,
+    memory_gb_per_worker: int,
+    idle: IdleResources | str,
+) -> str | None:
+    gpus = workers * gpus_per_worker
+    need = f"{gpus} GPUs ({_workers(workers)} of {gpus_per_worker})"
+    own = tree.own_gpus(quota.id)
+    borrows = quota.resource_type == LINGJUN and IdleResources(idle) != IdleResources.OFF
+    if not borrows and gpus > own:  # guaranteed pods use only the own guarantee
+        carved = tree.quotas[quota.id].gpus - own
+        if not carved:
+            return _beyond_quota(
+                quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
+            )
+        return (
+            f"The job needs {need}; quota {quota.name} guarantees {own} of its own "
+            f"({carved} of its {own + carved} are carved out by its children), "
+            "so it could never start."
+        )
+    limit = tree.limit(quota.id)
+    if limit is not None and gpus > limit[0]:
+        return (
+            f"Quota {tree.quotas[limit[1]].name}: limit {limit[0]} GPUs, job needs {need}, "
+            "so it could never start."
+        )
+    if not borrows:
+        return _beyond_quota(
+            replace(quota, gpus=max(quota.gpus, gpus)),  # GPUs checked above; CPUs, memory
+            workers,
+            gpus_per_worker,
+            cpus_per_worker,
+            memory_gb_per_worker,
+            idle,
+        )
+    scope = f"the {quota.gpu_type} quotas that quota {quota.name} may borrow from"
+    limits = " (lending limits included)" if lending_limited(tree) else ""
+    lendable = scope_capacity(tree, quota.id)
+    if gpus > lendable:
+        return (
+            f"The job needs {need}; {scope} could lend it {lendable} GPUs at most{limits}, "
+            "so it could never start."
+        )
+    hosts = scope_capacity(tree, quota.id, gpus_per_worker) if gpus_per_worker else workers
+    if gpus > own and hosts < workers:
+        return (
+            f"The job needs {_workers(workers)} of {gpus_per_worker} GPUs; each worker is "
+            f"charged to one quota, and {scope} can hold {_workers(hosts)} of that size at "
+            f"most{limits}, so it could never start."
+        )
+    return None
 
 
 def _beyond_pool(
