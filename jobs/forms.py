@@ -9,7 +9,7 @@ from typing import Any
 
 from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery, Sum
 from django.utils.choices import CallableChoiceIterator
 from django.utils.functional import cached_property
 
@@ -18,6 +18,7 @@ from jobs.actions.submit import JobSpec, create_job
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
 from jobs.models import Job
 from jobs.scheduler.fit import QuotaSize, never_fits
+from jobs.scheduler.model import QuotaSnap
 from jobs.statuses import IdleResources
 from protocol import limits
 from protocol.agent import job_problems
@@ -260,7 +261,14 @@ class JobForm(forms.Form):
             .annotate(total=Sum("gpus"))
             .values("total")
         )
-        quota = Quota.objects.filter(**lookup).annotate(tenant_gpus=Subquery(tenant_gpus)).first()
+        quota = (
+            Quota.objects.filter(**lookup)
+            .annotate(
+                tenant_gpus=Subquery(tenant_gpus),
+                has_children=Exists(Quota.objects.filter(parent_id=OuterRef("pk"))),
+            )
+            .first()
+        )
         if quota is None:
             raise forms.ValidationError(f"Unknown quota {raw[:100]!r}.")
         self._quota_workspaces = list(
@@ -420,7 +428,7 @@ class JobForm(forms.Form):
             cpus=quota.cpus,
             memory_gb=quota.memory_gb,
             tenant_gpus=quota.tenant_gpus or 0,  # annotated by clean_quota
-            tenant_quota_gpus=self._lenders(quota, data),
+            id=quota.pk,
         )
         node_gpus = self._pool(quota, data)["node_gpus"]
         problem = never_fits(
@@ -431,22 +439,39 @@ class JobForm(forms.Form):
             cpus_per_worker=data["cpus_per_worker"],
             memory_gb_per_worker=data["memory_gb_per_worker"],
             idle=data["idle_resources"],
+            tree=self._tree(quota, data),
         )
         if problem:
             self.add_error("workers", problem)
 
     @staticmethod
-    def _lenders(quota: Quota, data: dict[str, Any]) -> tuple[int, ...]:
-        """Each of the tenant's quotas' GPUs (same kind), only for a Lingjun idle job larger
-        than its own quota: it can only pool whole workers (one query, only then)."""
+    def _tree(quota: Quota, data: dict[str, Any]) -> tuple[QuotaSnap, ...]:
+        """The tenant's quotas of the same kind (one query), only when they can matter: the
+        quota is part of a tree or has a limit (docs/quota-tree.md "Refusals"), or a Lingjun
+        idle job is larger than its quota and can only pool whole workers of its tenant's."""
         idle = data["idle_resources"] != IdleResources.OFF
         need = data["workers"] * data["gpus_per_worker"]
-        if quota.resource_type != ResourceType.LINGJUN or not idle or need <= quota.gpus:
+        in_tree = quota.parent_id is not None or quota.has_children or quota.max_gpus is not None
+        pooled = quota.resource_type == ResourceType.LINGJUN and idle and need > quota.gpus
+        if not (in_tree or pooled):
             return ()
         same = Quota.objects.filter(
             tenant_id=quota.tenant_id, resource_type=quota.resource_type, gpu_type=quota.gpu_type
+        ).values_list("pk", "name", "gpus", "parent_id", "max_gpus", "lending_limit")
+        return tuple(
+            QuotaSnap(
+                id=pk,
+                name=name,
+                tenant_id=quota.tenant_id,
+                resource_type=quota.resource_type,
+                gpu_type=quota.gpu_type,
+                gpus=gpus,
+                parent_id=parent_id,
+                max_gpus=max_gpus,
+                lending_limit=lending_limit,
+            )
+            for pk, name, gpus, parent_id, max_gpus, lending_limit in same
         )
-        return tuple(same.values_list("gpus", flat=True))
 
     _WORKER_SIZE = ("gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker")
 

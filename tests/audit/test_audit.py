@@ -90,6 +90,7 @@ def test_quota_edit_in_the_admin_is_mirrored(admin_browser, quota, tenant, root)
         "cpus": quota.cpus,
         "memory_gb": quota.memory_gb,
         "preemption": quota.preemption,
+        "weight": 1.0,  # the form's initial value
     }
     response = admin_browser.post(url, form)
     assert response.status_code == 302, response.content[:2000]

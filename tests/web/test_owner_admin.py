@@ -68,6 +68,7 @@ def test_a_quota_owner_resizes_a_quota_of_their_tenant(owner_client, quota):
             "cpus": 0,
             "memory_gb": 0,
             "preemption": quota.preemption,
+            "weight": 1.0,  # the form's initial value, sent as the browser would
         },
     )
     assert response.status_code == 302, response.context["adminform"].form.errors
