@@ -158,12 +158,14 @@ class QuotaAdmin(TenantScopedAdmin):
         "resource_type",
         "gpu_type",
         "gpus",
+        "parent",
+        "max_gpus",
         "used_gpus",
         "lent_gpus",
         "preemption",
     ]
     list_filter = ["tenant", "resource_type", "gpu_type"]
-    list_select_related = ["tenant"]
+    list_select_related = ["tenant", "parent"]
     search_fields = ["name"]
 
     def get_queryset(self, request):

@@ -139,3 +139,18 @@ def test_tree_order_places_parents_first():
             usage(5, "c", 3)]  # fmt: skip
     assert [u.name for u in tree_order(rows)] == ["a-root", "z-root", "a", "c", "b"]
     assert [u.name for u in tree_order(rows[1:])] == ["a", "c", "a-root", "b"]  # no parent 1
+
+
+def test_researchers_see_only_their_quotas_of_the_tree_read_only(tree, other_workspace):
+    """A researcher bound to leaf only sees leaf's row (its own guarantee, limit, weight),
+    not the rest of the organisation; the page edits nothing."""
+    other_workspace.quotas.add(tree["leaf"])
+    client = Client()
+    client.force_login(make_user("bob", other_workspace))
+    page = Tree(client.get(reverse("quotas")).text)
+    assert [e.attrs["data-tree-quota"] for e in page.elements if "data-tree-quota" in e.attrs] == [
+        "leaf"
+    ]
+    assert not page.find(data_quota="org")
+    assert not [e for e in page.elements if e.tag in ("input", "select") and "name" in e.attrs
+                and e.attrs["name"] in ("gpus", "max_gpus", "lending_limit", "weight")]  # fmt: skip
