@@ -26,7 +26,7 @@ def my_quotas(user):
     return (
         Quota.objects.filter(workspaces__in=member_workspace_ids(user))
         .distinct()
-        .select_related("tenant")
+        .select_related("tenant", "parent")
         .prefetch_related("workspaces")
         .order_by("name")
     )
@@ -56,6 +56,13 @@ def _quota_json(quota: Quota, usage: dict, queue: tuple[int, int], positions: li
         "resource_type": quota.resource_type,
         "gpu_type": quota.gpu_type,
         "preemption": quota.preemption,
+        # The tree (docs/quota-tree.md): the parent's name, the guarantee left to this quota
+        # once its children carved theirs out, and its limits and weight.
+        "parent": quota.parent.name if quota.parent_id else None,
+        "own_gpus": usage["own"],
+        "max_gpus": quota.max_gpus,
+        "lending_limit": quota.lending_limit,
+        "weight": quota.weight,
         "workspaces": sorted(w.name for w in quota.workspaces.all()),
         "usage": usage,
         "queue": {"waiting": queue[0], "waiting_gpus": queue[1], "mine": positions},

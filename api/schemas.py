@@ -333,8 +333,12 @@ class QuotaUsage(Schema):
     idle_own: int = Field(description="Of used: its own idle jobs' Not in Quota workers.")
     lent: int = Field(description="Of used: other quotas' idle jobs (reclaimable).")
     borrowed: int = Field(description="GPUs its jobs use of other quotas (not in used).")
-    free: int = Field(description="size - used")
+    free: int = Field(description="own - used")
     starved: bool = Field(description="A job waits although the guarantee has room for it.")
+    own: int = Field(description="Its own guarantee: size less its children's sizes.")
+    subtree_used: int = Field(description="GPUs its subtree's jobs hold, in quota or borrowed.")
+    subtree_lent: int = Field(description="GPUs of its subtree held by jobs from outside it.")
+    subtree_borrowed: int = Field(description="GPUs its subtree's jobs hold outside it.")
 
 
 class QueueSummary(Schema):
@@ -350,6 +354,11 @@ class Quota(Schema):
     resource_type: str
     gpu_type: str
     preemption: str
+    parent: str | None = Field(description="The parent quota's name (None: a root).")
+    own_gpus: int = Field(description="Its own guarantee: its GPUs less its children's.")
+    max_gpus: int | None = Field(description="Limit on its subtree's jobs (None: no limit).")
+    lending_limit: int | None = Field(description="Most its subtree lends out (None: all).")
+    weight: float = Field(description="Its share of idle GPUs when quotas compete.")
     workspaces: list[str]
     usage: QuotaUsage
     queue: QueueSummary

@@ -21,7 +21,8 @@ def usage_json(usage: QuotaUsage | None, size: int) -> dict:
     other quotas."""
     if usage is None:  # a quota the snapshot does not know (created this instant)
         return {"size": size, "used": 0, "in_quota": 0, "idle_own": 0, "lent": 0,
-                "borrowed": 0, "free": size, "starved": False}  # fmt: skip
+                "borrowed": 0, "free": size, "starved": False, "own": size,
+                "subtree_used": 0, "subtree_lent": 0, "subtree_borrowed": 0}  # fmt: skip
     return {
         "size": usage.size,
         "used": usage.used,
@@ -31,6 +32,11 @@ def usage_json(usage: QuotaUsage | None, size: int) -> dict:
         "borrowed": usage.borrowed,
         "free": usage.free,
         "starved": usage.starved,
+        # The tree's roll-up (docs/quota-tree.md "Accounting"); a flat quota's equal its own.
+        "own": usage.own,
+        "subtree_used": usage.subtree_used,
+        "subtree_lent": usage.subtree_lent,
+        "subtree_borrowed": usage.subtree_borrowed,
     }
 
 

@@ -8,7 +8,8 @@ per scrape, whatever the number of jobs), over indexed columns where the table i
   wait measured from the job's latest move to Pending: submission or restart);
 - GPUs per quota: used (held by live workers charged to it), lent (of those, idle-resource
   workers: Not in Quota), borrowed (its jobs' idle-resource workers, wherever charged),
-  and its guarantee;
+  and its guarantee; on a quota tree also its own guarantee, its limit, and what its
+  subtree uses, lends and borrows (the roll-up of `jobs.accounting.roll_up`);
 - background loops (scheduler cycle, monitors): runs, failures, duration (a summary: _sum
   and _count), last duration and last run, recorded by the loops in `LoopRun`;
 - preemptions by reason (reclaim by a lending quota, priority, other) and fault-tolerance
@@ -40,7 +41,10 @@ from prometheus_client.core import (
 from accounts.api_auth import error_response
 from cluster.models import Node
 from console.models import LoopRun
+from jobs.accounting import roll_up
 from jobs.models import Job, JobEvent, Pod, RestartKind, RestartRecord
+from jobs.scheduler.model import QuotaSnap
+from jobs.scheduler.tree import QuotaTree
 from jobs.statuses import ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES, JobStatus
 from quotas.models import Quota
 
@@ -122,33 +126,54 @@ class ConsoleCollector:
         families = {
             kind: GaugeMetricFamily(f"{PREFIX}_quota_gpus_{kind}", text, labels=["quota"])
             for kind, text in (
-                ("guaranteed", "GPUs the quota guarantees."),
+                ("guaranteed", "GPUs the quota guarantees (with its children's, on a tree)."),
                 ("used", "GPUs held by live workers charged to the quota (its own and lent)."),
                 ("lent", "GPUs of the quota held by idle-resource workers (Not in Quota)."),
                 ("borrowed", "GPUs the quota's idle-resource workers hold, wherever charged."),
+                ("own_guaranteed", "Its own guarantee: what its children leave it."),
+                ("limit", "Most GPUs the jobs of its subtree may hold at once (if limited)."),
+                ("subtree_used", "GPUs the jobs of its subtree hold, in quota or borrowed."),
+                ("subtree_lent", "GPUs of its subtree held by jobs from outside it."),
+                ("subtree_borrowed", "GPUs its subtree's jobs hold outside the subtree."),
             )
         }
         live = Pod.objects.filter(status__in=_ACTIVE_PODS)
         used = dict(live.values_list("charged_quota_id").annotate(g=Sum("gpus")).order_by())
-        lent = dict(
+        held = dict(live.values_list("job__quota_id").annotate(g=Sum("gpus")).order_by())
+        # Not in Quota workers by (their job's quota, the quota charged): lent, borrowed and
+        # the tree's crossings (docs/quota-tree.md "Accounting") from one query.
+        crossings = list(
             live.filter(in_quota=False)
-            .values_list("charged_quota_id")
+            .values_list("job__quota_id", "charged_quota_id")
             .annotate(g=Sum("gpus"))
             .order_by()
         )
-        borrowed = dict(
-            live.filter(in_quota=False)
-            .values_list("job__quota_id")
-            .annotate(g=Sum("gpus"))
-            .order_by()
-        )
-        for quota_id, name, guaranteed in Quota.objects.values_list("id", "name", "gpus").order_by(
-            "name"
-        ):
-            families["guaranteed"].add_metric([name], guaranteed)
-            families["used"].add_metric([name], used.get(quota_id) or 0)
-            families["lent"].add_metric([name], lent.get(quota_id) or 0)
-            families["borrowed"].add_metric([name], borrowed.get(quota_id) or 0)
+        lent: dict[int, int] = defaultdict(int)
+        borrowed: dict[int, int] = defaultdict(int)
+        for borrower_id, lender_id, gpus in crossings:
+            lent[lender_id] += gpus or 0
+            borrowed[borrower_id] += gpus or 0
+        quotas = [
+            QuotaSnap(
+                id=qid, name=name, tenant_id=0, resource_type="", gpu_type="", gpus=gpus,
+                parent_id=parent_id, max_gpus=max_gpus,
+            )
+            for qid, name, gpus, parent_id, max_gpus in Quota.objects.values_list(
+                "id", "name", "gpus", "parent_id", "max_gpus"
+            ).order_by("name")
+        ]  # fmt: skip
+        tree = QuotaTree.of(quotas)
+        rolled = roll_up(tree, held, ((b, ld, g or 0) for b, ld, g in crossings))
+        for q in quotas:
+            families["guaranteed"].add_metric([q.name], q.gpus)
+            families["used"].add_metric([q.name], used.get(q.id) or 0)
+            families["lent"].add_metric([q.name], lent.get(q.id, 0))
+            families["borrowed"].add_metric([q.name], borrowed.get(q.id, 0))
+            families["own_guaranteed"].add_metric([q.name], tree.own_gpus(q.id))
+            if q.max_gpus is not None:
+                families["limit"].add_metric([q.name], q.max_gpus)
+            for kind, number in zip(("used", "lent", "borrowed"), rolled[q.id], strict=True):
+                families[f"subtree_{kind}"].add_metric([q.name], number)
         yield from families.values()
 
     def _loops(self):

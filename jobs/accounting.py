@@ -13,15 +13,24 @@ Words, as a quota owner reads them (Run:ai's deserved / allocated / over-quota):
 - lent: other quotas' idle jobs on its capacity (Not in Quota, charged here);
 - borrowed: its own idle jobs on other quotas' capacity (charged there);
 - starved: a job waits although the guarantee has room for it (lent out, or no free node).
+
+On a quota tree (docs/quota-tree.md "Accounting") the numbers above are each quota's own:
+`size` stays its `gpus` (the whole subtree's guarantee), `own` is what its children leave it,
+and `used`/`free` are measured against `own` (pods are charged to the guarantee they use).
+Each level also shows its subtree's use: what the subtree's jobs hold anywhere
+(`subtree_used`), what the subtree lends outside itself (`subtree_lent`) and borrows from
+outside (`subtree_borrowed`). For a flat quota these equal its own numbers.
 """
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from jobs.scheduler.model import JobSnap, PoolKey, QuotaSnap, RunningSnap, Snapshot
+from jobs.scheduler.tree import QuotaTree
 from jobs.statuses import IdleResources
+from quotas.tree_rules import roots_guarantee
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +50,31 @@ class QuotaUsage:
     waiting_guaranteed: int  # of waiting: jobs that want the guarantee (not Only Idle)
     oldest_wait: datetime | None
     smallest_need: int | None = None  # GPUs of the smallest waiting job that wants the guarantee
+    # The tree (docs/quota-tree.md); account() fills these, a flat quota's equal its own.
+    own: int = 0  # its own guarantee: size less its children's sizes
+    parent_id: int | None = None
+    depth: int = 0  # 0 for a root
+    max_gpus: int | None = None
+    lending_limit: int | None = None
+    weight: float = 1.0
+    subtree_used: int = 0  # GPUs the jobs of its subtree hold, here or borrowed
+    subtree_lent: int = 0  # GPUs charged inside its subtree to jobs from outside it
+    subtree_borrowed: int = 0  # GPUs its subtree's jobs hold outside the subtree
+    has_children: bool = False
+
+    @property
+    def in_tree(self) -> bool:
+        """Part of a tree, or limited: the pages then show the tree's numbers too."""
+        return (
+            self.parent_id is not None
+            or self.has_children
+            or self.max_gpus is not None
+            or self.lending_limit is not None
+        )
 
     @property
     def free(self) -> int:
-        return max(self.size - self.used, 0)
+        return max(self.own - self.used, 0)
 
     @property
     def starved(self) -> bool:
@@ -52,11 +82,11 @@ class QuotaUsage:
         node has them free (Run:ai's "starved": below its deserved share with work
         pending). A quota whose own jobs fill the guarantee is full, not starved."""
         need = self.smallest_need
-        return need is not None and self.in_quota + need <= self.size
+        return need is not None and self.in_quota + need <= self.own
 
     def percent(self, value: int) -> float:
-        """`value` as a share of the bar (size, or what is held when over it)."""
-        scale = max(self.size, self.used + self.borrowed, 1)
+        """`value` as a share of the bar (its own guarantee, or what is held when over it)."""
+        scale = max(self.own, self.used + self.borrowed, 1)
         return round(100.0 * value / scale, 2)
 
 
@@ -70,7 +100,7 @@ class PoolUsage:
     in_use: int  # GPUs held by live workers (charged to the pool's quotas)
     free: int  # free GPUs on schedulable nodes: what the scheduler can place on
     unavailable: int  # the rest: cordoned, not ready or unhealthy nodes' GPUs
-    guaranteed: int  # the sum of the pool's quota guarantees
+    guaranteed: int  # the sum of the pool's roots' guarantees (children carve theirs out)
 
     @property
     def overcommitted(self) -> bool:
@@ -160,6 +190,7 @@ def quota_usage(quota: QuotaSnap, idle_own: int, borrowed: int, queue) -> QuotaU
         waiting_guaranteed=waiting_guaranteed,
         oldest_wait=oldest,
         smallest_need=smallest,
+        own=quota.gpus,
     )
 
 
@@ -167,10 +198,12 @@ def account(snapshot: Snapshot) -> Accounting:
     """Usage of every quota and pool, who borrows from whom, and pooled idle capacity."""
     held = _held_by_own_quota(snapshot.running)
     queues = _queues(snapshot.jobs)
-    quotas = {
+    flat = {
         q.id: quota_usage(q, *held.get(q.id, (0, 0)), queues.get(q.id, (0, 0, None, None)))
         for q in snapshot.quotas
     }
+    tree = QuotaTree.of(snapshot.quotas)
+    quotas = _with_tree(flat, tree, snapshot.running)
 
     totals: dict[PoolKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # total, free, use, g
     for node in snapshot.nodes:
@@ -178,9 +211,12 @@ def account(snapshot: Snapshot) -> Accounting:
         entry[0] += node.gpus
         if node.schedulable:
             entry[1] += len(node.free_gpu_indices)
+    by_pool: dict[PoolKey, list[QuotaSnap]] = defaultdict(list)
     for q in snapshot.quotas:
         totals[q.pool][2] += q.used_gpus
-        totals[q.pool][3] += q.gpus
+        by_pool[q.pool].append(q)
+    for key, members in by_pool.items():
+        totals[key][3] = roots_guarantee(members)
     pools = tuple(
         PoolUsage(
             resource_type=key[0],
@@ -210,10 +246,93 @@ def account(snapshot: Snapshot) -> Accounting:
         PooledIdle(
             tenant_id=tenant_id,
             gpu_type=gpu_type,
-            unused=sum(max(q.gpus - q.used_gpus, 0) for q in members),
+            unused=sum(max(tree.own_gpus(q.id) - q.used_gpus, 0) for q in members),
             quotas=tuple(sorted(q.name for q in members)),
             free_on_nodes=free_by_pool.get(("Lingjun", gpu_type), 0),
         )
         for (tenant_id, gpu_type), members in sorted(lingjun.items())
     )
     return Accounting(quotas=quotas, pools=pools, borrows=borrows, pooled_idle=pooled)
+
+
+def roll_up(
+    tree: QuotaTree,
+    held: dict[int, int],
+    crossings: Iterable[tuple[int, int, int]],
+) -> dict[int, tuple[int, int, int]]:
+    """Per quota of `tree`: (GPUs its subtree's jobs hold, GPUs its subtree lends outside
+    itself, GPUs its subtree borrows from outside). `held`: GPUs each quota's own jobs hold
+    anywhere; `crossings`: (job's quota, quota charged, GPUs) of Not in Quota workers. The
+    dashboard, `quota_usage`, the API and `/metrics` all roll up through here."""
+    lent: dict[int, int] = defaultdict(int)
+    borrowed: dict[int, int] = defaultdict(int)
+    for borrower_id, lender_id, gpus in crossings:
+        if borrower_id not in tree.quotas or lender_id not in tree.quotas:
+            continue
+        borrower = tree.path(borrower_id)
+        lender = tree.path(lender_id)
+        for q in lender:
+            if q not in borrower:
+                lent[q] += gpus
+        for q in borrower:
+            if q not in lender:
+                borrowed[q] += gpus
+    return {
+        qid: (
+            sum(held.get(q, 0) for q in tree.subtree(qid)),
+            lent.get(qid, 0),
+            borrowed.get(qid, 0),
+        )
+        for qid in tree.quotas
+    }
+
+
+def _with_tree(
+    flat: dict[int, QuotaUsage], tree: QuotaTree, running: Iterable[RunningSnap]
+) -> dict[int, QuotaUsage]:
+    """Each quota's own guarantee, place in the tree and subtree roll-ups (its quotas' own
+    numbers summed, so a leaf's equal theirs; crossings from each borrowing worker)."""
+    held = {qid: u.in_quota + u.idle_own + u.borrowed for qid, u in flat.items()}
+    crossings = [
+        (r.quota_id, lender, r.gpus_charged_to(lender))
+        for r in running
+        if not r.in_quota
+        for lender in r.lenders
+    ]
+    rolled = roll_up(tree, held, crossings)
+    out = {}
+    for qid, usage in flat.items():
+        snap = tree.quotas[qid]
+        used, lent, borrowed = rolled[qid]
+        out[qid] = replace(
+            usage,
+            own=tree.own_gpus(qid),
+            parent_id=tree.parent(qid),
+            depth=len(tree.ancestors(qid)),
+            max_gpus=snap.max_gpus,
+            lending_limit=snap.lending_limit,
+            weight=snap.weight,
+            subtree_used=used,
+            subtree_lent=lent,
+            subtree_borrowed=borrowed,
+            has_children=bool(tree.children.get(qid)),
+        )
+    return out
+
+
+def tree_order(usages: Iterable[QuotaUsage]) -> list[QuotaUsage]:
+    """Parents first, each followed by its subtree; siblings and roots by name. A quota
+    whose parent is not among `usages` is placed as a root."""
+    usages = list(usages)
+    ids = {u.id for u in usages}
+    kids: dict[int | None, list[QuotaUsage]] = defaultdict(list)
+    for u in usages:
+        kids[u.parent_id if u.parent_id in ids else None].append(u)
+    out: list[QuotaUsage] = []
+    stack = sorted(kids[None], key=lambda u: u.name, reverse=True)
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        stack.extend(sorted(kids.get(current.id, ()), key=lambda u: u.name, reverse=True))
+    placed = {u.id for u in out}
+    return out + sorted((u for u in usages if u.id not in placed), key=lambda u: u.name)

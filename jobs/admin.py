@@ -14,6 +14,7 @@ from jobs.models import Job, JobEvent, Pod
 from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
 from quotas.admin import QuotaWritesAdmin, TenantScopedAdmin
 from quotas.models import Quota
+from quotas.tree_rules import overcommitted
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
 
@@ -133,9 +134,7 @@ def overcommitted_pools() -> list[str]:
     from jobs.forecast import current_snapshot
 
     return [
-        f"The {pool.resource_type} {pool.gpu_type} quotas guarantee {pool.guaranteed} GPUs, "
-        f"but the cluster has {pool.total} {pool.gpu_type} GPUs: not every guarantee can be "
-        "met at once."
+        overcommitted(pool.guaranteed, pool.total, pool.resource_type, pool.gpu_type)
         for pool in account(current_snapshot()).pools
         if pool.overcommitted
     ]
@@ -159,12 +158,14 @@ class QuotaAdmin(QuotaWritesAdmin):
         "resource_type",
         "gpu_type",
         "gpus",
+        "parent",
+        "max_gpus",
         "used_gpus",
         "lent_gpus",
         "preemption",
     ]
     list_filter = ["tenant", "resource_type", "gpu_type"]
-    list_select_related = ["tenant"]
+    list_select_related = ["tenant", "parent"]
     search_fields = ["name"]
 
     def get_queryset(self, request):

@@ -81,6 +81,8 @@ class TenantScopedAdmin(admin.ModelAdmin):
         # A quota owner picks only among their own tenants (and their workspaces).
         if self._scoped(request) and db_field.related_model is Tenant:
             kwargs["queryset"] = Tenant.objects.filter(pk__in=owned_by(request))
+        if self._scoped(request) and db_field.related_model is Quota:  # a quota's parent
+            kwargs["queryset"] = Quota.objects.filter(tenant_id__in=owned_by(request))
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def formfield_for_manytomany(self, db_field, request, **kwargs):

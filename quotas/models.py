@@ -119,3 +119,9 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        # The tree's rules as field errors (docs/quota-tree.md "Rules for quota owners").
+        from quotas.validation import validate_quota_change
+
+        validate_quota_change(self)

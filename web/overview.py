@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from jobs.access import member_workspace_ids
-from jobs.accounting import Accounting, QuotaUsage, account
+from jobs.accounting import Accounting, QuotaUsage, account, tree_order
 from jobs.forecast import cached_expected_starts, current_snapshot
 from jobs.models import Job, JobEvent, Pod, RestartRecord
 from jobs.statuses import ACTIVE_JOB_STATUSES, WAITING_JOB_STATUSES, JobStatus, PodStatus
@@ -28,7 +28,8 @@ WAITING_SHOWN = 10  # per quota on the Quotas page
 
 
 def _usage_rows(acc: Accounting, quota_ids: set[int]) -> list[QuotaUsage]:
-    return sorted((u for qid, u in acc.quotas.items() if qid in quota_ids), key=lambda u: u.name)
+    """The quotas in tree order, parents first (by name for flat quotas)."""
+    return tree_order(u for qid, u in acc.quotas.items() if qid in quota_ids)
 
 
 def _recent_trouble(user) -> list[dict]:
@@ -160,6 +161,7 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
     context = {
         "owner": bool(owned),
         "quotas": rows,
+        "tree": [u for u in rows if u.in_tree],
         "starved": [u for u in rows if u.starved],
         "queues": [
             (u, [(job, shown(job)) for job in queues.get(u.id, [])]) for u in rows if u.waiting

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from jobs.access import get_job_for_user
-from jobs.accounting import account
+from jobs.accounting import QuotaUsage, account
 from jobs.forecast import current_snapshot, expected_starts
 from jobs.scheduler.cycle import plan_options
 from jobs.scheduler.model import JobSnap
@@ -45,11 +45,22 @@ def _describe_quotas(form: JobForm, snapshot) -> None:
     for value, label in form.fields["quota"].widget.choices:
         quota = usage.get(int(value)) if str(value).isdigit() else None
         if quota is not None:
-            label = f"{label} — {quota.used}/{quota.size} GPUs used, {quota.free} free"
+            label = f"{label} — {quota_hint(quota)}"
             if quota.waiting:
                 label += f", {quota.waiting} waiting"
         choices.append((value, label))
     form.fields["quota"].widget.choices = choices
+
+
+def quota_hint(quota: QuotaUsage) -> str:
+    """Used and free of the guarantee its jobs' pods use: a tree quota's own guarantee, and
+    its subtree's limit where it has one (docs/quota-tree.md "Accounting")."""
+    if not quota.in_tree:
+        return f"{quota.used}/{quota.size} GPUs used, {quota.free} free"
+    hint = f"{quota.used}/{quota.own} own GPUs used, {quota.free} free"
+    if quota.max_gpus is not None:
+        hint += f", limit {quota.max_gpus} ({quota.subtree_used} in use)"
+    return hint
 
 
 def _layout(form: JobForm) -> dict:

@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Max, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery, Sum
 
 from cluster.models import Node, NodeState
 from jobs.actions.submit import JobSpec
 from jobs.admission import rules
 from jobs.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
 from jobs.folders import folder_owner
+from jobs.scheduler.model import QuotaSnap
 from quotas.models import Quota, Workspace
 
 
@@ -78,7 +79,14 @@ def _quota(ref: str) -> Quota | None:
         .annotate(total=Sum("gpus"))
         .values("total")
     )
-    return Quota.objects.filter(**lookup).annotate(tenant_gpus=Subquery(tenant_gpus)).first()
+    return (
+        Quota.objects.filter(**lookup)
+        .annotate(
+            tenant_gpus=Subquery(tenant_gpus),
+            has_children=Exists(Quota.objects.filter(parent_id=OuterRef("pk"))),
+        )
+        .first()
+    )
 
 
 def _pool(quota: Quota, values: Mapping[str, Any]) -> PoolFacts:
@@ -128,6 +136,10 @@ def quota_facts(quota: Quota) -> QuotaFacts:
         cpus=quota.cpus,
         memory_gb=quota.memory_gb,
         tenant_gpus=getattr(quota, "tenant_gpus", None) or 0,
+        in_tree=quota.parent_id is not None
+        or bool(getattr(quota, "has_children", False))
+        or quota.max_gpus is not None
+        or quota.lending_limit is not None,
     )
 
 
@@ -147,11 +159,13 @@ def check_job(raw: Mapping[str, Any], user, workspaces: QuerySet | None = None) 
         workspaces=tuple(WorkspaceFacts(w.pk, w.name) for w in bound),
     )
     if quota is not None and bound:
+        tree = _tree(quota) if rules.needs_tree(facts.quota, values) else ()
         facts = Facts(
             quota=facts.quota,
             workspaces=facts.workspaces,
             pool=_pool(quota, values),
-            lenders=_lenders(quota) if rules.needs_lenders(facts.quota, values) else (),
+            lenders=tuple(q.gpus for q in tree) if rules.needs_lenders(facts.quota, values) else (),
+            tree=tree,
         )
     verdict = rules.check(raw, facts)
     chosen = verdict.workspace
@@ -176,9 +190,23 @@ def _check_folder_is_free(verdict: Verdict, workspace_id: int) -> None:
         )
 
 
-def _lenders(quota: Quota) -> tuple[int, ...]:
-    """Each of the tenant's quotas' GPUs of the same kind (whole workers pool only there)."""
+def _tree(quota: Quota) -> tuple[QuotaSnap, ...]:
+    """The tenant's quotas of the quota's kind (one query): the tree's limits, own guarantees
+    and lending limits, and each quota's GPUs (whole workers pool only there)."""
     same = Quota.objects.filter(
         tenant_id=quota.tenant_id, resource_type=quota.resource_type, gpu_type=quota.gpu_type
+    ).values_list("pk", "name", "gpus", "parent_id", "max_gpus", "lending_limit")
+    return tuple(
+        QuotaSnap(
+            id=pk,
+            name=name,
+            tenant_id=quota.tenant_id,
+            resource_type=quota.resource_type,
+            gpu_type=quota.gpu_type,
+            gpus=gpus,
+            parent_id=parent_id,
+            max_gpus=max_gpus,
+            lending_limit=lending_limit,
+        )
+        for pk, name, gpus, parent_id, max_gpus, lending_limit in same
     )
-    return tuple(same.values_list("gpus", flat=True))

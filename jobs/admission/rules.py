@@ -17,6 +17,7 @@ from typing import Any
 from jobs.admission.env import EnvProblems, parse_env
 from jobs.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
 from jobs.scheduler.fit import QuotaSize, never_fits
+from jobs.scheduler.model import QuotaSnap
 from jobs.statuses import IdleResources
 from protocol import limits
 from protocol.agent import job_problems
@@ -76,6 +77,9 @@ class QuotaFacts:
     cpus: int = 0
     memory_gb: int = 0
     tenant_gpus: int = 0  # the tenant's quotas of the same kind together, this one included
+    # Part of a quota tree (a parent, children or a limit): the never-fit check then needs
+    # the tenant's quotas of the pool (docs/quota-tree.md "Refusals").
+    in_tree: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ class Facts:
     workspaces: tuple[WorkspaceFacts, ...] = ()  # the user's, bound to the quota, by name
     pool: PoolFacts = field(default_factory=PoolFacts)
     lenders: tuple[int, ...] = ()  # GPUs of each same-kind quota of the tenant (needs_lenders)
+    tree: tuple[QuotaSnap, ...] = ()  # the tenant's quotas of the pool (needs_tree)
 
 
 @dataclass
@@ -271,6 +276,11 @@ def needs_lenders(quota: QuotaFacts, values: Mapping[str, Any]) -> bool:
     return quota.resource_type == LINGJUN and idle and need > quota.gpus
 
 
+def needs_tree(quota: QuotaFacts, values: Mapping[str, Any]) -> bool:
+    """A quota of a tree is checked against its limits, own guarantee and borrowing scope."""
+    return quota.in_tree or needs_lenders(quota, values)
+
+
 def ft_config(values: Mapping[str, Any]) -> FtConfig:
     return FtConfig(
         enabled=bool(values.get("fault_tolerance")),
@@ -398,6 +408,7 @@ def _fits_the_quota(verdict: Verdict, quota: QuotaFacts, facts: Facts) -> None:
         memory_gb=quota.memory_gb,
         tenant_gpus=quota.tenant_gpus,
         tenant_quota_gpus=facts.lenders if needs_lenders(quota, values) else (),
+        id=quota.id,
     )
     problem = never_fits(
         size,
@@ -407,6 +418,7 @@ def _fits_the_quota(verdict: Verdict, quota: QuotaFacts, facts: Facts) -> None:
         cpus_per_worker=values["cpus_per_worker"],
         memory_gb_per_worker=values["memory_gb_per_worker"],
         idle=values["idle_resources"],
+        tree=facts.tree,
     )
     if problem:
         add_problem(verdict, "workers", problem)

@@ -1,4 +1,4 @@
-"""Jobs that can never fit their quota, refused at submission (pure; docs/scheduling.md).
+"""Jobs that can never fit their quota, refused at submission (pure; DESIGN §5).
 
 One rule for the create form (and so the API) and the simulator's `refused` event:
 - an `Off` job, and any General-purpose job, needing more GPUs (or guaranteed CPUs or
@@ -10,11 +10,18 @@ One rule for the create form (and so the API) and the simulator's `refused` even
   6 GPUs never runs on two quotas of 5);
 - a gang the pool's registered nodes could not host even when empty.
 (A worker larger than any node is the form's node check, and an invalid scenario.)
+
+On a quota tree (`tree`: the tenant's quotas of the pool; docs/quota-tree.md "Refusals") the
+guarantee that counts is the quota's *own* (its `gpus` less its children's), any job above
+the tightest `max_gpus` on its path is refused, and a Lingjun idle job is measured against
+what its borrowing scope could ever lend it, lending limits included. Without a tree, or on
+a flat one, the rules and messages are exactly the flat ones.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jobs.scheduler.model import QuotaSnap
+from jobs.scheduler.scope import lending_limited, scope_capacity
 from jobs.scheduler.tree import QuotaTree
 from jobs.statuses import IdleResources
 
@@ -33,7 +40,7 @@ class QuotaSize:
     tenant_gpus: int = 0
     # The same quotas' GPUs one by one, where known (the whole-worker check); () = unknown.
     tenant_quota_gpus: tuple[int, ...] = ()
-    id: int | None = None  # the quota's id in `tree` (never_fits' tree check)
+    id: int = 0  # the quota's id in `tree` (never_fits' keyword), where one is given
 
 
 def _workers(n: int) -> str:
@@ -54,83 +61,84 @@ def never_fits(
     """The error a user sees for a job that could never start on this quota, or None.
     `node_gpus`: GPUs of each registered node of the quota's pool, when known: a gang the
     whole pool could not host even empty is refused too. `tree`: the tenant's quotas of the
-    pool (docs/quota-tree.md), when known: limits and own guarantees are checked too."""
-    return (
-        _beyond_tree(quota, tree, workers, gpus_per_worker, idle)
-        or _beyond_quota(
+    quota's pool (`quota.id` among them), for the tree's rules."""
+    quotas = QuotaTree.of(q for q in tree if q.pool == (quota.resource_type, quota.gpu_type))
+    if quota.id in quotas.quotas and _is_tree(quotas):
+        beyond = _beyond_tree(
+            quota, quotas, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
+        )
+    else:
+        if quota.id in quotas.quotas:  # a flat pool: the same numbers as without a tree
+            pooled = tuple(q.gpus for q in quotas.quotas.values())
+            quota = replace(quota, tenant_gpus=sum(pooled), tenant_quota_gpus=pooled)
+        beyond = _beyond_quota(
             quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
         )
-        or _beyond_pool(quota, workers, gpus_per_worker, node_gpus)
+    return beyond or _beyond_pool(quota, workers, gpus_per_worker, node_gpus)
+
+
+def _is_tree(quotas: QuotaTree) -> bool:
+    """Whether any quota has a parent or a limit: otherwise the flat rules say it all."""
+    return bool(quotas.children) or any(
+        q.max_gpus is not None or q.lending_limit is not None for q in quotas.quotas.values()
     )
 
 
 def _beyond_tree(
     quota: QuotaSize,
-    quotas: tuple[QuotaSnap, ...],
+    tree: QuotaTree,
     workers: int,
-    per: int,
+    gpus_per_worker: int,
+    cpus_per_worker: int,
+    memory_gb_per_worker: int,
     idle: IdleResources | str,
 ) -> str | None:
-    """A `max_gpus` on the quota's path below the job; a guaranteed job above its own
-    guarantee; a Lingjun idle job above what its nearest-first scope could ever lend."""
-    if not quotas or quota.id is None:
-        return None
-    tree = QuotaTree.of(quotas)
-    if quota.id not in tree.quotas:
-        return None
-    gpus = workers * per
+    gpus = workers * gpus_per_worker
+    need = f"{gpus} GPUs ({_workers(workers)} of {gpus_per_worker})"
+    own = tree.own_gpus(quota.id)
+    borrows = quota.resource_type == LINGJUN and IdleResources(idle) != IdleResources.OFF
+    if not borrows and gpus > own:  # guaranteed pods use only the own guarantee
+        carved = tree.quotas[quota.id].gpus - own
+        if not carved:
+            return _beyond_quota(
+                quota, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, idle
+            )
+        return (
+            f"The job needs {need}; quota {quota.name} guarantees {own} of its own "
+            f"({carved} of its {own + carved} are carved out by its children), "
+            "so it could never start."
+        )
     limit = tree.limit(quota.id)
     if limit is not None and gpus > limit[0]:
-        name = tree.quotas[limit[1]].name
         return (
-            f"The job needs {gpus} GPUs; {name} has a limit of {limit[0]}, so it could never start."
+            f"Quota {tree.quotas[limit[1]].name}: limit {limit[0]} GPUs, job needs {need}, "
+            "so it could never start."
         )
-    if quota.resource_type == LINGJUN and IdleResources(idle) != IdleResources.OFF:
-        roots = [q for q in tree.quotas if tree.parent(q) is None]
-        ever = sum(_lendable_ever(tree, r, quota.id) for r in roots)
-        if gpus > ever:
-            return (
-                f"The job needs {gpus} GPUs; the quotas it may borrow from could lend "
-                f"{ever} at most, so it could never start."
-            )
-        hosts = sum(_lendable_alone(tree, q, quota.id) // per for q in tree.quotas) if per else 0
-        if per and hosts < workers:
-            return (
-                f"The job needs {_workers(workers)} of {per} GPUs; each worker is charged to "
-                f"one quota, and the quotas it may borrow from can hold {_workers(hosts)} of "
-                "that size at most, so it could never start."
-            )
-        return None
-    own = tree.own_gpus(quota.id)
-    if gpus > own and own < quota.gpus:  # (equal to quota.gpus: _beyond_quota words it)
+    if not borrows:
+        return _beyond_quota(
+            replace(quota, gpus=max(quota.gpus, gpus)),  # GPUs checked above; CPUs, memory
+            workers,
+            gpus_per_worker,
+            cpus_per_worker,
+            memory_gb_per_worker,
+            idle,
+        )
+    scope = f"the {quota.gpu_type} quotas that quota {quota.name} may borrow from"
+    limits = " (lending limits included)" if lending_limited(tree) else ""
+    lendable = scope_capacity(tree, quota.id)
+    if gpus > lendable:
         return (
-            f"The job needs {gpus} GPUs; quota {quota.name} guarantees {own} of its own "
-            "(its children hold the rest), so it could never start."
+            f"The job needs {need}; {scope} could lend it {lendable} GPUs at most{limits}, "
+            "so it could never start."
+        )
+    hosts = scope_capacity(tree, quota.id, gpus_per_worker) if gpus_per_worker else workers
+    if gpus > own and hosts < workers:
+        return (
+            f"The job needs {_workers(workers)} of {gpus_per_worker} GPUs; each worker is "
+            f"charged to one quota, and {scope} can hold {_workers(hosts)} of that size at "
+            f"most{limits}, so it could never start."
         )
     return None
-
-
-def _lendable_alone(tree: QuotaTree, lender: int, borrower: int) -> int:
-    """The most one lender's own guarantee could ever give a job of `borrower`, within the
-    lending limit of each subtree the loan leaves (each taken alone)."""
-    room = tree.own_gpus(lender)
-    for a in tree.common_ancestor_below(lender, borrower):
-        limit = tree.quotas[a].lending_limit
-        if limit is not None:
-            room = min(room, limit)
-    return room
-
-
-def _lendable_ever(tree: QuotaTree, top: int, borrower: int) -> int:
-    """The most the subtree of `top` could ever give a job of `borrower`: every own
-    guarantee in it, within the lending limit of each subtree the loan leaves."""
-    total = tree.own_gpus(top) + sum(
-        _lendable_ever(tree, c, borrower) for c in tree.children.get(top, ())
-    )
-    limit = tree.quotas[top].lending_limit
-    if limit is not None and borrower not in tree.subtree(top):
-        total = min(total, limit)
-    return total
 
 
 def _beyond_pool(

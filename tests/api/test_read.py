@@ -232,6 +232,7 @@ def test_why_pending_and_expected_start(api, researcher, workspace, quota, node)
     assert data["quota_usage"] == {
         "size": 16, "used": 16, "in_quota": 16, "idle_own": 0,
         "lent": 0, "borrowed": 0, "free": 0, "starved": False,
+        "own": 16, "subtree_used": 16, "subtree_lent": 0, "subtree_borrowed": 0,
     }  # fmt: skip
     bounded.refresh_from_db()
     expected = bounded.started_at + timedelta(seconds=3600)
@@ -264,7 +265,12 @@ def test_quota_usage_used_lent_borrowed(api, researcher, colleague, workspace, o
     # The scheduler's numbers: used counts every GPU charged here (its own 4 in quota and
     # the 2 lent to team-b's idle job); a job waits with room in the guarantee: starved.
     assert team_a["usage"] == {"size": 16, "used": 6, "in_quota": 4, "idle_own": 0, "lent": 2,
-                               "borrowed": 0, "free": 10, "starved": True}  # fmt: skip
+                               "borrowed": 0, "free": 10, "starved": True, "own": 16,
+                               "subtree_used": 4, "subtree_lent": 2,
+                               "subtree_borrowed": 0}  # fmt: skip
+    # A flat quota is a root of its own: no parent, no limits, weight 1.
+    assert (team_a["parent"], team_a["own_gpus"], team_a["max_gpus"]) == (None, 16, None)
+    assert (team_a["lending_limit"], team_a["weight"]) == (None, 1.0)
     assert team_a["queue"] == {"waiting": 2, "waiting_gpus": 2, "mine": [2]}
     their = client_for(speaker).get("/api/v1/quotas/team-b").json()
     assert their["usage"]["borrowed"] == 2 and their["usage"]["used"] == 0

@@ -72,7 +72,7 @@ def usage_segments(usage) -> list[dict]:
         ("seg-free", "free", usage.free),
         ("seg-borrowed", "borrowed from other quotas", usage.borrowed),
     ]
-    scale = max(usage.size, usage.used + usage.borrowed, 1)
+    scale = max(usage.own, usage.used + usage.borrowed, 1)  # the own guarantee's bar
     x = 0.0
     out = []
     for css, legend, gpus in parts:

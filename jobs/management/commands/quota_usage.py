@@ -1,12 +1,14 @@
 """`manage.py quota_usage [--json]`: every quota's usage, the GPU pools and who borrows from
-whom, from the scheduler's own snapshot (the numbers the dashboard and Quotas page show)."""
+whom, from the scheduler's own snapshot (the numbers the dashboard and Quotas page show).
+Quotas are listed in tree order, children indented under their parent; a tree's columns
+(own guarantee, limit, subtree used/lent/borrowed) follow (docs/quota-tree.md "Accounting")."""
 
 import json
 from dataclasses import asdict
 
 from django.core.management.base import BaseCommand
 
-from jobs.accounting import account
+from jobs.accounting import account, tree_order
 from jobs.forecast import current_snapshot
 
 
@@ -20,7 +22,7 @@ class Command(BaseCommand):
         acc = account(current_snapshot())
         quotas = [
             asdict(u) | {"free": u.free, "starved": u.starved}
-            for u in sorted(acc.quotas.values(), key=lambda u: u.name)
+            for u in tree_order(acc.quotas.values())
         ]
         if options["json"]:
             self.stdout.write(
@@ -37,13 +39,18 @@ class Command(BaseCommand):
             return
         self.stdout.write(
             f"{'quota':24} {'size':>5} {'used':>5} {'in q':>5} {'own idle':>8} {'lent':>5} "
-            f"{'free':>5} {'borrowed':>8} {'waiting':>7}"
+            f"{'free':>5} {'borrowed':>8} {'waiting':>7} {'own':>5} {'limit':>5} "
+            f"{'sub used':>8} {'sub lent':>8} {'sub borr':>8}"
         )
         for q in quotas:
+            name = "  " * q["depth"] + q["name"]
+            limit = "-" if q["max_gpus"] is None else q["max_gpus"]
             self.stdout.write(
-                f"{q['name']:24} {q['size']:5} {q['used']:5} {q['in_quota']:5} "
+                f"{name:24} {q['size']:5} {q['used']:5} {q['in_quota']:5} "
                 f"{q['idle_own']:8} {q['lent']:5} {q['free']:5} {q['borrowed']:8} "
-                f"{q['waiting']:7}{'  starved' if q['starved'] else ''}"
+                f"{q['waiting']:7} {q['own']:5} {limit:>5} {q['subtree_used']:8} "
+                f"{q['subtree_lent']:8} {q['subtree_borrowed']:8}"
+                f"{'  starved' if q['starved'] else ''}"
             )
         for p in acc.pools:
             self.stdout.write(
