@@ -1,4 +1,4 @@
-"""Jobs that can never fit their quota, refused at submission (pure; DESIGN §5).
+"""Jobs that can never fit their quota, refused at submission (pure; docs/scheduling.md).
 
 One rule for the create form (and so the API) and the simulator's `refused` event:
 - an `Off` job, and any General-purpose job, needing more GPUs (or guaranteed CPUs or
