@@ -169,6 +169,9 @@ class Pod(models.Model):
     container_id = FittedCharField(max_length=limits.CONTAINER_ID, blank=True)
     # Next log sequence number the console expects from the agent for this pod.
     log_next_seq = models.PositiveBigIntegerField(default=0)
+    # The agent's exit report said every log line of this worker was acknowledged: a log
+    # follower stops at once rather than waiting for late lines (jobs.logview.follow).
+    logs_delivered = models.BooleanField(default=False)
     progress_step = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)
     progress_phase = FittedCharField(max_length=limits.PHASE, blank=True)

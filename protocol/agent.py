@@ -187,6 +187,9 @@ class WorkerReport(_FromAgent):
     progress: ProgressReport | None = None
     checkpoints: Annotated[list[CheckpointReport], Field(max_length=MAX_CHECKPOINTS_REPORTED)] = []
     gpu: GpuUsage | None = None  # additive (metrics): sent about twice a minute
+    # Additive (log follow): an exited worker whose every log line the console has already
+    # acknowledged, so a follower may stop at once instead of waiting for stragglers.
+    logs_delivered: bool = False
 
     @model_validator(mode="after")
     def _exit_code_only_when_exited(self) -> "WorkerReport":

@@ -342,6 +342,12 @@ class LogShipper:
             ids = self._streams.keys() if pod_ids is None else pod_ids
             return all(self._streams.get(p) is None or self._streams[p].drained for p in list(ids))
 
+    def delivered(self, pod_id: int) -> bool:
+        """Whether this exited worker's log is all acknowledged: nothing more will come."""
+        with self._cond:
+            stream = self._streams.get(pod_id)
+            return stream is None or (stream.closed and stream.drained)
+
     def wait_drained(self, pod_ids: Iterable[int] | None, timeout: float) -> bool:
         """Wait until these workers' lines are all acknowledged (used before reporting an
         exit, so the console has a worker's last lines when it sees it finish)."""
