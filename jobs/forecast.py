@@ -167,6 +167,54 @@ def _pools_of(snapshot: Snapshot, targets: set[int]) -> Snapshot:
     )
 
 
+def reclaim_allowed_at(r: RunningSnap, now: datetime, options: PlanOptions) -> datetime | None:
+    """When plan() may first reclaim this borrower, if later than `now` (docs/scheduling.md:
+    it runs at least min_runtime_before_reclaim, and is preempted at most
+    max_preemptions_per_hour times an hour). None: nothing to wait for."""
+    if r.in_quota or r.stopping or r.started_at is None:
+        return None
+    allowed = r.started_at + timedelta(seconds=options.min_runtime_before_reclaim_s)
+    recent = sorted(at for at in r.preempted_at if now - at < timedelta(hours=1))
+    cap = options.max_preemptions_per_hour
+    if cap and len(recent) >= cap:  # allowed again once the oldest of those is an hour old
+        allowed = max(allowed, recent[-cap] + timedelta(hours=1))
+    return allowed if allowed > now else None
+
+
+def _next_step(
+    world: _World, t: datetime, now: datetime, options: PlanOptions
+) -> tuple[datetime, str, list[Held]] | None:
+    """The next moment the plan can change: live jobs end, or a borrower becomes reclaimable
+    (the what-if must try a reclaim when it becomes allowed, not only when jobs end). Ends
+    and reclaims close together are one step, taken at its latest time. Returns (time, why,
+    the jobs that end by then), or None when nothing is left to happen."""
+    ending = [h for h in world.held.values() if h.ends_at is not None]
+    reclaims = {}
+    for r in world.running.values():
+        at = reclaim_allowed_at(r, t, options)
+        h = world.held.get(r.id)
+        if at is not None and (h is None or h.ends_at is None or at < h.ends_at):
+            reclaims[r.id] = at
+    times = [h.ends_at for h in ending] + list(reclaims.values())
+    if not times:
+        return None
+    first = max(min(times), t)
+    window = max(BUCKET_MIN, (first - now) * BUCKET_SHARE)
+    step = sorted(
+        (h for h in ending if h.ends_at <= first + window), key=lambda h: (h.ends_at, h.job_id)
+    )
+    due = sorted((at, job_id) for job_id, at in reclaims.items() if at <= first + window)
+    at = max([t, *(h.ends_at for h in step), *(when for when, _ in due)])
+    if step:
+        last = step[-1]
+        why = f"when {last.label} ends ({last.basis})"
+        if len(step) > 1:
+            why = f"when {len(step)} running jobs have ended, the last {last.label} ({last.basis})"
+    else:
+        why = f"when job #{due[-1][1]} may be reclaimed (its minimum runtime before reclaim)"
+    return at, why, step
+
+
 def forecast(
     snapshot: Snapshot,
     held: list[Held],
@@ -221,24 +269,16 @@ def forecast(
         for victim in decided.preemptions:
             h = world.held.get(victim.job_id)
             if h is not None and (h.ends_at is None or h.ends_at > t + STOP_GRACE):
-                world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis="preempted")
+                basis = "preempted" if h.in_quota else "reclaimed"
+                world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis=basis)
         if not waiting or (targets is not None and targets <= estimates.keys()):
             break
-        ending = [h for h in world.held.values() if h.ends_at is not None]
-        if not ending:
+        nxt = _next_step(world, t, now, options or PlanOptions())
+        if nxt is None:
             break
-        first = max(min(h.ends_at for h in ending), t)
-        window = max(BUCKET_MIN, (first - now) * BUCKET_SHARE)
-        step = sorted(
-            (h for h in ending if h.ends_at <= first + window), key=lambda h: (h.ends_at, h.job_id)
-        )
-        t = max(step[-1].ends_at, t)
+        t, why, step = nxt
         if t - now > HORIZON:
             break
-        last = step[-1]
-        why = f"when {last.label} ends ({last.basis})"
-        if len(step) > 1:
-            why = f"when {len(step)} running jobs have ended, the last {last.label} ({last.basis})"
         for h in step:
             world.release(h)
             job = waiting.get(h.job_id)
