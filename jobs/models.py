@@ -178,6 +178,8 @@ class Pod(models.Model):
     progress_metrics = models.JSONField(default=dict, blank=True)
     progress_at = models.DateTimeField(null=True, blank=True)  # console time of a new step
     progress_rate = models.FloatField(null=True, blank=True)  # steps/s between the last two
+    # The worker's own clock at progress_step (ProgressReport.at), when its agent sends it.
+    progress_clock = models.FloatField(null=True, blank=True)
     # Hashes of the last distinct log lines (jobs.faulttolerance.hang.distinct_lines): a
     # repeated identical line is not progress.
     recent_line_hashes = models.JSONField(default=list, blank=True)

@@ -155,6 +155,10 @@ class ProgressReport(_FromAgent):
         dict[MetricName, Annotated[float, Field(allow_inf_nan=False)]],
         Field(max_length=limits.METRICS),
     ] = {}
+    # Additive: when the worker reached this step, by its own clock (seconds since the epoch,
+    # agents.sdk.progress). The step rate is measured on it: heartbeats come at irregular
+    # times (a stop sends two in a second), which would turn one step into a spike.
+    at: Annotated[float, Field(ge=0, le=2**40, allow_inf_nan=False)] | None = None
 
 
 class CheckpointReport(_FromAgent):
