@@ -334,7 +334,14 @@ class JobForm(forms.Form):
         return self.cleaned_data["hang_action"] or HangAction.RESTART.value
 
     def clean_checkpoint_dir(self) -> str:
-        value = self.cleaned_data["checkpoint_dir"].strip().strip("/")
+        value = self.cleaned_data["checkpoint_dir"].strip()
+        if value.startswith("/"):
+            # Never silently turned into a relative one ("/etc" → "etc"): say what it is.
+            raise forms.ValidationError(
+                "Give a folder inside your workspace's checkpoint area (e.g. runs/exp1), "
+                "not an absolute path."
+            )
+        value = value.rstrip("/")
         if not value:
             return ""
         parts = value.split("/")
