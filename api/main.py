@@ -17,7 +17,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from accounts.api_auth import ApiError, error_response
 from api import schemas
 from api.parsing import SafeJsonParser
-from api.security import TokenAuth
+from api.security import ConsoleSession, TokenAuth
 from audit.actions import record
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ api = NinjaAPI(
     version="1",
     description=DESCRIPTION,
     urls_namespace="api",
-    auth=TokenAuth(),
+    auth=[TokenAuth(), ConsoleSession()],
     parser=SafeJsonParser(),
     # Served from ninja's own static files (ninja is an installed app): no CDN at run time.
     # validatorUrl None: Swagger UI would otherwise fetch a badge from swagger.io.
