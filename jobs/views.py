@@ -35,6 +35,7 @@ from jobs.paging import BadPageRequest, page_of_jobs
 from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
 
 EVENTS_SHOWN = 200
+CHECKPOINTS_SHOWN = 10  # newest live checkpoints on the job page
 WAITING_STATUSES = (JobStatus.PENDING, JobStatus.INQUEUE)
 
 
@@ -159,6 +160,10 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "pods": pods,
         "events": events,
         "events_hidden": max(event_count - EVENTS_SHOWN, 0),
+        # The checkpoints one can resume from; the pruned ones (folders the SDK deleted)
+        # only as a count: a long fault-tolerant job has hundreds.
+        "checkpoints": list(job.checkpoints.filter(pruned_at__isnull=True)[:CHECKPOINTS_SHOWN]),
+        "checkpoints_pruned": job.checkpoints.filter(pruned_at__isnull=False).count(),
         "live": live,
         "expected_start": (
             cached_expected_starts({job.pk}).get(job.pk) if job.status in WAITING_STATUSES else None

@@ -143,3 +143,29 @@ def test_the_api_gives_the_expected_start_labelled_an_estimate(
     listed = {j["id"]: j for j in api.get(reverse("api:jobs")).json()["jobs"]}
     assert listed[waiting.pk]["expected_start"] == detail["expected_start"]
     assert listed[running.pk]["expected_start"] is None
+
+
+def test_pruned_checkpoints_are_counted_not_listed(member_client, job, node):
+    from django.utils import timezone
+
+    from jobs.models import Checkpoint
+
+    place(job, node)
+    now = timezone.now()
+    for step in range(1, 28):
+        Checkpoint.objects.create(
+            job=job, attempt=1, step=step * 100, path=f"step-{step * 100}", size_bytes=10,
+            checksum="ab", committed=True, pruned_at=None if step > 25 else now,
+        )  # fmt: skip
+    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    paths = [e.text for e in tree.elements if e.tag == "code" and e.text.startswith("step-")]
+    assert paths == ["step-2700", "step-2600"]
+    (note,) = [e for e in tree.elements if "data-checkpoints-pruned" in e.attrs]
+    assert note.text.startswith("25 older checkpoints pruned")
+
+
+def test_every_time_on_the_job_page_says_utc(member_client, job, node):
+    place(job, node)
+    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    started = html[html.index("<dt>Started</dt>") :]
+    assert started[: started.index("</dd>")].endswith(" UTC")
