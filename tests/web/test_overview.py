@@ -218,3 +218,16 @@ def test_a_second_node_changes_the_pool_numbers_the_same_way(member_client, busy
     tree = Tree(member_client.get(reverse("home")).text)
     (pool,) = tree.find(data_pool="Lingjun/H200")
     assert tree.values(pool) == {"in_use": "6", "free": "10", "unavailable": "0", "total": "16"}
+
+
+def test_the_quotas_page_says_reclaim_ignores_the_preemption_setting(member_client, busy):
+    html = member_client.get(reverse("quotas")).text
+    assert 'data-note="reclaim"' in html and "only about priority" in html
+
+
+def test_the_preemption_setting_says_it_is_about_priority_inside_the_quota():
+    from quotas.models import Quota
+
+    field = Quota._meta.get_field("preemption")
+    assert "inside the quota" in str(field.verbose_name)
+    assert "always reclaimed" in str(field.help_text)
