@@ -20,12 +20,12 @@ time.sleep(600)
 """
 
 
-def signed_in(browser, console: RunningConsole, width: int = 1280):
+def signed_in(browser, console: RunningConsole, width: int = 1280, who: str = "researcher"):
     page = browser.new_page(viewport={"width": width, "height": 900})
     page.set_default_timeout(60_000)
     page.goto(f"{console.url}/login/")
-    page.fill("input[name=username]", console.creds["researcher_username"])
-    page.fill("input[name=password]", console.creds["researcher_password"])
+    page.fill("input[name=username]", console.creds[f"{who}_username"])
+    page.fill("input[name=password]", console.creds[f"{who}_password"])
     page.click("button[type=submit]")
     page.wait_for_url(f"{console.url}/")
     return page
@@ -120,3 +120,60 @@ def test_stop_asks_for_a_confirmation_first(browser, running_console):
         assert job_status(running_console, job_id)["stop_requested_at"] is not None
     finally:
         stop(running_console, job_id)
+
+
+NAV_MEASURE = """() => {
+    const links = [...document.querySelectorAll('.topbar nav a')];
+    return {
+        page: document.documentElement.scrollWidth - window.innerWidth,
+        navLinkTops: links.map(a => Math.round(a.getBoundingClientRect().top)),
+        wrappedLinks: links.filter(a => a.getClientRects().length > 1).map(a => a.textContent),
+        topbarHeight: document.querySelector('.topbar').getBoundingClientRect().height,
+    };
+}"""
+
+
+def _no_overflow(page) -> dict:
+    return page.evaluate(NAV_MEASURE)
+
+
+def test_at_800_px_the_nav_stays_one_row_and_the_job_table_scrolls(browser, running_console):
+    page = signed_in(browser, running_console, width=1280, who="owner")  # with the Admin link
+    page.goto(f"{running_console.url}/jobs/")
+    wide = _no_overflow(page)["topbarHeight"]
+    page.set_viewport_size({"width": 800, "height": 900})
+    measured = _no_overflow(page)
+    assert len(set(measured["navLinkTops"])) == 1, measured  # one row of links
+    assert not measured["wrappedLinks"], measured
+    assert abs(measured["topbarHeight"] - wide) < 2, (wide, measured)  # nothing wrapped
+    assert measured["page"] <= 0, measured  # nothing cut off beyond the window
+    reach = page.evaluate(
+        """() => { const w = document.querySelector('.table-wrap');
+                   w.scrollLeft = w.scrollWidth;
+                   const last = w.querySelector('thead th:last-child').getBoundingClientRect();
+                   return last.right - w.getBoundingClientRect().right; }"""
+    )
+    assert reach <= 1, reach  # the last column can be scrolled into view
+
+
+def test_the_notifications_events_are_a_styled_box(browser, running_console):
+    page = signed_in(browser, running_console)
+    page.goto(f"{running_console.url}/account/notifications/")
+    box = page.locator("fieldset.choices")
+    assert box.count() == 1
+    style = box.evaluate(
+        "el => getComputedStyle(el).borderTopStyle + ' ' + getComputedStyle(el).borderRadius"
+    )
+    assert style.startswith("solid") and not style.endswith(" 0px"), style
+
+
+def test_the_admin_node_table_fits_at_1440_px(browser, running_console):
+    page = signed_in(browser, running_console, width=1440, who="owner")
+    page.goto(f"{running_console.url}/admin/cluster/node/")
+    sizes = page.evaluate(
+        """() => { const r = document.querySelector('#result_list');
+                   return {page: document.documentElement.scrollWidth - window.innerWidth,
+                           table: r.getBoundingClientRect().right - window.innerWidth}; }"""
+    )
+    print(sizes)
+    assert sizes["page"] <= 0 and sizes["table"] <= 0, sizes
