@@ -20,12 +20,11 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from jobs.forecast_steps import next_step
 from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 
 MAX_EVENTS = 32  # steps (plans) simulated; the queue beyond that is "not estimated"
-BUCKET_MIN = timedelta(minutes=1)
-BUCKET_SHARE = 0.25
 HORIZON = timedelta(days=30)
 STOP_GRACE = timedelta(seconds=30)  # a preempted victim's workers get about this long
 HISTORY_ROWS = 2000  # recent finished jobs read for durations
@@ -167,54 +166,6 @@ def _pools_of(snapshot: Snapshot, targets: set[int]) -> Snapshot:
     )
 
 
-def reclaim_allowed_at(r: RunningSnap, now: datetime, options: PlanOptions) -> datetime | None:
-    """When plan() may first reclaim this borrower, if later than `now` (docs/scheduling.md:
-    it runs at least min_runtime_before_reclaim, and is preempted at most
-    max_preemptions_per_hour times an hour). None: nothing to wait for."""
-    if r.in_quota or r.stopping or r.started_at is None:
-        return None
-    allowed = r.started_at + timedelta(seconds=options.min_runtime_before_reclaim_s)
-    recent = sorted(at for at in r.preempted_at if now - at < timedelta(hours=1))
-    cap = options.max_preemptions_per_hour
-    if cap and len(recent) >= cap:  # allowed again once the oldest of those is an hour old
-        allowed = max(allowed, recent[-cap] + timedelta(hours=1))
-    return allowed if allowed > now else None
-
-
-def _next_step(
-    world: _World, t: datetime, now: datetime, options: PlanOptions
-) -> tuple[datetime, str, list[Held]] | None:
-    """The next moment the plan can change: live jobs end, or a borrower becomes reclaimable
-    (the what-if must try a reclaim when it becomes allowed, not only when jobs end). Ends
-    and reclaims close together are one step, taken at its latest time. Returns (time, why,
-    the jobs that end by then), or None when nothing is left to happen."""
-    ending = [h for h in world.held.values() if h.ends_at is not None]
-    reclaims = {}
-    for r in world.running.values():
-        at = reclaim_allowed_at(r, t, options)
-        h = world.held.get(r.id)
-        if at is not None and (h is None or h.ends_at is None or at < h.ends_at):
-            reclaims[r.id] = at
-    times = [h.ends_at for h in ending] + list(reclaims.values())
-    if not times:
-        return None
-    first = max(min(times), t)
-    window = max(BUCKET_MIN, (first - now) * BUCKET_SHARE)
-    step = sorted(
-        (h for h in ending if h.ends_at <= first + window), key=lambda h: (h.ends_at, h.job_id)
-    )
-    due = sorted((at, job_id) for job_id, at in reclaims.items() if at <= first + window)
-    at = max([t, *(h.ends_at for h in step), *(when for when, _ in due)])
-    if step:
-        last = step[-1]
-        why = f"when {last.label} ends ({last.basis})"
-        if len(step) > 1:
-            why = f"when {len(step)} running jobs have ended, the last {last.label} ({last.basis})"
-    else:
-        why = f"when job #{due[-1][1]} may be reclaimed (its minimum runtime before reclaim)"
-    return at, why, step
-
-
 def forecast(
     snapshot: Snapshot,
     held: list[Held],
@@ -233,9 +184,10 @@ def forecast(
     run stops once every target has a time.
 
     Cost: one plan() per step. Ends close together are taken as one step (within
-    BUCKET_SHARE of how far ahead they are, at least BUCKET_MIN), and the later end of the
-    step is the time given: a little late rather than early, and a forecast over a day
-    takes a few dozen plans, not one per running job.
+    BUCKET_SHARE of how far ahead they are, at least BUCKET_MIN; jobs.forecast_steps), and
+    the later end of the step is the time given: a little late rather than early, and a
+    forecast over a day takes a few dozen plans, not one per running job. A borrower that
+    becomes reclaimable is a step too (plan() may reclaim it then).
     """
     if targets is not None:
         snapshot = _pools_of(snapshot, targets)
@@ -273,7 +225,7 @@ def forecast(
                 world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis=basis)
         if not waiting or (targets is not None and targets <= estimates.keys()):
             break
-        nxt = _next_step(world, t, now, options or PlanOptions())
+        nxt = next_step(world.held, world.running, t, now, options or PlanOptions())
         if nxt is None:
             break
         t, why, step = nxt
