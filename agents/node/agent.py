@@ -218,12 +218,7 @@ class Agent:
             self.shipper.wait_drained(exited, timeout=min(EXIT_LOG_WAIT, self.interval * 2))
         facts = self.facts()
         reports, exited = self._reports(bare)
-        reports = [
-            r.model_copy(update={"logs_delivered": True})
-            if r.state == "exited" and self.shipper.delivered(r.pod_id)
-            else r
-            for r in reports
-        ]
+        reports = self.shipper.mark_delivered(reports)
         sent_at = boottime()  # the lease counts from here: the console's clock starts later
         try:
             reply = self.client.heartbeat(
