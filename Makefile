@@ -26,7 +26,9 @@ test: venv
 
 ## make test-deploy: build the images (Debian base made here), bring the compose stack up
 ## on podman, run jobs through it, restart, back up and restore, tear it all down
+## (installs podman, runc, busybox-static and mmdebstrap first when missing: scripts/deploy-tools)
 test-deploy: venv
+	scripts/deploy-tools
 	DEPLOY_TEST=1 $(BIN)/pytest tests/deploy -p no:randomly -v -s --durations=0 $(PYTEST_ARGS)
 
 ## make chaos: the fault tests (tests/faults: real processes, agents and consoles) and the

@@ -296,6 +296,7 @@ def _apply_report(node: Node, pod: Pod, report: WorkerReport, now: datetime) -> 
         exit_code=report.exit_code,
         error=report.error,
         container_id=report.container_id,
+        logs_delivered=report.logs_delivered,
         now=now,
     )
 

@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
@@ -257,8 +258,20 @@ class NodeAdmin(TenantScopedAdmin):
         self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
 
     @admin.action(description="Drain: place no new work; let the running work finish")
-    def drain(self, request, queryset) -> None:
+    def drain(self, request, queryset):
         nodes = list(queryset)
+        if request.POST.get("confirm") != "yes":  # a drain takes nodes out of service: ask
+            return TemplateResponse(
+                request,
+                "admin/cluster/node/drain_confirmation.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": "Drain these nodes?",
+                    "nodes": nodes,
+                    "opts": self.model._meta,
+                    "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                },
+            )
         changed = drain_nodes(queryset, timezone.now())
         self._history(request, nodes, "drain: no new work is placed here; running work finishes")
         self.message_user(

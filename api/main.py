@@ -18,7 +18,7 @@ from accounts.api_auth import ApiError, error_response
 from accounts.dbloss import is_lost_connection, lost_connection_response
 from api import schemas
 from api.parsing import SafeJsonParser
-from api.security import TokenAuth
+from api.security import ConsoleSession, TokenAuth
 from audit.actions import record
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ api = NinjaAPI(
     version="1",
     description=DESCRIPTION,
     urls_namespace="api",
-    auth=TokenAuth(),
+    auth=[TokenAuth(), ConsoleSession()],
     parser=SafeJsonParser(),
     # Served from ninja's own static files (ninja is an installed app): no CDN at run time.
     # validatorUrl None: Swagger UI would otherwise fetch a badge from swagger.io.

@@ -214,6 +214,7 @@ class Job(Schema):
     status: JobStatusName
     display_status: str
     status_reason: str
+    display_reason: str = ""  # the reason shown with display_status (a stop under way)
     stop_requested_at: str | None
     queue_position: int | None
     attempt: int

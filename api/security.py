@@ -3,10 +3,13 @@
 A request without a valid token is a 401; presenting a bad one is also counted against the
 client's address (`API_AUTH_FAILURES_PER_ADDRESS`), and past that limit it is a 429, so
 guessing costs time. A refused credential is recorded in the audit log as denied access.
-Session cookies never authenticate the API (no CSRF exposure).
+A signed-in console user's session also authenticates, with Django's CSRF check on every
+request (so the interactive docs' "Try it out" works in the browser that is signed in; a
+cross-site page cannot forge a request), under the same per-user rate limit.
 """
 
 from django.http import HttpRequest
+from ninja.security import SessionAuth
 from ninja.security.http import HttpBearer
 
 from accounts import ratelimit
@@ -14,6 +17,7 @@ from accounts.addresses import client_address
 from accounts.api_auth import ApiError, authenticate_token
 
 TOKEN_SCOPE = "api-token"
+SESSION_SCOPE = "api-session"
 FAILURE_SCOPE = "api-auth-failure"
 
 
@@ -59,3 +63,26 @@ class TokenAuth(HttpBearer):
         request.auth_failure_limited = not verdict.allowed
         if not verdict.allowed:
             raise rate_limited(verdict, "requests with invalid tokens from your address")
+
+
+class ConsoleSession(SessionAuth):
+    """The console's session cookie plus its CSRF token (ninja checks it: `csrf=True`)."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        # No session cookie: not this scheme's request, so no CSRF verdict (a POST without
+        # any credential stays a 401, not a 403).
+        if self.param_name not in request.COOKIES:
+            return None
+        return super()._get_key(request)
+
+    def authenticate(self, request: HttpRequest, key: str | None):
+        user = super().authenticate(request, key)
+        if user is None:
+            return None
+        verdict = ratelimit.hit(
+            SESSION_SCOPE, str(user.pk), ratelimit.setting_limit("API_RATE_LIMIT")
+        )
+        if not verdict.allowed:
+            raise rate_limited(verdict, "requests from this session")
+        request.rate_verdict = verdict
+        return user

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from jobs.display import display_status
+from jobs.display import display_reason, display_status
 from jobs.forecast import Estimate, cached_expected_starts
 from jobs.logview import LogLine
 from jobs.models import Job, Pod
@@ -133,6 +133,14 @@ def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
             has_unknown_worker=bool(unknown),
         ),
         "status_reason": job.status_reason,
+        # What the job page shows with the status: a stop under way says so, rather than the
+        # stored reason of how the job got where it is ("all workers running").
+        "display_reason": display_reason(
+            job.status,
+            job.status_reason,
+            stop_requested_at=job.stop_requested_at,
+            stop_reason=job.stop_reason,
+        ),
         "stop_requested_at": _time(job.stop_requested_at),
         "queue_position": job.queue_position,
         "attempt": job.attempt,

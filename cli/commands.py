@@ -66,7 +66,7 @@ def cmd_show(client: Client, args: argparse.Namespace) -> int:
     facts = [
         ("Job", f"{job['name']} (#{job['id']})"),
         ("Status", job["display_status"]),
-        ("Reason", job["status_reason"]),
+        ("Reason", job.get("display_reason") or job["status_reason"]),
         ("Queue position", job["queue_position"]),
         ("Workspace / quota", f"{job['workspace']['name']} / {job['quota']['name']}"),
         ("Owner", job["owner"]),
@@ -194,7 +194,8 @@ def cmd_stop(client: Client, args: argparse.Namespace) -> int:
         if args.json:
             print_json(job)
         else:
-            print(f"job {job['id']}: {job['display_status']} ({job['status_reason']})")
+            reason = job.get("display_reason") or job["status_reason"]
+            print(f"job {job['id']}: {job['display_status']} ({reason})")
     return code
 
 

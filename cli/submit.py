@@ -6,6 +6,7 @@ everything (the same rules as its create page) and names the offending field.
 """
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hang-detection", action="store_true", default=None, help="restart or stop on hangs"
     )
-    parser.add_argument("--hang-action", choices=["Restart", "Stop"])
+    parser.add_argument(
+        "--hang-action", type=str.lower, choices=["restart", "stop"], help="as on the form"
+    )
     parser.add_argument("--checkpoint-dir")
     parser.add_argument(
         "--array",
@@ -77,7 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--idempotency-key", help="default: a new one per invocation")
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run")
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="-- the command to run: its arguments are kept exactly (one argument: a shell line)",
+    )
 
 
 def _load_file(path: Path) -> dict[str, Any]:
@@ -102,6 +109,17 @@ def _env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def command_line(argv: list[str]) -> str:
+    """The stored command (a line the worker runs with `/bin/sh -c`) for what followed `--`.
+
+    One argument is a command line as written (`-- 'make train && echo done'`, like
+    `--command`); several are an argv kept exactly: quoted so that the shell splits the
+    line back into the same arguments (`-- sh -c 'for i in 1 2; do echo $i; done'`)."""
+    if len(argv) == 1:
+        return argv[0]
+    return shlex.join(argv)
+
+
 def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
     """(job fields, array count or None)."""
     spec = _load_file(args.file) if args.file else {}
@@ -120,7 +138,7 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
     if args.command_text is not None:
         spec["command"] = args.command_text
     elif command:
-        spec["command"] = " ".join(command)
+        spec["command"] = command_line(command)
     if args.env:
         env = spec.get("env") or {}
         if isinstance(env, str):

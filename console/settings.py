@@ -1,6 +1,6 @@
 """Settings from the environment.
 
-Embedded default (no variables set): SQLite in ./var, in-process loops, DEBUG on.
+Embedded default (no variables set): SQLite in ./var, in-process loops, DEBUG off.
 Production (`CONSOLE_ENV=production`): requires SECRET_KEY and ALLOWED_HOSTS, secure cookies,
 HSTS; PostgreSQL via DATABASE_URL and Celery via REDIS_URL.
 """
@@ -36,7 +36,9 @@ if not SECRET_KEY:
         raise ImproperlyConfigured("SECRET_KEY must be set when CONSOLE_ENV=production")
     SECRET_KEY = "dev-only-insecure-key-never-use-in-production-0123456789abcdefghij"
 
-DEBUG = env_bool("DEBUG", not PRODUCTION)
+# Off unless asked for, in the embedded console too: its users must get the console's own
+# 404 page, never Django's debug pages (which list every URL pattern and setting).
+DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["*"])
 if PRODUCTION and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("ALLOWED_HOSTS must be set when CONSOLE_ENV=production")
@@ -159,6 +161,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+FORMAT_MODULE_PATH = ["console.formats"]  # 24-hour UTC dates in the admin too
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]

@@ -20,12 +20,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from jobs.durations import median_durations, run_length, running_end
+from jobs.forecast_steps import next_step
 from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.plan import PlanOptions, plan
 
 MAX_EVENTS = 32  # steps (plans) simulated; the queue beyond that is "not estimated"
-BUCKET_MIN = timedelta(minutes=1)
-BUCKET_SHARE = 0.25
 HORIZON = timedelta(days=30)
 STOP_GRACE = timedelta(seconds=30)  # a preempted victim's workers get about this long
 HISTORY_ROWS = 2000  # recent finished jobs read for durations
@@ -184,9 +183,10 @@ def forecast(
     run stops once every target has a time.
 
     Cost: one plan() per step. Ends close together are taken as one step (within
-    BUCKET_SHARE of how far ahead they are, at least BUCKET_MIN), and the later end of the
-    step is the time given: a little late rather than early, and a forecast over a day
-    takes a few dozen plans, not one per running job.
+    BUCKET_SHARE of how far ahead they are, at least BUCKET_MIN; jobs.forecast_steps), and
+    the later end of the step is the time given: a little late rather than early, and a
+    forecast over a day takes a few dozen plans, not one per running job. A borrower that
+    becomes reclaimable is a step too (plan() may reclaim it then).
     """
     if targets is not None:
         snapshot = _pools_of(snapshot, targets)
@@ -204,16 +204,12 @@ def forecast(
         _admit(world, decided, waiting, estimates, durations, t, why)
         if not waiting or (targets is not None and targets <= estimates.keys()):
             break
-        step = _next_ends(world, now, t)
-        if not step:
+        nxt = next_step(world.held, world.running, t, now, options or PlanOptions())
+        if nxt is None:
             break
-        t = max(step[-1].ends_at, t)
+        t, why, step = nxt
         if t - now > HORIZON:
             break
-        last = step[-1]
-        why = f"when {last.label} ends ({last.basis})"
-        if len(step) > 1:
-            why = f"when {len(step)} running jobs have ended, the last {last.label} ({last.basis})"
         for h in step:
             world.release(h)
             job = waiting.get(h.job_id)
@@ -254,19 +250,8 @@ def _admit(
     for victim in decided.preemptions:
         h = world.held.get(victim.job_id)
         if h is not None and (h.ends_at is None or h.ends_at > t + STOP_GRACE):
-            world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis="preempted")
-
-
-def _next_ends(world: "_World", now: datetime, t: datetime) -> list[Held]:
-    """The live jobs that end in the next step (ends close together are one step)."""
-    ending = [h for h in world.held.values() if h.ends_at is not None]
-    if not ending:
-        return []
-    first = max(min(h.ends_at for h in ending), t)
-    window = max(BUCKET_MIN, (first - now) * BUCKET_SHARE)
-    return sorted(
-        (h for h in ending if h.ends_at <= first + window), key=lambda h: (h.ends_at, h.job_id)
-    )
+            basis = "preempted" if h.in_quota else "reclaimed"
+            world.held[h.job_id] = replace(h, ends_at=t + STOP_GRACE, basis=basis)
 
 
 def _not_estimated(world: "_World") -> str:

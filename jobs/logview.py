@@ -164,14 +164,21 @@ def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Foll
             .values_list("attempt", flat=True)
             .first()
         )
+    # An agent that said it had delivered every line of this worker leaves nothing to wait
+    # for; otherwise its last lines get `settle` seconds to arrive.
+    delivered = pod is not None and pod.status in FINAL_POD_STATUSES and pod.logs_delivered
     ended = (
         later is not None
         and pod is not None
-        and (pod.finished_at is None or now - pod.finished_at >= timedelta(seconds=settle))
+        and (
+            delivered
+            or pod.finished_at is None
+            or now - pod.finished_at >= timedelta(seconds=settle)
+        )
     )
     complete = later is None and logs_complete(
         job_final=job.status in FINAL_JOB_STATUSES,
-        finished_at=job.finished_at,
+        finished_at=None if delivered else job.finished_at,
         now=now,
         caught_up=caught_up,
         settle=settle,

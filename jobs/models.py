@@ -170,12 +170,17 @@ class Pod(models.Model):
     container_id = FittedCharField(max_length=limits.CONTAINER_ID, blank=True)
     # Next log sequence number the console expects from the agent for this pod.
     log_next_seq = models.PositiveBigIntegerField(default=0)
+    # The agent's exit report said every log line of this worker was acknowledged: a log
+    # follower stops at once rather than waiting for late lines (jobs.logview.follow).
+    logs_delivered = models.BooleanField(default=False)
     progress_step = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)
     progress_phase = FittedCharField(max_length=limits.PHASE, blank=True)
     progress_metrics = models.JSONField(default=dict, blank=True)
     progress_at = models.DateTimeField(null=True, blank=True)  # console time of a new step
     progress_rate = models.FloatField(null=True, blank=True)  # steps/s between the last two
+    # The worker's own clock at progress_step (ProgressReport.at), when its agent sends it.
+    progress_clock = models.FloatField(null=True, blank=True)
     # Hashes of the last distinct log lines (jobs.faulttolerance.hang.distinct_lines): a
     # repeated identical line is not progress.
     recent_line_hashes = models.JSONField(default=list, blank=True)

@@ -146,6 +146,10 @@ class ProgressReport(_FromAgent):
         dict[MetricName, Annotated[float, Field(allow_inf_nan=False)]],
         Field(max_length=limits.METRICS),
     ] = {}
+    # Additive: when the worker reached this step, by its own clock (seconds since the epoch,
+    # agents.sdk.progress). The step rate is measured on it: heartbeats come at irregular
+    # times (a stop sends two in a second), which would turn one step into a spike.
+    at: Annotated[float, Field(ge=0, le=2**40, allow_inf_nan=False)] | None = None
 
 
 class CheckpointReport(_FromAgent):
@@ -180,6 +184,9 @@ class WorkerReport(_FromAgent):
         list[CheckpointReport], Field(max_length=limits.CHECKPOINTS_REPORTED)
     ] = []
     gpu: GpuUsage | None = None  # additive (metrics): sent about twice a minute
+    # Additive (log follow): an exited worker whose every log line the console has already
+    # acknowledged, so a follower may stop at once instead of waiting for stragglers.
+    logs_delivered: bool = False
 
     @model_validator(mode="after")
     def _exit_code_only_when_exited(self) -> "WorkerReport":

@@ -80,7 +80,16 @@ class Quota(models.Model):
         default=0, help_text="Guaranteed memory in GB (0 = unlimited)"
     )
     preemption = models.CharField(
-        max_length=20, choices=PreemptionPolicy.choices, default=PreemptionPolicy.NEVER
+        "Priority preemption inside the quota",
+        max_length=20,
+        choices=PreemptionPolicy.choices,
+        default=PreemptionPolicy.NEVER,
+        help_text=(
+            "Whether a higher-priority job of this quota may preempt a lower-priority one of "
+            "the same quota. It does not protect borrowers: jobs running on this quota's idle "
+            "GPUs (Not in Quota) are always reclaimed when the quota needs them back, after "
+            "their minimum runtime (docs/scheduling.md)."
+        ),
     )
     # The quota tree (docs/quota-tree.md): a parent of the same tenant, resource type and
     # GPU type; `gpus` is the whole subtree's guarantee, carved up by the children.

@@ -35,6 +35,13 @@
     sync();
   }
 
+  // -- Confirmations: a form with data-confirm asks first (Stop); no inline handlers (CSP).
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var question = form && form.getAttribute && form.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) event.preventDefault();
+  }, true);
+
   // -- Job page: charts (uPlot) ------------------------------------------------------------
   var PALETTE = ["#2f5fd0", "#c23934", "#17843a", "#9a4a0b", "#6b3fb3", "#0a7a8a", "#8a5a00", "#444"];
 
@@ -47,10 +54,33 @@
       width: width,
       height: 180,
       series: series,
-      scales: { x: { time: true } },
-      axes: [{}, { size: 50 }],
+      // The page shows times in 24-hour UTC: so do the axes (ticks on UTC boundaries too).
+      tzDate: function (ts) { return window.uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
+      scales: { x: { time: true, range: timeRange } },
+      axes: [{ values: utcTicks, label: "UTC", labelSize: 14 }, { size: 50 }],
       legend: { live: false },
     };
+  }
+
+  // One sample (or all at one instant): uPlot stretches the axis over years (it hands the
+  // range a widened span), so look at the data itself and show a minute either side.
+  function timeRange(u, min, max) {
+    var xs = u.data && u.data[0];
+    if (xs && xs.length && xs[xs.length - 1] - xs[0] < 1) return [xs[0] - 60, xs[0] + 60];
+    return [min, max];
+  }
+
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+
+  function utcTicks(u, splits) {
+    var span = splits.length > 1 ? splits[splits.length - 1] - splits[0] : 0;
+    return splits.map(function (ts) {
+      var d = new Date(ts * 1e3);
+      var hm = pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes());
+      if (span < 180) return hm + ":" + pad(d.getUTCSeconds());
+      if (span < 2 * 86400) return hm;
+      return d.getUTCFullYear() + "-" + pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate()) + " " + hm;
+    });
   }
 
   function charts(section) {
@@ -71,6 +101,7 @@
         if (plots[key]) plots[key].destroy();
         holder.textContent = "";
         plots[key] = new window.uPlot(chartOptions(width, data), columns, holder);
+        holder.uplot = plots[key]; // for the browser tests: the drawn scales and tick labels
       });
       section.setAttribute("data-loaded", "");
     }

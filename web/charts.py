@@ -43,9 +43,12 @@ class IdleHolder:
 
 def idle_holders(pods: QuerySet[Pod], now: datetime, limit: int = 50) -> list[IdleHolder]:
     """Running workers among `pods` whose GPUs stayed at or below IDLE_UTILIZATION for the
-    whole window (one grouped query)."""
+    whole window (one grouped query). Only workers that ran for the whole window: a job's
+    first minutes (loading data, compiling) are not "idle for 10 minutes"."""
     rows = (
-        WorkerGpuSample.objects.filter(pod__in=pods, at__gte=now - IDLE_WINDOW)
+        WorkerGpuSample.objects.filter(
+            pod__in=pods, pod__started_at__lte=now - IDLE_WINDOW, at__gte=now - IDLE_WINDOW
+        )
         .values("pod_id", "pod__job_id", "pod__job__name", "pod__rank", "pod__node__name")
         .annotate(peak=Max("utilization"), gpus=Max("gpus"), n=Count("id"), first=Min("at"))
         .filter(peak__lte=IDLE_UTILIZATION, n__gte=IDLE_MIN_SAMPLES)

@@ -32,10 +32,11 @@ from jobs.forecast import cached_expected_starts
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
 from jobs.statuses import FINAL_JOB_STATUSES, WAITING_JOB_STATUSES, IdleResources, JobStatus
+from protocol import limits
 from web import charts as metrics
 from web.forms import JobForm, initial_from_job
 
-EVENTS_SHOWN = 200
+CHECKPOINTS_SHOWN = 10  # newest live checkpoints on the job page
 
 
 def _partial(request: HttpRequest, template: str, context: dict, *, live: bool) -> HttpResponse:
@@ -151,14 +152,20 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .order_by("-attempt", "rank")
     )
     event_count = job.events.count()
-    events = list(job.events.select_related("user").order_by("-created_at", "-id")[:EVENTS_SHOWN])
+    events = list(
+        job.events.select_related("user").order_by("-created_at", "-id")[: limits.EVENTS_SHOWN]
+    )
     events.reverse()
     live = is_live(job.status)
     context = {
         "job": job,
         "pods": pods,
         "events": events,
-        "events_hidden": max(event_count - EVENTS_SHOWN, 0),
+        "events_hidden": max(event_count - limits.EVENTS_SHOWN, 0),
+        # The checkpoints one can resume from; the pruned ones (folders the SDK deleted)
+        # only as a count: a long fault-tolerant job has hundreds.
+        "checkpoints": list(job.checkpoints.filter(pruned_at__isnull=True)[:CHECKPOINTS_SHOWN]),
+        "checkpoints_pruned": job.checkpoints.filter(pruned_at__isnull=False).count(),
         "live": live,
         "expected_start": (
             cached_expected_starts({job.pk}).get(job.pk)

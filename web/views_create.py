@@ -180,5 +180,5 @@ def job_plan_hint(request: HttpRequest) -> HttpResponse:
             else errors[0]
             for name, errors in form.errors.items()
         ]
-        context = {"problems": problems[:3]}
+        context = {"problems": problems}  # every one: a summary of 3 of 6 misleads
     return render(request, "jobs/_plan_hint.html", context)

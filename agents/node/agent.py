@@ -217,6 +217,7 @@ class Agent(Waking):
             self.shipper.wait_drained(exited, timeout=min(EXIT_LOG_WAIT, self.interval * 2))
         facts = self.facts()
         reports, exited = self._reports(bare)
+        reports = self.shipper.mark_delivered(reports)
         sent_at = boottime()  # the lease counts from here: the console's clock starts later
         try:
             reply = self.client.heartbeat(

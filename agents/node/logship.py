@@ -350,6 +350,22 @@ class LogShipper:
             ids = self._streams.keys() if pod_ids is None else pod_ids
             return all(self._streams.get(p) is None or self._streams[p].drained for p in list(ids))
 
+    def delivered(self, pod_id: int) -> bool:
+        """Whether this exited worker's log is all acknowledged: nothing more will come."""
+        with self._cond:
+            stream = self._streams.get(pod_id)
+            return stream is None or (stream.closed and stream.drained)
+
+    def mark_delivered(self, reports: list) -> list:
+        """Exit reports of workers whose lines are all acknowledged say so (logs_delivered):
+        a follower of their logs can stop at once."""
+        return [
+            r.model_copy(update={"logs_delivered": True})
+            if r.state == "exited" and self.delivered(r.pod_id)
+            else r
+            for r in reports
+        ]
+
     def wait_drained(self, pod_ids: Iterable[int] | None, timeout: float) -> bool:
         """Wait until these workers' lines are all acknowledged (used before reporting an
         exit, so the console has a worker's last lines when it sees it finish)."""

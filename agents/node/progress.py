@@ -84,6 +84,7 @@ def read_progress(path: Path) -> ProgressReport | None:
             total=body.get("total"),
             phase=body.get("phase", ""),
             metrics=body.get("metrics") or {},
+            at=body.get("time"),
         )
     except (ValueError, KeyError, TypeError, AttributeError, ValidationError):
         return None

@@ -54,11 +54,18 @@ def store_progress(pod: Pod, progress, now: datetime) -> bool:
         return False
     rate = pod.progress_rate
     if pod.progress_step is not None and pod.progress_at is not None:
-        elapsed = (now - pod.progress_at).total_seconds()
+        # Measured on the worker's clock when both steps carry it: the console receives
+        # steps at heartbeat times, and two heartbeats a moment apart (a stop, an exit)
+        # would make one step look like a burst.
+        if progress.at is not None and pod.progress_clock is not None:
+            elapsed = progress.at - pod.progress_clock
+        else:
+            elapsed = (now - pod.progress_at).total_seconds()
         if progress.step > pod.progress_step and elapsed > 0:
             rate = (progress.step - pod.progress_step) / elapsed
     Pod.objects.filter(pk=pod.pk).update(
         progress_rate=rate,
+        progress_clock=progress.at,
         progress_step=progress.step,
         progress_total=progress.total,
         progress_phase=progress.phase,
@@ -74,7 +81,7 @@ def store_progress(pod: Pod, progress, now: datetime) -> bool:
         rate=rate,
         metrics=dict(progress.metrics),
     )
-    pod.progress_step, pod.progress_at = progress.step, now
+    pod.progress_step, pod.progress_at, pod.progress_clock = progress.step, now, progress.at
     _push_hang_deadline(pod.job, now)
     return True
 

@@ -42,6 +42,7 @@ def apply_worker_state(
     exit_code: int | None = None,
     error: str = "",
     container_id: str = "",
+    logs_delivered: bool = False,
     now: datetime | None = None,
 ) -> bool:
     """Record what an agent saw of one worker. Returns whether the pod changed.
@@ -76,6 +77,7 @@ def apply_worker_state(
                 container_id=container_id or pod.container_id,
                 finished_at=now,
                 last_report_at=now,
+                logs_delivered=logs_delivered,
             )
         if changed:
             if running and pod.attempt > 1:

@@ -215,7 +215,14 @@ def clean_name(value: Any) -> str:
 
 
 def clean_checkpoint_dir(value: Any) -> str:
-    folder = _text(value, max_length=limits.CHECKPOINT_DIR).strip("/")
+    folder = _text(value, max_length=limits.CHECKPOINT_DIR)
+    if folder.startswith("/"):
+        # Never silently turned into a relative one ("/etc" -> "etc"): say what it is.
+        raise Problem(
+            "Give a folder inside your workspace's checkpoint area (e.g. runs/exp1), "
+            "not an absolute path."
+        )
+    folder = folder.rstrip("/")
     if not folder:
         return ""
     parts = folder.split("/")

@@ -264,3 +264,20 @@ def test_pieces_of_a_cut_line_keep_saying_so_through_the_journal(env, tmp_path):
     assert console.requests[-1].batches[0].continued == [0, 1]
     assert "".join(raw_text(pod)) == "aaaabbbbcc\nnext\n"
     second.close_all()
+
+
+def test_an_exit_report_says_its_log_is_delivered_only_once_every_line_is_acked(env):
+    from protocol.agent import WorkerReport
+
+    shipper, console, _, pod = env
+    exited = WorkerReport(pod_id=pod.pk, attempt=pod.attempt, state="exited", exit_code=0)
+    shipper.append(pod.pk, "last line")
+    shipper.close(pod.pk)
+    console.down = True
+    with pytest.raises(TransportError):
+        shipper.ship_once()
+    assert not shipper.mark_delivered([exited])[0].logs_delivered  # a line still buffered
+    console.down = False
+    assert shipper.ship_once()
+    (report,) = shipper.mark_delivered([exited])
+    assert report.logs_delivered and stored(pod) == ["last line"]

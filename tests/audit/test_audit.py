@@ -108,7 +108,9 @@ def test_node_actions_are_recorded(admin_browser, researcher, workspace, quota, 
     place(running, node)
     changelist = reverse("admin:cluster_node_changelist")
     for action in ("cordon", "uncordon", "drain", "revoke_tokens"):
-        admin_browser.post(changelist, {"action": action, "_selected_action": [node.pk]})
+        admin_browser.post(
+            changelist, {"action": action, "_selected_action": [node.pk], "confirm": "yes"}
+        )
     assert [e.action for e in AuditEntry.objects.filter(object_type="node").order_by("id")] == [
         "node.cordon",
         "node.uncordon",

@@ -178,7 +178,7 @@ def _prerequisites(env: dict) -> None:
     if not (ROOT / ".venv/bin/podman-compose").exists():
         missing.append(".venv/bin/podman-compose (make venv)")
     if missing:
-        pytest.fail(f"test-deploy needs {', '.join(missing)}")
+        pytest.fail(f"test-deploy needs {', '.join(missing)} (scripts/deploy-tools installs them)")
     run(["scripts/podman-service"], env)
 
 

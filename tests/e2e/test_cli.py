@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -127,6 +128,46 @@ def test_follow_a_running_job_then_stop_and_restart_it(running_console):
     assert run(running_console, "wait", str(again["id"]), "--interval", "0.5").returncode == 3
     refused = run(running_console, "stop", job_id)
     assert refused.returncode == 2 and "already Stopped" in refused.stderr
+
+
+def test_a_quoted_argv_runs_as_given(running_console):
+    """`-- sh -c '…'`: the arguments are kept exactly, so the shell loop runs."""
+    created = run_json(
+        running_console, "submit", *SMALL, "--", "sh", "-c", "for i in $(seq 1 3); do echo $i; done"
+    )
+    assert created["command"] == "sh -c 'for i in $(seq 1 3); do echo $i; done'"
+    job_id = str(created["id"])
+    assert run(running_console, "wait", job_id, "--interval", "0.5").returncode == 0
+    assert own_lines(run(running_console, "logs", job_id).stdout) == ["1", "2", "3"]
+
+
+def test_logs_follow_returns_as_soon_as_the_job_has_ended(running_console):
+    """The agent reports an exited worker once its lines are all delivered, so a follower
+    stops then, not a settle window (3 heartbeats) later."""
+    created = run_json(running_console, "submit", *SMALL, "--", "echo one; sleep 2; echo last")
+    follower = subprocess.Popen(
+        [str(CLI), "logs", str(created["id"]), "-f"],
+        env={
+            **os.environ,
+            "GPU_CONSOLE_URL": running_console.url,
+            "GPU_CONSOLE_TOKEN": running_console.creds["api_token"],
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines = []
+    for line in follower.stdout:
+        lines.append(line.strip())
+        if line.strip() == "last":
+            break
+    last_line_at = time.monotonic()
+    assert follower.wait(timeout=120) == 0
+    took = time.monotonic() - last_line_at
+    follower.stdout.close()
+    assert own_lines("\n".join(lines)) == ["one", "last"]
+    # Before: at least the settle window (3 s with the tests' 1 s heartbeat) after the end.
+    assert took < 2.5, f"logs -f returned {took:.1f} s after the job's last line"
 
 
 def test_logs_follow_a_job_across_its_restart(running_console, tmp_path):

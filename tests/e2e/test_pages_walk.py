@@ -439,6 +439,7 @@ def test_quota_owner_walks_every_page(browser, world):
     page.check("#result_list tbody input[type=checkbox]")
     page.select_option("select[name=action]", "drain")
     page.click("button[name=index]")
+    page.click("input[type=submit][value^='Yes, drain']")  # the confirmation page
     assert "Draining 1 node(s)" in page.locator(".messagelist").inner_text()
     assert "draining" in page.locator("#result_list").inner_text()
     walk.check("admin-nodes-draining")

@@ -49,3 +49,22 @@ def test_heartbeats_build_the_charts(client, ft_job, researcher):
     assert data["step_rate"]["series"][0]["values"] == [2.0]  # 20 steps in 10 s
     assert data["metrics"]["series"] == [{"label": "loss", "values": [2.0, 1.5]}]
     assert data["live"] is True
+
+
+def test_the_step_rate_is_measured_on_the_workers_clock(client, ft_job, researcher):
+    """At a stop the agent sends two heartbeats a moment apart: the step made between them
+    is not a burst of 6.7 steps/s when the worker really does 2 steps/s."""
+    node, token = register(client)
+    job, (pod,) = ft_job([node])
+    worker_clock = 1_700_000_000.0
+    for console_s, step, worker_s in [(0, 10, 0.0), (5, 20, 5.0), (5.3, 22, 6.0)]:
+        body = report(pod, step, 1.0, 50)
+        body["progress"]["at"] = worker_clock + worker_s
+        with time_machine.travel(T0 + timedelta(seconds=console_s), tick=False):
+            heartbeat(client, token, [body])
+    viewer = Client()
+    viewer.force_login(researcher)
+    data = viewer.get(reverse("jobs:metrics", args=[job.pk])).json()
+    assert data["step_rate"]["series"][0]["values"] == [2.0, 2.0]
+    page = viewer.get(reverse("jobs:detail", args=[job.pk])).text
+    assert "2.00 steps/s" in page

@@ -74,7 +74,8 @@ def test_defaults(api):
         ({"hang_timeout": 1}, "hang_timeout", "between 5 and 2592000"),
         ({"hang_action": "explode"}, "hang_action", "Select a valid choice"),
         ({"checkpoint_dir": "../escape"}, "checkpoint_dir", "no '..'"),
-        ({"checkpoint_dir": "/abs/../x"}, "checkpoint_dir", "no '..'"),
+        ({"checkpoint_dir": "/abs/../x"}, "checkpoint_dir", "not an absolute path"),
+        ({"checkpoint_dir": "/etc"}, "checkpoint_dir", "not an absolute path"),
     ],
 )
 def test_bad_options_are_field_errors(api, fields, field, message):

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from jobs.forecast import Held, forecast, median_durations, run_length, running_end
+from jobs.scheduler.plan import PlanOptions
 from tests.scheduler.snaps import T0, job, node, quota, running, snapshot
 
 
@@ -116,3 +117,34 @@ def test_targets_limit_the_what_if_to_their_pools_and_stop_early():
     # Only job 1's pool was simulated, and only until job 1 had a time.
     assert set(estimates) == {1, 2} and estimates[1].at == T0 + timedelta(minutes=10)
     assert not estimates[2].known
+
+
+def _borrowed_node(*, borrower_ends_in):
+    """Quota 1 (8 GPUs, the lender) waits for 8 GPUs that job 15 of quota 2 borrowed 2
+    minutes ago; job 15 may be reclaimed once it has run 5 minutes (min runtime)."""
+    snap = snapshot(
+        nodes=[node(1, gpus=8, free=())],
+        quotas=[quota(1, gpus=8, used=8, borrowed_gpus=8), quota(2, name="team-b", gpus=0)],
+        running=[running(15, on={1: 8}, quota=2, charged=1, in_quota=False, started=-2)],
+        jobs=[job(1, gpus=8)],
+    )
+    ends = None if borrower_ends_in is None else T0 + timedelta(minutes=borrower_ends_in)
+    borrower = Held(15, "job #15", 1, False, ((1, tuple(range(8)), 4, 16),), ends, "max runtime")
+    return snap, [borrower]
+
+
+def test_a_job_behind_a_borrower_starts_when_the_reclaim_is_allowed_not_when_it_ends():
+    snap, helds = _borrowed_node(borrower_ends_in=30)
+    options = PlanOptions(min_runtime_before_reclaim_s=300)
+    estimate = forecast(snap, helds, {1: (600.0, "max runtime")}, T0, options)[1]
+    # Reclaimed at T0+3 min (5 minutes after it started), its workers stop within the grace.
+    assert T0 + timedelta(minutes=3) <= estimate.at <= T0 + timedelta(minutes=4), estimate
+    assert "job #15" in estimate.basis and "reclaimed" in estimate.basis
+
+
+def test_a_borrower_without_a_known_end_still_gives_way_at_its_reclaim_time():
+    snap, helds = _borrowed_node(borrower_ends_in=None)
+    options = PlanOptions(min_runtime_before_reclaim_s=300)
+    estimate = forecast(snap, helds, {}, T0, options)[1]
+    assert estimate.known, estimate.basis
+    assert T0 + timedelta(minutes=3) <= estimate.at <= T0 + timedelta(minutes=4)

@@ -76,8 +76,13 @@ def test_revoked_token_is_401(db, researcher):
     _error(response, 401, "not_authenticated")
 
 
-def test_session_cookies_do_not_authenticate_the_api(member_client, job):
-    _error(member_client.get(reverse("api:jobs")), 401, "not_authenticated")
+def test_a_session_authenticates_the_api_but_writes_need_its_csrf_token(researcher, job):
+    """The docs' "Try it out" in the signed-in browser (tests/api/test_session_docs.py)."""
+    session = Client(enforce_csrf_checks=True)
+    session.force_login(researcher)
+    assert session.get(reverse("api:jobs")).status_code == 200
+    stop = session.post(reverse("api:job-stop", args=[job.pk]))
+    _error(stop, 403, "permission_denied")
 
 
 @pytest.mark.parametrize(("method", "name"), JOB_ENDPOINTS)

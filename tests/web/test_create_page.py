@@ -152,6 +152,26 @@ def test_hint_reports_problems_and_prompts_on_an_empty_form(member_client, quota
     assert 'data-outcome="incomplete"' in empty
 
 
+def test_the_hint_lists_every_problem(member_client, quota, node):
+    bad = {
+        "gpus_per_worker": 99,
+        "cpus_per_worker": -1,
+        "memory_gb_per_worker": -1,
+        "priority": 42,
+        "max_runtime_seconds": -5,
+        "checkpoint_dir": "/etc",
+    }
+    html = hint(member_client, quota, **bad)
+    assert html.count("<li>") == len(bad), html
+
+
+def test_an_absolute_checkpoint_folder_is_a_field_error_not_made_relative(
+    member_client, quota, node
+):
+    html = hint(member_client, quota, checkpoint_dir="/etc")
+    assert 'data-outcome="invalid"' in html and "not an absolute path" in html
+
+
 def test_idle_job_without_a_checkpoint_folder_is_warned(member_client, quota, node):
     html = hint(member_client, quota, idle_resources="Only Idle Resources")
     assert "names no checkpoint folder" in html and "Automatic Fault Tolerance" in html

@@ -21,20 +21,22 @@ def test_workers_show_the_gpu_count_with_indices_on_hover(
     assert cell.text == "1"  # one GPU, not "GPUs 4"
 
 
-@pytest.mark.parametrize(
-    ("status", "css"),
-    [
-        (PodStatus.FAILED, "error-tail"),
-        (PodStatus.STOPPED, "note-tail"),
-        (PodStatus.PREEMPTED, "note-tail"),
-    ],
-)
-def test_only_failed_workers_show_their_tail_as_an_error(member_client, job, node, status, css):
+def test_a_failed_worker_shows_its_tail_as_an_error(member_client, job, node):
     (pod,) = place(job, node)
-    Pod.objects.filter(pk=pod.pk).update(status=status, error_message="Terminated by SIGTERM")
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.FAILED, error_message="CUDA error")
     tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
-    (tail,) = tree.containing("Terminated by SIGTERM")
-    assert tail.attrs["class"] == css
+    (tail,) = tree.containing("CUDA error")
+    assert tail.attrs["class"] == "error-tail"
+
+
+@pytest.mark.parametrize("status", [PodStatus.STOPPED, PodStatus.PREEMPTED, PodStatus.SUCCEEDED])
+def test_only_a_failed_worker_shows_its_output_tail(member_client, job, node, status):
+    """The README: only a failed worker's output tail is shown (a stopped or preempted one's
+    last lines are in its log, not an error)."""
+    (pod,) = place(job, node)
+    Pod.objects.filter(pk=pod.pk).update(status=status, error_message="step 17 loss 0.3")
+    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    assert "step 17 loss 0.3" not in html
 
 
 def test_a_stopping_job_says_it_is_stopping(member_client, job, node):
@@ -141,3 +143,29 @@ def test_the_api_gives_the_expected_start_labelled_an_estimate(
     listed = {j["id"]: j for j in api.get(reverse("api:jobs")).json()["jobs"]}
     assert listed[waiting.pk]["expected_start"] == detail["expected_start"]
     assert listed[running.pk]["expected_start"] is None
+
+
+def test_pruned_checkpoints_are_counted_not_listed(member_client, job, node):
+    from django.utils import timezone
+
+    from jobs.models import Checkpoint
+
+    place(job, node)
+    now = timezone.now()
+    for step in range(1, 28):
+        Checkpoint.objects.create(
+            job=job, attempt=1, step=step * 100, path=f"step-{step * 100}", size_bytes=10,
+            checksum="ab", committed=True, pruned_at=None if step > 25 else now,
+        )  # fmt: skip
+    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    paths = [e.text for e in tree.elements if e.tag == "code" and e.text.startswith("step-")]
+    assert paths == ["step-2700", "step-2600"]
+    (note,) = [e for e in tree.elements if "data-checkpoints-pruned" in e.attrs]
+    assert note.text.startswith("25 older checkpoints pruned")
+
+
+def test_every_time_on_the_job_page_says_utc(member_client, job, node):
+    place(job, node)
+    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    started = html[html.index("<dt>Started</dt>") :]
+    assert started[: started.index("</dd>")].endswith(" UTC")

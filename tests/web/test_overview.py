@@ -122,6 +122,7 @@ def test_dashboard_lists_recent_failures_and_idle_gpus(
     busy_job = submit(researcher, workspace, quota, name="busy")
     busy_pod = place_on(busy_job, node, [3])
     now = timezone.now()
+    Pod.objects.update(started_at=now - timezone.timedelta(minutes=11))
     for minutes in (1, 3, 5):
         at = now - timezone.timedelta(minutes=minutes)
         WorkerGpuSample.objects.create(
@@ -140,6 +141,23 @@ def test_dashboard_lists_recent_failures_and_idle_gpus(
     idle_part = section("idle")
     assert "sleepy" in idle_part and "2 GPUs" in idle_part and "peak 0%" in idle_part
     assert "busy" not in idle_part
+
+
+def test_a_worker_that_started_42_seconds_ago_is_not_idle_for_10_minutes(
+    member_client, researcher, workspace, quota, node
+):
+    fresh = submit(researcher, workspace, quota, name="warming-up", gpus_per_worker=2)
+    pod = place_on(fresh, node, [1, 2])
+    now = timezone.now()
+    Pod.objects.filter(pk=pod.pk).update(started_at=now - timezone.timedelta(seconds=42))
+    for seconds in (40, 10):
+        WorkerGpuSample.objects.create(
+            pod=pod, at=now - timezone.timedelta(seconds=seconds), gpus=2, utilization=0,
+            memory_used_mb=100,
+        )  # fmt: skip
+    html = member_client.get(reverse("home")).text
+    part = html[html.index('data-section="idle"') :]
+    assert "warming-up" not in part[: part.index("</ul>")]
 
 
 def test_quotas_page_for_a_researcher(member_client, busy, quota, other_quota):
@@ -200,3 +218,16 @@ def test_a_second_node_changes_the_pool_numbers_the_same_way(member_client, busy
     tree = Tree(member_client.get(reverse("home")).text)
     (pool,) = tree.find(data_pool="Lingjun/H200")
     assert tree.values(pool) == {"in_use": "6", "free": "10", "unavailable": "0", "total": "16"}
+
+
+def test_the_quotas_page_says_reclaim_ignores_the_preemption_setting(member_client, busy):
+    html = member_client.get(reverse("quotas")).text
+    assert 'data-note="reclaim"' in html and "only about priority" in html
+
+
+def test_the_preemption_setting_says_it_is_about_priority_inside_the_quota():
+    from quotas.models import Quota
+
+    field = Quota._meta.get_field("preemption")
+    assert "inside the quota" in str(field.verbose_name)
+    assert "always reclaimed" in str(field.help_text)

@@ -115,8 +115,14 @@ def test_jobs_per_node_and_drain(owner_client, researcher, workspace, quota, nod
     actions = owner_client.get(changelist).context["action_form"].fields["action"].choices
     names = {name for name, _ in actions}
     assert {"cordon", "drain", "uncordon"} <= names and "revoke_tokens" not in names
+    asked = owner_client.post(changelist, {"action": "drain", "_selected_action": [node.pk]})
+    assert "Drain these nodes?" in asked.text  # a confirmation first: nothing drained yet
+    node.refresh_from_db()
+    assert node.drain_requested_at is None
     response = owner_client.post(
-        changelist, {"action": "drain", "_selected_action": [node.pk]}, follow=True
+        changelist,
+        {"action": "drain", "_selected_action": [node.pk], "confirm": "yes"},
+        follow=True,
     )
     assert "Draining 1 node(s)" in response.text
     node.refresh_from_db()

@@ -215,7 +215,7 @@ def test_actions_work_without_htmx(member_client, job, node):
     """Plain forms: the buttons are POST forms with an action, not HTMX-only widgets."""
     html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
     stop_url = reverse("jobs:stop", args=[job.pk])
-    assert f'<form method="post" action="{stop_url}">' in html
+    assert f'<form method="post" action="{stop_url}" data-confirm=' in html  # asks, then posts
     finish(job, node)
     html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
     assert f'action="{reverse("jobs:restart", args=[job.pk])}"' in html
