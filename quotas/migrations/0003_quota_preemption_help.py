@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('quotas', '0001_initial'),
+        ('quotas', '0002_quota_tree'),
     ]
 
     operations = [

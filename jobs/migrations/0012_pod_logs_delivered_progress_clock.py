@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0010_drop_indexes_covered_by_composites'),
+        ('jobs', '0011_checkpoint_path_index'),
     ]
 
     operations = [
