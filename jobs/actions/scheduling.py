@@ -29,6 +29,7 @@ from django.utils import timezone
 from cluster.models import GpuDevice
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import IllegalTransition, TransitionConflict
+from jobs.actions.usage import record_charge_moves
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, JobEvent, Pod
 from jobs.scheduler.model import Plan
@@ -146,7 +147,7 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     ]
     # Compare-and-set on status: a job stopped meanwhile is left alone.
     reasons_updated = update_waiting(refreshed, now) if refreshed else 0
-    charged_home = _charge_home(decided)
+    charged_home = _charge_home(decided, now)
     preempted = _preempt(decided)
     return CycleResult(
         admitted=admitted,
@@ -189,7 +190,7 @@ class _ChargeMoved(Exception):
     """A pod of the job changed since the snapshot: its move home is undone."""
 
 
-def _charge_home(decided: Plan) -> tuple[int, ...]:
+def _charge_home(decided: Plan, now: datetime) -> tuple[int, ...]:
     """Re-charge borrowing Acceptable jobs' pods to their own quota, in quota. One UPDATE
     per job, compare-and-set: only live pods still charged, not in quota, to the lenders
     the plan saw; if not exactly all of them move (one exited or moved meanwhile), the
@@ -199,14 +200,21 @@ def _charge_home(decided: Plan) -> tuple[int, ...]:
     for move in decided.charges_home:
         try:
             with transaction.atomic():
-                moved = Pod.objects.filter(
+                pods = Pod.objects.filter(
                     job_id=move.job_id,
                     status__in=live,
                     in_quota=False,
                     charged_quota_id__in=move.from_quota_ids,
-                ).update(charged_quota_id=move.quota_id, in_quota=True)
-                if moved != move.pods:
+                )
+                # Usage history splits each pod's interval at its move (docs/usage-history.md).
+                before = list(pods.values_list("pk", "charged_quota_id", "in_quota"))
+                moved = pods.update(charged_quota_id=move.quota_id, in_quota=True)
+                if moved != move.pods or len(before) != moved:
                     raise _ChargeMoved
+                record_charge_moves(
+                    ((pk, quota, in_quota, move.quota_id, True) for pk, quota, in_quota in before),
+                    now,
+                )
         except _ChargeMoved:
             log.info("scheduler: job #%d changed meanwhile; its charge stays", move.job_id)
             continue
