@@ -4,12 +4,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from console import metrics, views
-from jobs import overview
+from jobs import overview, views_usage
 from notifications import views as notification_views
 
 urlpatterns = [
     path("", overview.dashboard, name="home"),
     path("quotas/", overview.quotas_page, name="quotas"),
+    path("usage/", views_usage.usage_page, name="usage"),
+    path("usage/charts/", views_usage.usage_charts, name="usage-charts"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/token/", views.api_token, name="api-token"),

@@ -437,6 +437,5 @@ class ProgressSample(models.Model):
         return f"pod {self.pod_id} step {self.step} at {self.at:%H:%M:%S}"
 
 
-
 # Usage history's tables live in their own module (this one would pass 500 lines).
 from jobs.usage_models import ChargeMove, UsageBucket, UsageRollup, UsageTotal  # noqa: E402, F401

@@ -64,3 +64,8 @@ JSON_DEPTH = 32
 
 # How often the agent retries one item the console refuses before setting it aside.
 REFUSALS_BEFORE_SET_ASIDE = 3
+
+# --- usage history reports (docs/usage-history.md) ------------------------------------------
+USAGE_HOURLY_DAYS = 31  # the longest period reported hour by hour
+USAGE_DAYS = 400  # the longest period reported at all (buckets are kept about this long)
+USAGE_TOP_USERS = 10

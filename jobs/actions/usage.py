@@ -125,8 +125,17 @@ def _chunks(ids: list[int]) -> Iterable[list[int]]:
         yield ids[i : i + _BATCH]
 
 
-_POD_FIELDS = ("pk", "job__quota_id", "job__workspace_id", "job__owner_id", "gpus",
-               "created_at", "finished_at", "status", "charged_quota_id")  # fmt: skip
+_POD_FIELDS = (
+    "pk",
+    "job__quota_id",
+    "job__workspace_id",
+    "job__owner_id",
+    "gpus",
+    "created_at",
+    "finished_at",
+    "status",
+    "charged_quota_id",
+)
 
 
 def _pod_spans(lo: datetime, hi: datetime, now: datetime) -> dict[int, PodSpan]:
@@ -192,8 +201,9 @@ def _idles(pods: dict[int, PodSpan], lo: datetime, hi: datetime) -> list[Span]:
         for since, until in idle_spans(series, IDLE_UTILIZATION, IDLE_GAP):
             since, until = max(since, pod.start), min(until, pod.end)
             if since < until:
-                spans.append(Span(pod.job_quota_id, pod.workspace_id, pod.user_id, pod.gpus,
-                                  since, until))  # fmt: skip
+                spans.append(
+                    Span(pod.job_quota_id, pod.workspace_id, pod.user_id, pod.gpus, since, until)
+                )
     return spans
 
 

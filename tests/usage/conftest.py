@@ -29,7 +29,7 @@ def end_pods(job, at: datetime, status: PodStatus = PodStatus.SUCCEEDED) -> None
 @pytest.fixture
 def history(researcher, colleague, workspace, quota, other_quota, node):
     """Expected GPU-microseconds per (quota, field) of a history from T0 to T0 + 5h:
-    - `trainer` (team-a, 2 workers × 2 GPUs) runs T0+5m → T0+2h30m, idle from T0+1h to T0+1h10m;
+    - `trainer` (team-a, 2 workers of 2 GPUs) runs T0+5m → T0+2h30m, idle from T0+1h to T0+1h10m;
     - `borrower` (team-a, Acceptable, 3 GPUs on team-b) from T0+20m, moved home at T0+1h50m,
       still running;
     - `waiter` (team-a, 4 GPUs) waits T0 → T0+3h, then runs one hour."""
@@ -57,8 +57,14 @@ def history(researcher, colleague, workspace, quota, other_quota, node):
     add(quota.pk, "in_quota", 2 * 2 * us(timedelta(hours=2, minutes=25)))
 
     with time_machine.travel(T0 + timedelta(minutes=20), tick=False):
-        borrower = submit(researcher, workspace, quota, name="borrower",
-                          idle_resources=IdleResources.ACCEPTABLE, gpus_per_worker=3)  # fmt: skip
+        borrower = submit(
+            researcher,
+            workspace,
+            quota,
+            name="borrower",
+            idle_resources=IdleResources.ACCEPTABLE,
+            gpus_per_worker=3,
+        )
         borrow(borrower, node, other_quota, [5, 6, 7])
     moved_at = T0 + timedelta(hours=1, minutes=50)
     home = ChargeHome(borrower.pk, quota.pk, (other_quota.pk,), 1, "charge moved home")

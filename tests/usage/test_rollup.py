@@ -48,14 +48,20 @@ def test_many_small_runs_write_what_one_run_does(history, settings):
         roll_up_usage(now=at)
         at += timedelta(minutes=17)
     roll_up_usage(now=history["until"])  # catches up to `until`
-    many = list(UsageBucket.objects.order_by("span", "start", "quota_id", "workspace_id",
-                                              "user_id").values())  # fmt: skip
+    many = list(
+        UsageBucket.objects.order_by(
+            "span", "start", "quota_id", "workspace_id", "user_id"
+        ).values()
+    )
     UsageBucket.objects.all().delete()
     UsageRollup.objects.all().delete()
     settings.USAGE_ROLLUP_MAX_HOURS = 168
     roll_up_usage(now=history["until"])
-    once = list(UsageBucket.objects.order_by("span", "start", "quota_id", "workspace_id",
-                                              "user_id").values())  # fmt: skip
+    once = list(
+        UsageBucket.objects.order_by(
+            "span", "start", "quota_id", "workspace_id", "user_id"
+        ).values()
+    )
     strip = [{k: v for k, v in row.items() if k != "id"} for row in many]
     assert strip == [{k: v for k, v in row.items() if k != "id"} for row in once]
 
