@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import F, Sum
+from django.db.models import F, Subquery, Sum
 from django.utils.dateparse import parse_date, parse_datetime
 
 from jobs.access import member_workspace_ids
@@ -241,3 +241,25 @@ def _cell(value) -> str:
     text = str(value)
     # A spreadsheet runs a cell that starts with = + - @ as a formula: names are people's.
     return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
+def usage_totals() -> dict[int, list[int]]:
+    """quota id → GPU-microseconds of all history (FIELDS order): the final hours' running
+    totals plus the hours still open, in one query. What /metrics counts."""
+    from jobs.models import UsageRollup, UsageTotal
+
+    rolled = UsageRollup.objects.filter(pk=1).values("rolled_until")[:1]
+    open_hours = (
+        UsageBucket.objects.filter(span="h", workspace_id=0, start__gte=Subquery(rolled))
+        .values("quota_id")
+        .annotate(**SUMS)
+        .order_by()
+        .values_list("quota_id", *SUMS)
+    )
+    final = UsageTotal.objects.values_list("quota_id", *COLUMNS).order_by()
+    totals: dict[int, list[int]] = {}
+    for quota_id, *values in final.union(open_hours, all=True):
+        cell = totals.setdefault(quota_id, [0, 0, 0, 0, 0])
+        for i, value in enumerate(values):
+            cell[i] += value or 0
+    return totals
