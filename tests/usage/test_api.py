@@ -3,6 +3,8 @@
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from jobs.actions.usage import roll_up_usage
 from jobs.models import UsageBucket
@@ -77,8 +79,9 @@ def test_who_sees_what(rolled, outsider, workspace):
 def test_constant_queries(rolled, researcher, workspace, django_assert_num_queries):
     client = client_for(researcher)
     client.get(URL, NOV)
-    with django_assert_num_queries(7):
+    with CaptureQueriesContext(connection) as few:
         client.get(URL, NOV | {"group_by": "user"})
+    assert len(few) <= 7
     quota = Quota.objects.get(name="team-a")
     UsageBucket.objects.bulk_create(
         UsageBucket(
@@ -92,5 +95,5 @@ def test_constant_queries(rolled, researcher, workspace, django_assert_num_queri
         for d in range(1, 20)
         for w, u in ((0, 0), (workspace.pk, 5000 + d))
     )
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(len(few)):
         assert len(client.get(URL, NOV | {"group_by": "user"}).json()["rows"]) > 20

@@ -5,7 +5,9 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from jobs.actions.usage import roll_up_usage
 from jobs.models import UsageBucket
@@ -101,8 +103,9 @@ def test_charts_json_and_every_period(rolled, researcher, node):
 def test_queries_do_not_grow_with_the_history(rolled, researcher, django_assert_num_queries):
     client = client_of(researcher)
     client.get("/usage/", WEEK)  # warm the session
-    with django_assert_num_queries(10) as first:
+    with CaptureQueriesContext(connection) as first:
         client.get("/usage/", WEEK)
+    assert len(first) <= 10
     quota = Quota.objects.get(name="team-a")
     UsageBucket.objects.bulk_create(
         UsageBucket(
@@ -117,7 +120,7 @@ def test_queries_do_not_grow_with_the_history(rolled, researcher, django_assert_
         for h in range(24, 100)
         for w in (0, 1000 + h)
     )
-    with django_assert_num_queries(len(first.captured_queries)):
+    with django_assert_num_queries(len(first)):
         client.get("/usage/", WEEK)
     with time_machine.travel(T0, tick=False):
         assert client.get("/usage/").status_code == 200  # the default: the week to today
