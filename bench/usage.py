@@ -198,9 +198,11 @@ def main(argv: list[str] | None = None) -> None:
         api = {"Authorization": f"Bearer {token}"}
         from django.utils import timezone
 
-        today = timezone.now().date()
-        month = f"period=month&date={today:%Y-%m-%d}"
-        since = f"{today.replace(day=1):%Y-%m-%d}"
+        # The last whole calendar month (this one may have begun today).
+        first = (timezone.now().date().replace(day=1) - timedelta(days=1)).replace(day=1)
+        month = f"period=month&date={first:%Y-%m-%d}"
+        until = (first + timedelta(days=32)).replace(day=1)
+        since = f"{first:%Y-%m-%d}&until={until:%Y-%m-%d}"
         paths = [
             ("trivial view (GET /healthz)", "/healthz", {}),
             ("Usage page, a month by quota", f"/usage/?{month}&group=quota", page),

@@ -20,6 +20,7 @@ from jobs.usage_report import (
     UsageScope,
     checked,
     group_names,
+    grouped,
     usage_buckets,
 )
 from protocol import limits
@@ -117,15 +118,15 @@ def _periods(request: UsageRequest) -> list[datetime]:
     return [request.since + step * i for i in range(count)]
 
 
-def chart_series(scope: UsageScope, request: UsageRequest, rows: list[UsageRow]) -> dict:
+def chart_series(scope: UsageScope, request: UsageRequest) -> dict:
     """uPlot data (console.js): use against guarantee for the quotas shown, and the whole
     cluster's utilisation (held and idle-held share of its GPUs), per hour or day."""
     periods = _periods(request)
     seconds = (periods[1] - periods[0]).total_seconds() if len(periods) > 1 else 3600.0
     used, lent = defaultdict(int), defaultdict(int)
-    for row in rows:
-        used[row.start] += row.values[IN_QUOTA] + row.values[BORROWED]
-        lent[row.start] += row.values[LENT]
+    for start, *values in grouped(scope, request, None, by_period=True):
+        used[start] += (values[IN_QUOTA] or 0) + (values[BORROWED] or 0)
+        lent[start] += values[LENT] or 0
     quotas = (
         Quota.objects.all()
         if scope.quota_ids is None

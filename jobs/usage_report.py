@@ -13,12 +13,13 @@ from datetime import UTC, date, datetime, time, timedelta
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import F, Subquery, Sum
+from django.db.models.functions import TruncMonth
 from django.utils.dateparse import parse_date, parse_datetime
 
 from jobs.access import member_workspace_ids
 from jobs.actions.usage import COLUMNS
 from jobs.models import UsageBucket
-from jobs.usage_history import period_start, roll_up_tree
+from jobs.usage_history import roll_up_tree
 from protocol import limits
 from quotas.access import owned_tenant_ids, visible_quota_ids
 from quotas.models import Quota, Workspace
@@ -167,24 +168,35 @@ def usage_buckets(scope: UsageScope, request: UsageRequest, detail: bool):
 SUMS = {f"s_{c}": Sum(F(c)) for c in COLUMNS}
 
 
-def usage_rows(scope: UsageScope, request: UsageRequest, parents=None) -> list[UsageRow]:
-    """One row per (group, period) with any use, sorted by group name then time."""
-    key = _KEY[request.group_by]
-    detail = request.group_by in ("workspace", "user")
-    found = usage_buckets(scope, request, detail).values(key, "start").annotate(**SUMS).order_by()
+def grouped(scope: UsageScope, request: UsageRequest, key: str | None, by_period: bool):
+    """(key?, period?, five sums) tuples aggregated by the database: months by TruncMonth;
+    hours and days are the buckets' own starts."""
+    detail = key in ("workspace_id", "user_id")
+    found = usage_buckets(scope, request, detail)
+    fields = [key] if key else []
+    if by_period and request.granularity == "month":
+        found = found.annotate(period=TruncMonth("start", tzinfo=UTC))
+        fields.append("period")
+    elif by_period:
+        fields.append("start")
+    return found.values(*fields).annotate(**SUMS).order_by().values_list(*fields, *SUMS)
+
+
+def usage_rows(
+    scope: UsageScope, request: UsageRequest, parents=None, *, by_period: bool = True
+) -> list[UsageRow]:
+    """One row per (group, period) with any use (or per group, `start` None, for the whole
+    period with `by_period` False), sorted by group name then time."""
     totals: dict[tuple, list[int]] = {}
-    for row in found:
-        cell = totals.setdefault(
-            (row[key], period_start(row["start"], request.granularity)), [0, 0, 0, 0, 0]
-        )
-        for i, column in enumerate(COLUMNS):
-            cell[i] += row[f"s_{column}"] or 0
+    for group, *rest in grouped(scope, request, _KEY[request.group_by], by_period):
+        start = rest.pop(0) if by_period else None
+        totals[group, start] = [v or 0 for v in rest]
     if request.group_by == "quota":
         ids = {quota_id for quota_id, _ in totals}
         totals = roll_up_tree(totals, parents if parents is not None else quota_parents(ids))
     names = group_names(request.group_by, {group for group, _ in totals})
     rows = [UsageRow(names.get(g, str(g)), g, start, tuple(v)) for (g, start), v in totals.items()]
-    return sorted(rows, key=lambda r: (r.group, r.start))
+    return sorted(rows, key=lambda r: (r.group, r.start or request.since))
 
 
 def group_names(group_by: str, ids: set) -> dict:

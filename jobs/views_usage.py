@@ -2,7 +2,6 @@
 or GPU type, charts of use against guarantee and of the cluster's utilisation, top users,
 idle-held GPU-hours, and the same rows as CSV. Mounted at /usage/ (console.site_urls)."""
 
-from dataclasses import replace
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -13,6 +12,8 @@ from django.views.decorators.http import require_GET
 
 from jobs.usage_page import UsageForm, chart_series, group_totals, top_users, totals_of
 from jobs.usage_report import csv_text, scope_for, usage_rows
+
+GROUPS_SHOWN = 100  # the most used groups in the table; the CSV has every one
 
 
 def _form(request: HttpRequest):
@@ -29,15 +30,18 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     context: dict = {"form": form, "wanted": wanted}
     if wanted is not None:
         scope = scope_for(request.user)
-        rows = usage_rows(scope, wanted)
         if request.GET.get("format") == "csv":
+            rows = usage_rows(scope, wanted)
             response = HttpResponse(csv_text(rows), content_type="text/csv; charset=utf-8")
             name = f"usage-{wanted.group_by}-{wanted.since:%Y%m%d}-{wanted.until:%Y%m%d}.csv"
             response["Content-Disposition"] = f'attachment; filename="{name}"'
             return response
+        rows = usage_rows(scope, wanted, by_period=False)
         query = {k: v for k, v in request.GET.items() if k != "format"}
+        groups = group_totals(rows)
         context |= {
-            "groups": group_totals(rows),
+            "groups": groups[:GROUPS_SHOWN],
+            "groups_hidden": max(len(groups) - GROUPS_SHOWN, 0),
             "totals": totals_of(rows),
             "top": top_users(scope, wanted),
             "csv_url": "?" + urlencode(query | {"format": "csv"}),
@@ -57,6 +61,4 @@ def usage_charts(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             {"error": {"code": "validation_error", "fields": form.errors}}, status=400
         )
-    scope = scope_for(request.user)
-    rows = usage_rows(scope, replace(wanted, group_by="gpu_type"))
-    return JsonResponse(chart_series(scope, wanted, rows))
+    return JsonResponse(chart_series(scope_for(request.user), wanted))
