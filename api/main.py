@@ -204,11 +204,12 @@ def _denied(request: HttpRequest, status: int, why: str) -> None:
 
 
 def _register() -> None:
-    from api import cluster, job_data, jobs
+    from api import cluster, job_data, jobs, usage_history
 
     api.add_router("/jobs", jobs.router, tags=["jobs"])
     api.add_router("/jobs", job_data.router, tags=["job details"])
     api.add_router("/", cluster.router, tags=["quotas and nodes"])
+    api.add_router("/", usage_history.router, tags=["usage history"])
 
 
 _register()

@@ -35,6 +35,7 @@ BENCHMARKS = [
     "wake",  # submit -> Running and stop -> Stopped through a real agent (agents.wake)
     "logs",  # log ingest, print-to-page delay through a real agent
     "pages",  # pages at 100k jobs / 1,000 nodes / 1M log lines
+    "usage",  # usage history: the roll-up, the Usage page and API at 13 months of buckets
     "kueue",  # Kueue's scheduler baseline through the whole product
     "philly",  # Philly what-if: idle off vs on, with a chart
 ]

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 import cli
-from cli import __version__, commands, config, submit
+from cli import __version__, commands, config, submit, usage
 from cli.client import ApiFailure, Client
 
 USAGE_OR_REFUSED = 2
@@ -79,6 +79,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress line")
     s.add_argument("--json", action="store_true")
 
+    usage.add_parser(sub)
+
     s = sub.add_parser("whoami", help="who the token belongs to")
     s.add_argument("--json", action="store_true")
 
@@ -97,6 +99,7 @@ COMMANDS = {
     "quota": commands.cmd_quota,
     "wait": commands.cmd_wait,
     "whoami": commands.cmd_whoami,
+    "usage": usage.cmd_usage,
 }
 
 

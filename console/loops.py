@@ -61,10 +61,11 @@ def wake(name: str) -> None:
 
 
 def start_loops() -> dict[str, Loop]:
-    """Start the scheduler, monitor and notification loops once per process."""
+    """Start the scheduler, monitor, notification and usage roll-up loops once per process."""
     from django.conf import settings
 
     from agents.node_monitor import run_node_monitor
+    from jobs.actions.usage import roll_up_usage
     from jobs.job_monitor import run_job_monitor
     from jobs.scheduler.cycle import run_cycle
     from notifications.delivery import deliver_due
@@ -76,6 +77,7 @@ def start_loops() -> dict[str, Loop]:
                 Loop("monitor", run_node_monitor, settings.MONITOR_INTERVAL),
                 Loop("job-monitor", run_job_monitor, settings.MONITOR_INTERVAL),
                 Loop("notifications", deliver_due, settings.NOTIFY_INTERVAL),
+                Loop("usage", roll_up_usage, settings.USAGE_ROLLUP_INTERVAL),
             ):
                 _loops[loop.loop_name] = loop
                 loop.start()

@@ -14,6 +14,8 @@ per scrape, whatever the number of jobs), over indexed columns where the table i
   and _count), last duration and last run, recorded by the loops in `LoopRun`;
 - preemptions by reason (reclaim by a lending quota, priority, other) and fault-tolerance
   restarts by kind (failure, hang, preemption, node_lost);
+- usage history's GPU-seconds per quota and kind (in quota, borrowed, lent, idle-held,
+  waiting), counters over the whole history (jobs.usage_report.usage_totals);
 - heartbeat age and state per node; log lines ingested (the sum of every worker's next
   expected log sequence number: lines stored once each).
 
@@ -46,6 +48,8 @@ from jobs.models import Job, JobEvent, Pod, RestartKind, RestartRecord
 from jobs.scheduler.model import QuotaSnap
 from jobs.scheduler.tree import QuotaTree
 from jobs.statuses import ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES, JobStatus
+from jobs.usage_history import FIELDS
+from jobs.usage_report import usage_totals
 from quotas.models import Quota
 
 PREFIX = "gpu_console"
@@ -74,6 +78,7 @@ class ConsoleCollector:
         yield from self._jobs()
         yield from self._queues()
         yield from self._quota_gpus()
+        yield from self._usage_history()
         yield from self._loops()
         yield from self._preemptions_and_restarts()
         yield from self._nodes()
@@ -162,6 +167,7 @@ class ConsoleCollector:
                 "id", "name", "gpus", "parent_id", "max_gpus"
             ).order_by("name")
         ]  # fmt: skip
+        self.quota_names = {q.id: q.name for q in quotas}  # for usage history
         tree = QuotaTree.of(quotas)
         rolled = roll_up(tree, held, ((b, ld, g or 0) for b, ld, g in crossings))
         for q in quotas:
@@ -175,6 +181,25 @@ class ConsoleCollector:
             for kind, number in zip(("used", "lent", "borrowed"), rolled[q.id], strict=True):
                 families[f"subtree_{kind}"].add_metric([q.name], number)
         yield from families.values()
+
+    def _usage_history(self):
+        """GPU-seconds of usage history (docs/usage-history.md) per quota and kind: every
+        final hour plus the open ones, so the counters only grow between roll-ups."""
+        family = CounterMetricFamily(
+            f"{PREFIX}_quota_gpu_seconds",
+            "GPU-seconds of the quota's usage history by kind: in_quota, borrowed (its jobs "
+            "on other quotas), lent (other quotas' jobs on it), idle_held, waiting.",
+            labels=["quota", "kind"],
+        )
+        totals = usage_totals()
+        names = getattr(self, "quota_names", None)
+        if names is None:  # a caller that skipped _quota_gpus
+            names = dict(Quota.objects.values_list("pk", "name"))
+        for quota_id, values in sorted(totals.items(), key=lambda kv: names.get(kv[0], "")):
+            for kind, value in zip(FIELDS, values, strict=True):
+                name = names.get(quota_id, str(quota_id))
+                family.add_metric([name, kind], value / 1_000_000)
+        yield family
 
     def _loops(self):
         duration = SummaryMetricFamily(

@@ -308,6 +308,11 @@ FORECAST_CACHE_SECONDS = env_int("FORECAST_CACHE_SECONDS", 10, minimum=0)
 # Scheduling and monitoring cadence (seconds).
 SCHEDULER_INTERVAL = env_int("SCHEDULER_INTERVAL", 5, minimum=1)
 MONITOR_INTERVAL = env_int("MONITOR_INTERVAL", 5, minimum=1)
+# Usage history (docs/usage-history.md): the roll-up's cadence, how long buckets are kept
+# (at least 13 months), and the most hours one run writes (a first run backfills in steps).
+USAGE_ROLLUP_INTERVAL = env_int("USAGE_ROLLUP_INTERVAL", 60, minimum=1)
+USAGE_RETENTION_DAYS = env_int("USAGE_RETENTION_DAYS", 400, minimum=396)
+USAGE_ROLLUP_MAX_HOURS = env_int("USAGE_ROLLUP_MAX_HOURS", 168, minimum=1)
 
 # Agent protocol.
 AGENT_HEARTBEAT_INTERVAL = env_int("AGENT_HEARTBEAT_INTERVAL", 5, minimum=1)

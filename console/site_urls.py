@@ -4,12 +4,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from console import health, metrics
-from web import account, overview
+from web import account, overview, views_usage
 from web import notifications as notification_views
 
 urlpatterns = [
     path("", overview.dashboard, name="home"),
     path("quotas/", overview.quotas_page, name="quotas"),
+    path("usage/", views_usage.usage_page, name="usage"),
+    path("usage/charts/", views_usage.usage_charts, name="usage-charts"),
     path("login/", account.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/token/", account.api_token, name="api-token"),

@@ -79,3 +79,12 @@ JSON_DEPTH = 32
 
 # How often the agent retries one item the console refuses before setting it aside.
 REFUSALS_BEFORE_SET_ASIDE = 3
+
+# --- usage history reports (docs/usage-history.md) ------------------------------------------
+USAGE_HOURLY_DAYS = 31  # the longest period reported hour by hour
+USAGE_DAYS = 400  # the longest period reported at all (buckets are kept about this long)
+USAGE_TOP_USERS = 10
+
+# A GPU busier than this (percent) at any sample is not idle: the dashboard's "held but idle"
+# list and the usage history's idle-held GPU-seconds read the same threshold.
+IDLE_UTILIZATION = 5

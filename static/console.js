@@ -286,6 +286,12 @@
     if (log) logViewer(log);
   }
 
+  // A swapped-in report (the Usage page's period picker) brings its own charts.
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var target = event.detail && event.detail.elt;
+    if (target && target.querySelectorAll) target.querySelectorAll("section.charts[data-src]").forEach(charts);
+  });
+
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
 })();

@@ -13,8 +13,9 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max, Min, QuerySet
 
 from jobs.models import Job, Pod, ProgressSample, WorkerGpuSample
+from protocol import limits
 
-IDLE_UTILIZATION = 5  # percent: a GPU busier than this at any sample is not idle
+IDLE_UTILIZATION = limits.IDLE_UTILIZATION  # percent: busier at any sample is not idle
 IDLE_WINDOW = timedelta(minutes=10)
 IDLE_MIN_SAMPLES = 2  # at least a minute of evidence
 MAX_POINTS = 4000  # newest samples per chart

@@ -26,6 +26,7 @@ from cluster.models import GpuDevice
 from jobs.actions import bulk
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import IllegalTransition, TransitionConflict
+from jobs.actions.usage import record_charge_moves
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, JobEvent, Pod
 from jobs.scheduler.model import Admission, Plan
@@ -78,7 +79,7 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     return CycleResult(
         admitted=tuple(a.job_id for a in admitted),
         preempted=_preempt(decided),
-        charged_home=_charge_home(decided),
+        charged_home=_charge_home(decided, now),
         pods_created=len(pods),
         newly_queued=tuple(c[0] for c in changed if c[2] == JobStatus.INQUEUE),
         waiting=len(decided.queued),
@@ -150,7 +151,7 @@ class _ChargeMoved(Exception):
     """A pod of the job changed since the snapshot: its move home is undone."""
 
 
-def _charge_home(decided: Plan) -> tuple[int, ...]:
+def _charge_home(decided: Plan, now: datetime) -> tuple[int, ...]:
     """Charge moves (docs/quota-tree.md): borrowing Acceptable jobs' pods re-charged to their
     own quota, in quota, and borrowers moved to another lender (still not in quota). One UPDATE
     per job, compare-and-set: only live pods still charged, not in quota, to the lenders
@@ -161,14 +162,24 @@ def _charge_home(decided: Plan) -> tuple[int, ...]:
     for move in decided.charges_home:
         try:
             with transaction.atomic():
-                moved = Pod.objects.filter(
+                pods = Pod.objects.filter(
                     job_id=move.job_id,
                     status__in=live,
                     in_quota=False,
                     charged_quota_id__in=move.from_quota_ids,
-                ).update(charged_quota_id=move.quota_id, in_quota=move.in_quota)
-                if moved != move.pods:
+                )
+                # Usage history splits each pod's interval at its move (docs/usage-history.md).
+                before = list(pods.values_list("pk", "charged_quota_id", "in_quota"))
+                moved = pods.update(charged_quota_id=move.quota_id, in_quota=move.in_quota)
+                if moved != move.pods or len(before) != moved:
                     raise _ChargeMoved
+                record_charge_moves(
+                    (
+                        (pk, quota, in_quota, move.quota_id, move.in_quota)
+                        for pk, quota, in_quota in before
+                    ),
+                    now,
+                )
         except _ChargeMoved:
             log.info("scheduler: job #%d changed meanwhile; its charge stays", move.job_id)
             continue

@@ -1,0 +1,280 @@
+"""Usage history's writes (docs/usage-history.md): charge moves as they happen, and the
+periodic roll-up of pods' intervals into hourly and daily buckets.
+
+The roll-up is level-triggered and idempotent: each run recomputes whole hours from the
+source rows (pods, their charge moves, job events, GPU samples) and replaces them, from the
+first hour not yet final up to now. It holds the one `UsageRollup` row's lock, so two copies
+run one after the other and the second rewrites the same numbers.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, Sum
+from django.db.models.functions import TruncDay
+from django.utils import timezone
+
+from jobs.models import (
+    ChargeMove,
+    Job,
+    JobEvent,
+    Pod,
+    UsageBucket,
+    UsageRollup,
+    UsageTotal,
+    WorkerGpuSample,
+)
+from jobs.statuses import ACTIVE_JOB_STATUSES, ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES
+from jobs.usage_history import (
+    FIELDS,
+    HOUR,
+    Cells,
+    PodSpan,
+    Span,
+    bucket_cells,
+    ceil_hour,
+    floor_hour,
+    idle_spans,
+    waiting_spans,
+)
+from protocol.limits import IDLE_UTILIZATION
+from quotas.models import Quota
+
+_BATCH = 900  # ids per IN (…) (SQLite's parameter limit)
+# A commit can land a little after the time it wrote: an hour is final this long after it.
+GRACE = timedelta(minutes=2)
+# Two idle GPU samples further apart than this are no evidence for the time between.
+IDLE_GAP = timedelta(minutes=5)
+_LIVE = sorted(s.value for s in ACTIVE_POD_STATUSES)
+_WAITING = frozenset(s.value for s in WAITING_JOB_STATUSES)
+COLUMNS = tuple(f"{name}_us" for name in FIELDS)
+
+
+def record_charge_moves(moves: Iterable[tuple[int, int, bool, int, bool]], at: datetime) -> None:
+    """(pod, from quota, from in quota, to quota, to in quota) moved at `at`: call in the
+    transaction that moves the charge, so the record and the move commit together."""
+    ChargeMove.objects.bulk_create(
+        ChargeMove(
+            pod_id=pod, at=at, from_quota_id=fq, from_in_quota=fi, to_quota_id=tq, to_in_quota=ti
+        )
+        for pod, fq, fi, tq, ti in moves
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RollupResult:
+    since: datetime | None = None
+    until: datetime | None = None
+    buckets: int = 0
+    rolled_until: datetime | None = None
+
+    def as_dict(self) -> dict:
+        return {k: str(v) if isinstance(v, datetime) else v for k, v in self._items()}
+
+    def _items(self):
+        return ((n, getattr(self, n)) for n in ("since", "until", "buckets", "rolled_until"))
+
+
+def roll_up_usage(now: datetime | None = None) -> RollupResult:
+    """Rewrite the hours from the first one not final up to now (at most
+    USAGE_ROLLUP_MAX_HOURS per run), their days, and the final totals."""
+    now = now or timezone.now()
+    _ensure_state_row()
+    with transaction.atomic():
+        state = UsageRollup.objects.select_for_update().get(pk=1)
+        lo = state.rolled_until or _first_hour(now)
+        hi = min(ceil_hour(now), lo + HOUR * settings.USAGE_ROLLUP_MAX_HOURS)
+        if lo >= hi:
+            return RollupResult(rolled_until=state.rolled_until)
+        written = _write_hours(compute_cells(lo, hi, now), lo, hi)
+        _write_days(lo, hi)
+        final = max(lo, min(hi, floor_hour(now - GRACE)))
+        _add_totals(lo, final)
+        UsageRollup.objects.filter(pk=1).update(rolled_until=final, ran_at=now)
+        cutoff = now - timedelta(days=settings.USAGE_RETENTION_DAYS)
+        UsageBucket.objects.filter(start__lt=cutoff).delete()
+    return RollupResult(since=lo, until=hi, buckets=written, rolled_until=final)
+
+
+def _ensure_state_row() -> None:
+    if not UsageRollup.objects.filter(pk=1).exists():
+        try:
+            with transaction.atomic():
+                UsageRollup.objects.create(pk=1)
+        except IntegrityError:
+            pass  # another copy created it first
+
+
+def _first_hour(now: datetime) -> datetime:
+    first = Job.objects.order_by("created_at").values_list("created_at", flat=True).first()
+    return floor_hour(first or now)
+
+
+def compute_cells(lo: datetime, hi: datetime, now: datetime) -> Cells:
+    """The cells of the hours in [lo, hi) from the source rows, as of `now`."""
+    pods = _pod_spans(lo, hi, now)
+    return bucket_cells(pods.values(), _waits(lo, hi, now), _idles(pods, lo, hi), lo, hi)
+
+
+def _chunks(ids: list[int]) -> Iterable[list[int]]:
+    for i in range(0, len(ids), _BATCH):
+        yield ids[i : i + _BATCH]
+
+
+_POD_FIELDS = (
+    "pk",
+    "job__quota_id",
+    "job__workspace_id",
+    "job__owner_id",
+    "gpus",
+    "created_at",
+    "finished_at",
+    "status",
+    "charged_quota_id",
+)
+
+
+def _pod_spans(lo: datetime, hi: datetime, now: datetime) -> dict[int, PodSpan]:
+    """Pods live in [lo, hi): live now (partial index pod_active_by_quota) or ended after
+    `lo` (pod_finished_at), split at their charge moves."""
+    live = Pod.objects.filter(status__in=_LIVE, created_at__lt=hi)
+    ended = Pod.objects.filter(finished_at__gt=lo, created_at__lt=hi)
+    rows = {r[0]: r for qs in (live, ended) for r in qs.values_list(*_POD_FIELDS)}
+    moves: dict[int, list[tuple[datetime, int]]] = defaultdict(list)
+    for chunk in _chunks(sorted(rows)):
+        found = ChargeMove.objects.filter(pod_id__in=chunk).order_by("pod_id", "at", "pk")
+        for pod_id, at, from_quota in found.values_list("pod_id", "at", "from_quota_id"):
+            moves[pod_id].append((at, from_quota))
+    spans = {}
+    for pk, quota, workspace, owner, gpus, start, finished, status, charged in rows.values():
+        end = finished or (now if status in _LIVE else start)
+        pod_moves = moves.get(pk, [])
+        # Before each move: its `from`; after the last one, the charge the pod has now.
+        charges = [(start, pod_moves[0][1] if pod_moves else charged)]
+        for i, (at, _) in enumerate(pod_moves):
+            after = pod_moves[i + 1][1] if i + 1 < len(pod_moves) else charged
+            charges.append((at, after))
+        spans[pk] = PodSpan(quota, workspace, owner, gpus, start, end, tuple(charges))
+    return spans
+
+
+def _waits(lo: datetime, hi: datetime, now: datetime) -> list[Span]:
+    """Waiting jobs' asked-for GPUs: every job active now or ended after `lo`, its waits read
+    from its status changes (jobevent_job_time)."""
+    active = Q(status__in=sorted(s.value for s in ACTIVE_JOB_STATUSES)) | Q(finished_at__gte=lo)
+    jobs = {
+        pk: (quota, workspace, owner, workers * per_worker)
+        for pk, quota, workspace, owner, workers, per_worker in Job.objects.filter(
+            active, created_at__lt=hi
+        ).values_list("pk", "quota_id", "workspace_id", "owner_id", "workers", "gpus_per_worker")
+    }
+    events: dict[int, list[tuple[datetime, str]]] = defaultdict(list)
+    for chunk in _chunks(sorted(jobs)):
+        found = JobEvent.objects.filter(job_id__in=chunk, created_at__lt=hi).exclude(to_status="")
+        for job_id, at, to_status in found.order_by("job_id", "created_at", "pk").values_list(
+            "job_id", "created_at", "to_status"
+        ):
+            events[job_id].append((at, to_status))
+    return [
+        Span(quota, workspace, owner, gpus, since, until)
+        for job_id, (quota, workspace, owner, gpus) in jobs.items()
+        for since, until in waiting_spans(events.get(job_id, []), _WAITING, now)
+    ]
+
+
+def _idles(pods: dict[int, PodSpan], lo: datetime, hi: datetime) -> list[Span]:
+    """GPUs held but idle: between two idle NVML samples of a pod (gpu_sample_pod_at)."""
+    samples: dict[int, list[tuple[datetime, int | None]]] = defaultdict(list)
+    for chunk in _chunks(sorted(pods)):
+        found = WorkerGpuSample.objects.filter(
+            pod_id__in=chunk, at__gte=lo - IDLE_GAP, at__lt=hi + IDLE_GAP
+        ).order_by("pod_id", "at", "pk")
+        for pod_id, at, utilization in found.values_list("pod_id", "at", "utilization"):
+            samples[pod_id].append((at, utilization))
+    spans = []
+    for pod_id, series in samples.items():
+        pod = pods[pod_id]
+        for since, until in idle_spans(series, IDLE_UTILIZATION, IDLE_GAP):
+            since, until = max(since, pod.start), min(until, pod.end)
+            if since < until:
+                spans.append(
+                    Span(pod.job_quota_id, pod.workspace_id, pod.user_id, pod.gpus, since, until)
+                )
+    return spans
+
+
+def _write_hours(cells: Cells, lo: datetime, hi: datetime) -> int:
+    gpu_types = dict(Quota.objects.values_list("pk", "gpu_type"))
+    UsageBucket.objects.filter(span="h", start__gte=lo, start__lt=hi).delete()
+    UsageBucket.objects.bulk_create(
+        (
+            UsageBucket(
+                span="h",
+                start=hour,
+                quota_id=quota,
+                workspace_id=workspace,
+                user_id=user,
+                gpu_type=gpu_types.get(quota, ""),
+                **dict(zip(COLUMNS, values, strict=True)),
+            )
+            for (hour, quota, workspace, user), values in cells.items()
+            if any(values)
+        ),
+        batch_size=500,
+    )
+    return len(cells)
+
+
+def _write_days(lo: datetime, hi: datetime) -> None:
+    """Each UTC day touched by [lo, hi) again as the sum of its hours."""
+    day_lo = lo.astimezone(UTC).replace(hour=0)
+    day_hi = ceil_hour(hi).astimezone(UTC).replace(hour=0)
+    if day_hi < hi:
+        day_hi += timedelta(days=1)
+    UsageBucket.objects.filter(span="d", start__gte=day_lo, start__lt=day_hi).delete()
+    sums = (
+        UsageBucket.objects.filter(span="h", start__gte=day_lo, start__lt=day_hi)
+        .annotate(day=TruncDay("start", tzinfo=UTC))
+        .values("day", "quota_id", "workspace_id", "user_id", "gpu_type")
+        .annotate(**{f"s_{c}": Sum(F(c)) for c in COLUMNS})
+        .order_by()
+    )
+    UsageBucket.objects.bulk_create(
+        (
+            UsageBucket(
+                span="d",
+                start=row["day"],
+                quota_id=row["quota_id"],
+                workspace_id=row["workspace_id"],
+                user_id=row["user_id"],
+                gpu_type=row["gpu_type"],
+                **{c: row[f"s_{c}"] or 0 for c in COLUMNS},
+            )
+            for row in sums
+        ),
+        batch_size=500,
+    )
+
+
+def _add_totals(lo: datetime, final: datetime) -> None:
+    """Hours that became final in this run, added once to each quota's running totals (what
+    /metrics counts: they never go down, whatever the retention deletes)."""
+    if final <= lo:
+        return
+    sums = (
+        UsageBucket.objects.filter(span="h", start__gte=lo, start__lt=final, workspace_id=0)
+        .values("quota_id")
+        .annotate(**{f"s_{c}": Sum(F(c)) for c in COLUMNS})
+        .order_by()
+    )
+    for row in sums:
+        adds = {c: row[f"s_{c}"] or 0 for c in COLUMNS}
+        changed = UsageTotal.objects.filter(quota_id=row["quota_id"]).update(
+            **{c: F(c) + v for c, v in adds.items()}
+        )
+        if not changed:  # under the roll-up's lock: no other writer creates it meanwhile
+            UsageTotal.objects.create(quota_id=row["quota_id"], **adds)

@@ -1,0 +1,75 @@
+"""Usage history's tables (docs/usage-history.md): charge moves, buckets, totals."""
+
+from django.db import models
+
+
+class ChargeMove(models.Model):
+    """A live pod's charge changed (a charge move, docs/quota-tree.md): what it was charged
+    to until `at`. Usage history splits the pod's interval here (docs/usage-history.md)."""
+
+    pod = models.ForeignKey("jobs.Pod", on_delete=models.CASCADE, related_name="charge_moves")
+    at = models.DateTimeField()
+    from_quota_id = models.IntegerField()
+    from_in_quota = models.BooleanField()
+    to_quota_id = models.IntegerField()
+    to_in_quota = models.BooleanField()
+
+    class Meta:
+        indexes = [models.Index(fields=["pod", "at"], name="charge_move_pod_at")]
+
+    def __str__(self) -> str:
+        return f"pod {self.pod_id}: quota {self.from_quota_id} → {self.to_quota_id}"
+
+
+class UsageBucket(models.Model):
+    """GPU-microseconds of one hour (span "h") or UTC day ("d") for one quota (`workspace_id`
+    and `user_id` 0) or one (quota, workspace, user): written only by the roll-up
+    (jobs.actions.usage). Ids without foreign keys: history outlives what it counts."""
+
+    span = models.CharField(max_length=1)
+    start = models.DateTimeField()
+    quota_id = models.IntegerField()
+    workspace_id = models.IntegerField(default=0)
+    user_id = models.IntegerField(default=0)
+    gpu_type = models.CharField(max_length=40, blank=True)
+    in_quota_us = models.BigIntegerField(default=0)
+    borrowed_us = models.BigIntegerField(default=0)
+    lent_us = models.BigIntegerField(default=0)
+    idle_held_us = models.BigIntegerField(default=0)
+    waiting_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["span", "start", "quota_id", "workspace_id", "user_id"],
+                name="usage_bucket_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.span} {self.start:%Y-%m-%d %H:00} quota {self.quota_id}"
+
+
+class UsageTotal(models.Model):
+    """Each quota's GPU-microseconds of every final hour so far (the /metrics counters)."""
+
+    quota_id = models.IntegerField(unique=True)
+    in_quota_us = models.BigIntegerField(default=0)
+    borrowed_us = models.BigIntegerField(default=0)
+    lent_us = models.BigIntegerField(default=0)
+    idle_held_us = models.BigIntegerField(default=0)
+    waiting_us = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"usage totals of quota {self.quota_id}"
+
+
+class UsageRollup(models.Model):
+    """The roll-up's one row: hours before `rolled_until` are final (closed and written).
+    Its row lock serialises two copies of the roll-up."""
+
+    rolled_until = models.DateTimeField(null=True, blank=True)
+    ran_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"usage rolled until {self.rolled_until}"

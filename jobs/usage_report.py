@@ -1,0 +1,277 @@
+"""Usage history's reports (docs/usage-history.md): who may see which buckets, what a
+request asks for, and the rows the Usage page, the API, the CLI and CSV show.
+
+Reads only, a constant number of queries whatever the history's size: one aggregate over
+the buckets, one for the names. The quota tree is rolled up by the pure
+`jobs.usage_history.roll_up_tree` over `quota_parents()`.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import F, Subquery, Sum
+from django.db.models.functions import TruncMonth
+from django.utils.dateparse import parse_date, parse_datetime
+
+from jobs.access import member_workspace_ids
+from jobs.actions.usage import COLUMNS
+from jobs.models import UsageBucket
+from jobs.usage_history import roll_up_tree
+from protocol import limits
+from quotas.access import owned_tenant_ids, visible_quota_ids
+from quotas.models import Quota, Workspace
+
+GROUPS = ("quota", "workspace", "user", "gpu_type")
+GRANULARITIES = ("hour", "day", "month")
+_KEY = {"quota": "quota_id", "gpu_type": "gpu_type", "workspace": "workspace_id", "user": "user_id"}
+
+
+class UsageParamError(ValueError):
+    """A bad report parameter: the field, a stable code and a message for people."""
+
+    def __init__(self, field: str, code: str, message: str) -> None:
+        super().__init__(message)
+        self.field, self.code, self.message = field, code, message
+
+
+@dataclass(frozen=True, slots=True)
+class UsageScope:
+    """Which buckets a user may read: quota rows of `quota_ids` (None: all), and workspace
+    and user rows only of `workspace_ids` too (None: any workspace of those quotas)."""
+
+    quota_ids: frozenset[int] | None
+    workspace_ids: frozenset[int] | None
+
+
+def scope_for(user) -> UsageScope:
+    """quotas.access's rule: a researcher sees their workspaces' quotas (and only their
+    workspaces' people), a quota owner their tenant, a superuser everything."""
+    if not user.is_authenticated:
+        return UsageScope(frozenset(), frozenset())
+    if user.is_superuser:
+        return UsageScope(None, None)
+    owned = owned_tenant_ids(user)
+    quotas = frozenset(visible_quota_ids(user, owned))
+    if owned:
+        return UsageScope(quotas, None)
+    return UsageScope(
+        quotas, frozenset(member_workspace_ids(user).values_list("workspace_id", flat=True))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRequest:
+    group_by: str
+    since: datetime
+    until: datetime
+    granularity: str
+
+
+def _moment(field: str, text: str) -> datetime:
+    """An ISO date (midnight UTC) or date-time (UTC when it names no zone)."""
+    found = parse_datetime(text) if "T" in text or " " in text else None
+    if found is None:
+        day = _date(field, text)
+        return datetime.combine(day, time(), tzinfo=UTC)
+    return found if found.tzinfo else found.replace(tzinfo=UTC)
+
+
+def _date(field: str, text: str) -> date:
+    try:
+        day = parse_date(text)
+    except ValueError:
+        day = None
+    if day is None:
+        raise UsageParamError(field, "invalid_date", f"{field}: use a date such as 2026-11-01.")
+    return day
+
+
+def parse_request(params: Mapping[str, str], now: datetime) -> UsageRequest:
+    """The API's and CLI's parameters: group_by, since, until (default: the 30 days to now),
+    granularity (default day). Periods are cut to whole hours, or whole UTC days."""
+    group_by = params.get("group_by") or "quota"
+    if group_by not in GROUPS:
+        raise UsageParamError(
+            "group_by", "invalid_choice", f"group_by: one of {', '.join(GROUPS)}."
+        )
+    granularity = params.get("granularity") or "day"
+    if granularity not in GRANULARITIES:
+        raise UsageParamError(
+            "granularity", "invalid_choice", f"granularity: one of {', '.join(GRANULARITIES)}."
+        )
+    try:
+        until = _moment("until", params["until"]) if params.get("until") else now
+        since = _moment("since", params["since"]) if params.get("since") else until - timedelta(30)
+    except (ValueError, OverflowError) as exc:
+        if isinstance(exc, UsageParamError):
+            raise
+        raise UsageParamError("since", "invalid_date", "since/until: not a real date.") from exc
+    return checked(UsageRequest(group_by, since, until, granularity))
+
+
+def checked(request: UsageRequest) -> UsageRequest:
+    """Aligned to the granularity's buckets, and within the limits."""
+    span = timedelta(hours=1) if request.granularity == "hour" else timedelta(days=1)
+    since, until = _align(request.since, span, up=False), _align(request.until, span, up=True)
+    if since >= until:
+        raise UsageParamError("until", "invalid_period", "until must be after since.")
+    longest = limits.USAGE_HOURLY_DAYS if request.granularity == "hour" else limits.USAGE_DAYS
+    if until - since > timedelta(days=longest):
+        raise UsageParamError(
+            "since", "period_too_long", f"At most {longest} days by {request.granularity}."
+        )
+    return UsageRequest(request.group_by, since, until, request.granularity)
+
+
+def _align(at: datetime, span: timedelta, *, up: bool) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    steps, rest = divmod(at.astimezone(UTC) - epoch, span)
+    return epoch + span * (steps + (1 if up and rest else 0))
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    group: str
+    group_id: int | str
+    start: datetime
+    values: tuple[int, ...]  # GPU-microseconds, in jobs.usage_history.FIELDS order
+
+    def seconds(self) -> tuple[float, ...]:
+        return tuple(v / 1_000_000 for v in self.values)
+
+
+def quota_parents(ids) -> dict[int, int | None]:
+    """quota id → parent id: the tree once quotas have a `parent`, flat until then."""
+    try:
+        Quota._meta.get_field("parent")
+    except FieldDoesNotExist:
+        return {quota_id: None for quota_id in ids}
+    return dict(Quota.objects.values_list("pk", "parent_id"))
+
+
+def usage_buckets(scope: UsageScope, request: UsageRequest, detail: bool):
+    span = "h" if request.granularity == "hour" else "d"
+    rows = UsageBucket.objects.filter(span=span, start__gte=request.since, start__lt=request.until)
+    if scope.quota_ids is not None:
+        rows = rows.filter(quota_id__in=scope.quota_ids)
+    if not detail:
+        return rows.filter(workspace_id=0)
+    rows = rows.filter(workspace_id__gt=0)
+    if scope.workspace_ids is not None:
+        rows = rows.filter(workspace_id__in=scope.workspace_ids)
+    return rows
+
+
+SUMS = {f"s_{c}": Sum(F(c)) for c in COLUMNS}
+
+
+def grouped(scope: UsageScope, request: UsageRequest, key: str | None, by_period: bool):
+    """(key?, period?, five sums) tuples aggregated by the database: months by TruncMonth;
+    hours and days are the buckets' own starts."""
+    detail = key in ("workspace_id", "user_id")
+    found = usage_buckets(scope, request, detail)
+    fields = [key] if key else []
+    if by_period and request.granularity == "month":
+        found = found.annotate(period=TruncMonth("start", tzinfo=UTC))
+        fields.append("period")
+    elif by_period:
+        fields.append("start")
+    return found.values(*fields).annotate(**SUMS).order_by().values_list(*fields, *SUMS)
+
+
+def usage_rows(
+    scope: UsageScope, request: UsageRequest, parents=None, *, by_period: bool = True
+) -> list[UsageRow]:
+    """One row per (group, period) with any use (or per group, `start` None, for the whole
+    period with `by_period` False), sorted by group name then time."""
+    totals: dict[tuple, list[int]] = {}
+    for group, *rest in grouped(scope, request, _KEY[request.group_by], by_period):
+        start = rest.pop(0) if by_period else None
+        totals[group, start] = [v or 0 for v in rest]
+    if request.group_by == "quota":
+        ids = {quota_id for quota_id, _ in totals}
+        totals = roll_up_tree(totals, parents if parents is not None else quota_parents(ids))
+    names = group_names(request.group_by, {group for group, _ in totals})
+    rows = [UsageRow(names.get(g, str(g)), g, start, tuple(v)) for (g, start), v in totals.items()]
+    return sorted(rows, key=lambda r: (r.group, r.start or request.since))
+
+
+def group_names(group_by: str, ids: set) -> dict:
+    """Names of a group's ids, one query (GPU types name themselves)."""
+    if group_by == "gpu_type" or not ids:
+        return {i: i for i in ids}
+    if group_by == "quota":
+        return dict(Quota.objects.filter(pk__in=ids).values_list("pk", "name"))
+    if group_by == "workspace":
+        found = Workspace.objects.filter(pk__in=ids).values_list("pk", "tenant__name", "name")
+        return {pk: f"{tenant}/{name}" for pk, tenant, name in found}
+    users = get_user_model().objects.filter(pk__in=ids)
+    return dict(users.values_list("pk", "username"))
+
+
+def row_json(row: UsageRow) -> dict:
+    seconds = row.seconds()
+    return {
+        "group": row.group,
+        "start": row.start.isoformat().replace("+00:00", "Z"),
+        "gpu_seconds_in_quota": seconds[0],
+        "gpu_seconds_borrowed": seconds[1],
+        "gpu_seconds_lent": seconds[2],
+        "gpu_seconds_idle_held": seconds[3],
+        "gpu_seconds_waiting": seconds[4],
+    }
+
+
+CSV_HEADER = [
+    "group",
+    "start",
+    "gpu_seconds_in_quota",
+    "gpu_seconds_borrowed",
+    "gpu_seconds_lent",
+    "gpu_seconds_idle_held",
+    "gpu_seconds_waiting",
+]
+
+
+def csv_text(rows: list[UsageRow]) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    for row in rows:
+        data = row_json(row)
+        writer.writerow([_cell(data[name]) for name in CSV_HEADER])
+    return out.getvalue()
+
+
+def _cell(value) -> str:
+    text = str(value)
+    # A spreadsheet runs a cell that starts with = + - @ as a formula: names are people's.
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
+def usage_totals() -> dict[int, list[int]]:
+    """quota id → GPU-microseconds of all history (FIELDS order): the final hours' running
+    totals plus the hours still open, in one query. What /metrics counts."""
+    from jobs.models import UsageRollup, UsageTotal
+
+    rolled = UsageRollup.objects.filter(pk=1).values("rolled_until")[:1]
+    open_hours = (
+        UsageBucket.objects.filter(span="h", workspace_id=0, start__gte=Subquery(rolled))
+        .values("quota_id")
+        .annotate(**SUMS)
+        .order_by()
+        .values_list("quota_id", *SUMS)
+    )
+    final = UsageTotal.objects.values_list("quota_id", *COLUMNS).order_by()
+    totals: dict[int, list[int]] = {}
+    for quota_id, *values in final.union(open_hours, all=True):
+        cell = totals.setdefault(quota_id, [0, 0, 0, 0, 0])
+        for i, value in enumerate(values):
+            cell[i] += value or 0
+    return totals
