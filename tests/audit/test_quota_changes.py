@@ -122,7 +122,10 @@ def test_an_owners_new_quota_and_members_are_audited(owner, owner_client, worksp
 
 def test_an_owners_drain_is_audited(owner, owner_client, node):
     changelist = reverse("admin:cluster_node_changelist")
-    response = owner_client.post(changelist, {"action": "drain", "_selected_action": [node.pk]})
+    drain = {"action": "drain", "_selected_action": [node.pk]}
+    asked = owner_client.post(changelist, drain)  # a drain asks for a confirmation first
+    assert asked.status_code == 200 and not AuditEntry.objects.filter(object_type="node")
+    response = owner_client.post(changelist, {**drain, "confirm": "yes"})
     assert response.status_code == 302
     (entry,) = AuditEntry.objects.filter(object_type="node")
     assert entry.action == "node.drain" and entry.actor == owner and entry.via == "admin"
