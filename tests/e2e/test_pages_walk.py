@@ -207,14 +207,10 @@ def test_researcher_walks_every_page(browser, world):
     assert shown == {k: str(pool[k]) for k in ("in_use", "free", "unavailable", "total")}
     assert "crashy" in page.locator("[data-section=trouble]").inner_text()
 
-    # The fake GPUs report 0% utilisation: after two NVML samples (30 s apart) the training
-    # job is listed as holding an idle GPU.
-    def idle_listed() -> bool:
-        walk.visit("/")
-        return "resnet" in page.locator("[data-section=idle]").inner_text()
-
-    wait_for(idle_listed, 120, interval=5, message="the idle GPU was not listed")
-    assert "1 GPU" in page.locator("[data-section=idle]").inner_text()
+    # The fake GPUs report 0% utilisation, but the training job started minutes ago: it is
+    # not "held but idle for the last 10 minutes" (only workers that ran the whole window).
+    walk.visit("/")
+    assert "resnet" not in page.locator("[data-section=idle]").inner_text()
     walk.check("dashboard")
 
     # Quotas: usage, who borrows from whom, the queue with position and expected start.
