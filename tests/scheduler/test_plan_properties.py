@@ -151,9 +151,14 @@ def test_plan_never_overcommits_or_breaks_the_borrowing_rules(snap, min_runtime,
         preemptor = jobs[preemptor_id]
         own = quotas[preemptor.quota_id]
         chosen = {p.job_id for p in result.preemptions if p.for_job_id == preemptor_id}
+        # Borrowers moved to another lender (docs/quota-tree.md) free the lender too.
+        moved_away = {
+            m.job_id for m in result.charges_home if not m.in_quota and own.id in m.from_quota_ids
+        }
         freeing = [
             r for r in snap.running
-            if r.charged_quota_id == own.id and (r.id in chosen or r.stopping)
+            if r.charged_quota_id == own.id
+            and (r.id in chosen or r.stopping or r.id in moved_away)
         ]  # fmt: skip
         freed = sum(r.gpus for r in freeing)
         assert own.used_gpus - freed + preemptor.total_gpus <= own.gpus
