@@ -12,7 +12,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-LOCK_NAME = "agent.lock"
+from protocol.agentlock import LOCK_NAME, lock_holder  # noqa: F401 (the agent's lock)
+
 KEEP_FINISHED = 1000  # finished pod ids remembered (never launched again)
 
 
@@ -53,22 +54,6 @@ def _write_private(path: Path, payload: dict) -> None:
         with contextlib.suppress(OSError):  # disk full, read-only: leave no empty temp file
             tmp.unlink(missing_ok=True)
         raise
-
-
-def lock_holder(state_dir: Path) -> int | None:
-    """The pid of the agent holding this state dir's lock, or None when it is free."""
-    try:
-        fd = os.open(Path(state_dir) / LOCK_NAME, os.O_RDONLY)
-    except OSError:
-        return None
-    with os.fdopen(fd) as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = f.read().strip()
-            return int(text) if text.isdigit() else 0
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return None
 
 
 class StateStore:

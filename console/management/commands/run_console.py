@@ -11,7 +11,6 @@ report their end, then stops the agent, the loops and the server.
 """
 
 import contextlib
-import fcntl
 import getpass
 import json
 import os
@@ -32,6 +31,7 @@ from django.core.servers.basehttp import (
 from django.utils import timezone
 
 from console.demo import protect_data_files
+from protocol.agentlock import lock_holder
 
 
 def _interrupt(signum, frame) -> None:
@@ -43,23 +43,6 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return f"uid {os.getuid()}"
-
-
-def _lock_holder(state_dir: Path) -> int | None:
-    """The pid of the agent holding the state dir's `agent.lock` (it writes its pid there:
-    agents.node.state, which the console does not import), or None when the lock is free."""
-    try:
-        fd = os.open(state_dir / "agent.lock", os.O_RDONLY)
-    except OSError:
-        return None
-    with os.fdopen(fd) as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = f.read().strip()
-            return int(text) if text.isdigit() else 0
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return None
 
 
 def _is_agent_of(pid: int, state_dir: Path) -> bool:
@@ -205,14 +188,14 @@ class Command(BaseCommand):
         """An agent a previous console left on this state dir (one killed before agents
         watched their console) is stopped like ours at a clean stop, then killed if it
         lingers: else the new agent would find the state dir locked and exit."""
-        pid = _lock_holder(state_dir)
+        pid = lock_holder(state_dir)
         if not pid or not _is_agent_of(pid, state_dir):
             return
         self.stdout.write(f"Stopping the local agent a previous console left running ({pid})…")
         self.stdout.flush()
         deadline = time.monotonic() + settings.DEFAULT_STOP_GRACE + 20
         sig = signal.SIGTERM
-        while _lock_holder(state_dir):
+        while lock_holder(state_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
             if time.monotonic() >= deadline:
