@@ -1,7 +1,7 @@
 """Site pages at the root: the dashboard (home), quotas, login/logout, API token, health."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from console import health, metrics
 from web import account, overview, views_usage
@@ -10,6 +10,7 @@ from web import notifications as notification_views
 urlpatterns = [
     path("", overview.dashboard, name="home"),
     path("quotas/", overview.quotas_page, name="quotas"),
+    path("quotas/", include("web.urls_quotas")),
     path("usage/", views_usage.usage_page, name="usage"),
     path("usage/charts/", views_usage.usage_charts, name="usage-charts"),
     path("login/", account.LoginView.as_view(), name="login"),

@@ -3,10 +3,12 @@ quota owners (role quota owner or admin in a workspace of a tenant) see every qu
 tenant; superusers see every tenant."""
 
 from django.db.models import QuerySet
+from django.http import Http404
 
 from quotas.models import Membership, Quota, Role, Tenant
 
 OWNER_ROLES = (Role.QUOTA_OWNER, Role.ADMIN)
+MAX_ID = 2**63 - 1
 
 
 def owned_tenant_ids(user) -> set[int]:
@@ -38,3 +40,49 @@ def visible_quota_ids(user, owned: set[int] | None = None) -> set[int]:
     if owned:
         ids |= set(Quota.objects.filter(tenant_id__in=owned).values_list("pk", flat=True))
     return ids
+
+
+def managed_tenant_ids(user) -> set[int]:
+    """Tenants whose quotas, workspaces and members `user` may change on the owner pages:
+    those they own (role quota owner or admin), or every tenant for staff."""
+    if not user.is_authenticated:
+        return set()
+    if user.is_staff or user.is_superuser:
+        return set(Tenant.objects.values_list("pk", flat=True))
+    return owned_tenant_ids(user)
+
+
+def get_tenant_for_user(user, pk: int | str) -> tuple[Tenant, bool]:
+    """The tenant and whether the user may change it (owners, staff); members of any of its
+    workspaces see it read-only; anyone else gets a 404 (its existence is not confirmed)."""
+    pk = int(pk)
+    tenant = Tenant.objects.filter(pk=pk).first() if 0 < pk <= MAX_ID else None
+    if tenant is None or not user.is_authenticated:
+        raise Http404("No such tenant")
+    if user.is_staff or user.is_superuser:
+        return tenant, True
+    roles = set(
+        Membership.objects.filter(user=user, workspace__tenant=tenant).values_list(
+            "role", flat=True
+        )
+    )
+    if not roles:
+        raise Http404("No such tenant")
+    return tenant, bool(roles & set(OWNER_ROLES))
+
+
+def last_owner_refusal(membership: Membership, new_role: str | None) -> str | None:
+    """Why the membership may not lose its owner role (`new_role` None: removed), or None.
+    A tenant keeps at least one quota owner or admin, or only staff could manage it again
+    (docs/quota-tree.md "Owner pages")."""
+    if membership.role not in OWNER_ROLES or new_role in OWNER_ROLES:
+        return None
+    others = Membership.objects.filter(
+        workspace__tenant_id=membership.workspace.tenant_id, role__in=OWNER_ROLES
+    ).exclude(pk=membership.pk)
+    if others.exists():
+        return None
+    return (
+        f"{membership.user.get_username()} is the last quota owner of "
+        f"{membership.workspace.tenant.name}: make someone else quota owner or admin first."
+    )

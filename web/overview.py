@@ -183,5 +183,7 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
         ],
         "idle": idle_holders(running_here, now),
         "now": now,
+        # The owner pages of each tenant shown (read-only for researchers).
+        "tenant_links": [{"id": pk, "name": name} for pk, name in sorted(tenants.items())],
     }
     return render(request, "overview/quotas.html", context)
