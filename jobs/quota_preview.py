@@ -235,8 +235,8 @@ def _over_guarantee(before: Snapshot, after: Snapshot, now: datetime) -> tuple[O
             if r.in_quota:
                 detail = (
                     f"runs in quota: keeps running (in-quota work is never stopped for a "
-                    f"resize); nothing new starts in quota {q.name} until it is below "
-                    f"{own_after} GPUs"
+                    f"resize); nothing new starts in quota {q.name} while more than its "
+                    f"{own_after} GPUs are charged to it"
                 )
             else:
                 detail = (

@@ -25,7 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from jobs.accounting import account, tree_order
 from jobs.forecast import current_snapshot
 from jobs.models import Job, Pod
-from jobs.quota_preview import Preview, QuotaEdit, preview
+from jobs.quota_preview import QuotaEdit, pool_of, preview, state_token
 from jobs.scheduler.cycle import plan_options
 from quotas import actions
 from quotas.access import MAX_ID, get_tenant_for_user
@@ -75,10 +75,6 @@ def owner_tree(request: HttpRequest, tenant_id: int) -> HttpResponse:
     return render(request, "owners/tree.html", context)
 
 
-def _preview_of(edit: QuotaEdit) -> Preview:
-    return preview(current_snapshot(), edit, timezone.now(), plan_options())
-
-
 def _quota_flow(
     request: HttpRequest, tenant: Tenant, quota: Quota | None, parent: Quota | None
 ) -> HttpResponse:
@@ -96,12 +92,12 @@ def _quota_flow(
     context = {"tenant": tenant, "quota": quota, "parent": parent, "form": form}
     if data is None or "back" in data or not form.is_valid():
         return panel(request, "owners/quota_form.html", context)
-    result = _preview_of(form.edit())
-    context |= {"preview": result, "stale": False}
-    if "confirm" in data:
-        if data.get("token") == result.token:
-            return _save(request, form, tenant, quota)
-        context["stale"] = True
+    snapshot, edit = current_snapshot(), form.edit()
+    # A confirm of the state the preview was computed on saves without planning again.
+    if "confirm" in data and data.get("token") == state_token(snapshot, pool_of(snapshot, edit)):
+        return _save(request, form, tenant, quota)
+    result = preview(snapshot, edit, timezone.now(), plan_options())
+    context |= {"preview": result, "stale": "confirm" in data}
     return panel(request, "owners/quota_preview.html", context)
 
 
@@ -173,17 +169,19 @@ def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
     if not can_write:
         raise PermissionDenied("Only the tenant's quota owners change its quotas.")
     blocked = why_not_empty(quota)
-    result = None if blocked else _preview_of(QuotaEdit(quota.pk, {}, delete=True))
-    context = {"tenant": tenant, "quota": quota, "blocked": blocked, "preview": result}
-    context["stale"] = False
-    if request.method == "POST" and result is not None:
-        if request.POST.get("token") == result.token:
-            name = quota.name
-            try:
-                actions.delete_quota(quota, actor=request.user)
-            except ProtectedError:
-                context["blocked"] = "Something still refers to it; it was not deleted."
-                return panel(request, "owners/quota_delete.html", context)
-            return done(request, tree_url(tenant), f"Quota {name} deleted.")
-        context["stale"] = True
+    context = {"tenant": tenant, "quota": quota, "blocked": blocked, "preview": None}
+    if blocked:
+        return panel(request, "owners/quota_delete.html", context)
+    snapshot, edit = current_snapshot(), QuotaEdit(quota.pk, {}, delete=True)
+    posted = request.POST.get("token") if request.method == "POST" else None
+    if posted and posted == state_token(snapshot, pool_of(snapshot, edit)):
+        name = quota.name
+        try:
+            actions.delete_quota(quota, actor=request.user)
+        except ProtectedError:
+            context["blocked"] = "Something still refers to it; it was not deleted."
+            return panel(request, "owners/quota_delete.html", context)
+        return done(request, tree_url(tenant), f"Quota {name} deleted.")
+    context["preview"] = preview(snapshot, edit, timezone.now(), plan_options())
+    context["stale"] = request.method == "POST"
     return panel(request, "owners/quota_delete.html", context)

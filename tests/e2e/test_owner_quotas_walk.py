@@ -1,0 +1,85 @@
+"""A quota owner manages the tree in a real browser (Debian's Chromium, with HTMX): creates
+a child quota, resizes a quota below what runs with the preview (the job above the new
+guarantee named before anything is saved) and confirms, adds a member by e-mail and removes
+them after the confirmation page. Every step is screenshotted into
+var/artifacts/browser/quota-owner-pages/ and checked by axe-core (docs/quota-tree.md "Owner
+pages")."""
+
+import pytest
+
+from tests.e2e.conftest import start_console, wait_for
+from tests.e2e.test_pages_walk import Walk, status_is, submit
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def owned(tmp_path_factory):
+    with start_console(tmp_path_factory.mktemp("owner-var")) as console:
+        running = submit(
+            console, name="holds-two", quota="vision-h200", gpus_per_worker=2, command="sleep 900"
+        )
+        wait_for(status_is(console, running, "Running"), 60, message="the job never ran")
+        yield console, running
+
+
+def test_an_owner_changes_the_tree_and_the_members_in_a_browser(browser, owned):
+    console, running = owned
+    walk = Walk(browser, console, "quota-owner-pages")
+    page = walk.page
+    walk.login(console.creds["owner_username"], console.creds["owner_password"])
+
+    walk.visit("/quotas/")
+    page.click("a[data-owner-tree='acme']")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("tr[data-tree-quota='vision-h200']").count() == 1
+    walk.check("tree")
+
+    # A child quota of vision-h200: the preview, then the confirm (HTMX swaps the panel).
+    page.click("a[aria-label='Add child of vision-h200']")
+    page.wait_for_load_state("networkidle")
+    page.fill("input[name=name]", "vision-nlp")
+    page.fill("input[name=gpus]", "1")
+    walk.check("new-child-form")
+    page.click("button[name=preview]")
+    page.wait_for_selector("[data-section=preview]")
+    assert "vision-h200: 4" in page.locator("[data-effect=own]").inner_text()
+    walk.check("new-child-preview")
+    page.click("button[name=confirm]")
+    page.wait_for_selector("tr[data-tree-quota='vision-nlp']")
+    assert "Quota vision-nlp created." in page.locator(".messages").inner_text()
+    walk.check("tree-with-child")
+
+    # Resize vision-h200 to 2: its own guarantee (1) is below the 2 GPUs its job holds.
+    page.click("a[aria-label='Edit vision-h200']")
+    page.wait_for_load_state("networkidle")
+    page.fill("input[name=gpus]", "2")
+    page.click("button[name=preview]")
+    page.wait_for_selector("[data-effect=over-jobs]")
+    over = page.locator("[data-effect=over-jobs]").inner_text()
+    assert f"#{running} holds-two" in over and "keeps running" in over
+    walk.check("resize-preview")
+    page.click("button[name=confirm]")
+    page.wait_for_selector("tr[data-tree-quota='vision-nlp']")
+    assert walk.values("tr[data-tree-quota='vision-h200']")["size"] == "2"
+    walk.check("tree-resized")
+
+    # Members of speech: add the researcher by e-mail, then remove them.
+    page.click("tr[data-workspace='speech'] a")
+    page.wait_for_load_state("networkidle")
+    page.fill("input[name=user]", "nobody@example.com")
+    page.click("[data-form=add-member] button[type=submit]")
+    page.wait_for_selector("#id_user_error")
+    walk.check("member-unknown")
+    page.fill("input[name=user]", "researcher@example.com")
+    page.click("[data-form=add-member] button[type=submit]")
+    page.wait_for_selector("tr[data-member='researcher']")
+    walk.check("member-added")
+    page.click("a[aria-label='Remove researcher']")
+    page.wait_for_load_state("networkidle")
+    walk.check("member-remove-confirm")
+    page.click("button[name=confirm]")
+    page.wait_for_selector(".messages")
+    assert page.locator("tr[data-member='researcher']").count() == 0
+    walk.check("member-removed")
+    walk.close()
