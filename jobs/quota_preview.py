@@ -15,7 +15,7 @@ against a state that moved shows the preview again.
 """
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
@@ -112,7 +112,8 @@ def apply_edit(snapshot: Snapshot, edit: QuotaEdit) -> Snapshot:
     """A copy of the snapshot with the change made (the snapshot itself is frozen)."""
     values = {k: v for k, v in edit.values.items() if k in _SNAP_FIELDS and k != "id"}
     if edit.quota_id is None:
-        new = QuotaSnap(id=NEW_QUOTA_ID, **{"name": "", "tenant_id": 0, "gpus": 0} | values)
+        blank = {"name": "", "tenant_id": 0, "resource_type": "", "gpu_type": "", "gpus": 0}
+        new = QuotaSnap(id=NEW_QUOTA_ID, **blank | values)
         return replace(snapshot, quotas=(*snapshot.quotas, new))
     if edit.delete:
         return replace(snapshot, quotas=tuple(q for q in snapshot.quotas if q.id != edit.quota_id))
@@ -135,13 +136,21 @@ def state_token(snapshot: Snapshot, pool: PoolKey | None) -> str:
 
 
 def preview(
-    snapshot: Snapshot, edit: QuotaEdit, now: datetime, options: PlanOptions | None = None
+    snapshot: Snapshot,
+    edit: QuotaEdit,
+    now: datetime,
+    options: PlanOptions | None = None,
+    *,
+    baseline: Callable[[Snapshot], Plan] | None = None,
 ) -> Preview:
-    """The diff of `plan()` with and without the change, on the edited quota's pool."""
+    """The diff of `plan()` with and without the change, on the edited quota's pool.
+    `baseline` plans the unchanged pool (a shell may reuse one it planned already: the
+    same pool snapshot gives the same plan); by default `plan()` at `now`."""
     pool = pool_of(snapshot, edit)
     before = only_pool(snapshot, pool)
     after = apply_edit(before, edit)
-    plan_before, plan_after = plan(before, now, options), plan(after, now, options)
+    plan_before = baseline(before) if baseline else plan(before, now, options)
+    plan_after = plan(after, now, options)
     names = {q.id: q.name for q in after.quotas} | {q.id: q.name for q in before.quotas}
     running = {r.id: r for r in before.running}
     waiting = {j.id: j for j in before.jobs}

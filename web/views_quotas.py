@@ -11,6 +11,9 @@ again. With HTMX the form and the preview swap in place (`#quota-panel`); withou
 step is a plain page.
 """
 
+from collections import OrderedDict
+from datetime import datetime
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -27,10 +30,38 @@ from jobs.forecast import current_snapshot
 from jobs.models import Job, Pod
 from jobs.quota_preview import QuotaEdit, pool_of, preview, state_token
 from jobs.scheduler.cycle import plan_options
+from jobs.scheduler.model import Plan, Snapshot
+from jobs.scheduler.plan import plan
 from quotas import actions
 from quotas.access import MAX_ID, get_tenant_for_user
 from quotas.models import Quota, Tenant, Workspace
 from web.quota_forms import QuotaForm
+
+# The plans of unchanged pool snapshots, newest last: a second preview of the same state
+# (other values, another owner) plans once, not twice. Keyed by the pool's snapshot (frozen,
+# hashable) and the minute, so time-based rules (starvation, minimum runtime) stay current.
+_BASELINES: OrderedDict[tuple, Plan] = OrderedDict()
+BASELINES_KEPT = 4
+
+
+def _baseline(now: datetime):
+    options = plan_options()
+
+    def planned(part: Snapshot) -> Plan:
+        key = (part, now.replace(second=0, microsecond=0))
+        found = _BASELINES.get(key)
+        if found is None:
+            found = _BASELINES[key] = plan(part, now, options)
+            while len(_BASELINES) > BASELINES_KEPT:
+                _BASELINES.popitem(last=False)
+        return found
+
+    return planned
+
+
+def what_if(snapshot: Snapshot, edit: QuotaEdit):
+    now = timezone.now()
+    return preview(snapshot, edit, now, plan_options(), baseline=_baseline(now))
 
 
 def tree_url(tenant: Tenant) -> str:
@@ -96,7 +127,7 @@ def _quota_flow(
     # A confirm of the state the preview was computed on saves without planning again.
     if "confirm" in data and data.get("token") == state_token(snapshot, pool_of(snapshot, edit)):
         return _save(request, form, tenant, quota)
-    result = preview(snapshot, edit, timezone.now(), plan_options())
+    result = what_if(snapshot, edit)
     context |= {"preview": result, "stale": "confirm" in data}
     return panel(request, "owners/quota_preview.html", context)
 
@@ -182,6 +213,6 @@ def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
             context["blocked"] = "Something still refers to it; it was not deleted."
             return panel(request, "owners/quota_delete.html", context)
         return done(request, tree_url(tenant), f"Quota {name} deleted.")
-    context["preview"] = preview(snapshot, edit, timezone.now(), plan_options())
+    context["preview"] = what_if(snapshot, edit)
     context["stale"] = request.method == "POST"
     return panel(request, "owners/quota_delete.html", context)

@@ -5,10 +5,12 @@ what, field errors from the quota actions, the what-if preview before a save, th
 import re
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from audit.models import AuditEntry
 from jobs.models import Job
@@ -393,3 +395,24 @@ def test_only_an_empty_quota_is_deleted_after_its_preview(
     submit(researcher, workspace, used, idle_resources=IdleResources.ONLY)
     blocked = owner_client.get(reverse("owner-quota-delete", args=[used.pk]))
     assert 'data-blocked="1"' in blocked.text and "Jobs were submitted" in blocked.text
+
+
+def test_a_second_preview_of_the_same_state_reuses_the_unchanged_plan(quota, lent):
+    from jobs.forecast import current_snapshot
+    from jobs.quota_preview import QuotaEdit
+    from web import views_quotas
+
+    views_quotas._BASELINES.clear()
+    with time_machine.travel(timezone.now().replace(second=5), tick=False):
+        snapshot = current_snapshot()
+        first = views_quotas.what_if(snapshot, QuotaEdit(quota.pk, {"gpus": 2}))
+        second = views_quotas.what_if(snapshot, QuotaEdit(quota.pk, {"gpus": 12}))
+        assert len(views_quotas._BASELINES) == 1
+        assert first.over and not second.over
+        views_quotas.what_if(current_snapshot(), QuotaEdit(quota.pk, {"gpus": 2}))
+        assert len(views_quotas._BASELINES) == 1  # the same state read again: the same key
+    mine = lent["mine"]
+    more = submit(mine.owner, mine.workspace, quota, name="more", workers=1, gpus_per_worker=1)
+    place(more, lent["node"])
+    views_quotas.what_if(current_snapshot(), QuotaEdit(quota.pk, {"gpus": 2}))
+    assert len(views_quotas._BASELINES) == 2  # a state that moved is planned again
