@@ -24,6 +24,7 @@ from jobs.scheduler.model import JobSnap, Plan, PoolKey, QuotaSnap, RunningSnap,
 from jobs.scheduler.plan import PlanOptions, plan
 from jobs.scheduler.preempt import victim_order
 from jobs.scheduler.tree import QuotaTree
+from jobs.scheduler.treeuse import TreeUse
 
 NEW_QUOTA_ID = -1  # the id a quota being created has in the what-if
 EDITABLE = ("name", "gpus", "parent_id", "max_gpus", "lending_limit", "weight")
@@ -74,6 +75,7 @@ class Preview:
     not_started: tuple[JobEffect, ...] = ()
     over: tuple[OverGuarantee, ...] = ()
     own: tuple[OwnChange, ...] = ()  # own guarantees that change
+    limits: tuple[str, ...] = ()  # a new limit or lending limit below what is held or lent
     token: str = ""
 
     @property
@@ -86,6 +88,7 @@ class Preview:
             or self.started
             or self.not_started
             or self.over
+            or self.limits
         )
 
 
@@ -158,6 +161,7 @@ def preview(
         **_plan_diff(plan_before, plan_after, running, waiting, names),
         over=_over_guarantee(before, after, now),
         own=_own_changes(before, after),
+        limits=_limits_passed(after, edit),
         token=state_token(snapshot, pool),
     )
 
@@ -204,6 +208,29 @@ def _plan_diff(
             if job_id not in admitted_after
         ),
     }
+
+
+def _limits_passed(after: Snapshot, edit: QuotaEdit) -> tuple[str, ...]:
+    """A new `max_gpus` below what the subtree's jobs hold, or `lending_limit` below what is
+    lent out of it: nothing is stopped (`plan()` only checks limits on admission)."""
+    quota = next((q for q in after.quotas if q.id == edit.quota_id), None)
+    if quota is None or edit.delete:
+        return ()
+    use = TreeUse.of(after.quotas, after.running)
+    held, lent, out = use.held.get(quota.id, 0), use.lent.get(quota.id, 0), []
+    if quota.max_gpus is not None and held > quota.max_gpus:
+        out.append(
+            f"The jobs of {quota.name}'s subtree hold {held} GPUs, above the new limit of "
+            f"{quota.max_gpus}: they keep running, and none of its jobs starts until they "
+            "hold less."
+        )
+    if quota.lending_limit is not None and lent > quota.lending_limit:
+        out.append(
+            f"{lent} GPUs of {quota.name}'s subtree are lent out, above the new lending "
+            f"limit of {quota.lending_limit}: the borrowers keep running; nothing more is "
+            "lent until they end or are reclaimed."
+        )
+    return tuple(out)
 
 
 def _own_changes(before: Snapshot, after: Snapshot) -> tuple[OwnChange, ...]:

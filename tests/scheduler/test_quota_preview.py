@@ -113,3 +113,19 @@ def test_the_token_moves_with_quotas_and_running_jobs_not_with_the_queue():
     assert state_token(replace(snap, quotas=(quota(1, 9),)), POOL) != token
     other = replace(snap, quotas=(*snap.quotas, quota(2, 1, gpu_type="A100")))
     assert state_token(other, POOL) == token
+
+
+def test_a_limit_below_what_is_held_or_lent_is_named():
+    snap = Snapshot(
+        nodes=(node(1, free=2),),
+        quotas=(quota(1, 8, used=6, lent=2), quota(2, 0)),
+        running=(running(20, 1, 4), running(21, 2, 2, charged=1)),
+    )
+    result = preview(snap, QuotaEdit(1, {"max_gpus": 3, "lending_limit": 1}), NOW)
+    assert result.limits == (
+        "The jobs of q1's subtree hold 4 GPUs, above the new limit of 3: they keep running, "
+        "and none of its jobs starts until they hold less.",
+        "2 GPUs of q1's subtree are lent out, above the new lending limit of 1: the borrowers "
+        "keep running; nothing more is lent until they end or are reclaimed.",
+    )
+    assert preview(snap, QuotaEdit(1, {"max_gpus": 8, "lending_limit": 2}), NOW).limits == ()

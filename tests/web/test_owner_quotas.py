@@ -416,3 +416,24 @@ def test_a_second_preview_of_the_same_state_reuses_the_unchanged_plan(quota, len
     place(more, lent["node"])
     views_quotas.what_if(current_snapshot(), QuotaEdit(quota.pk, {"gpus": 2}))
     assert len(views_quotas._BASELINES) == 2  # a state that moved is planned again
+
+
+def test_re_parent_a_quota_with_its_preview(owner, owner_client, tenant, quota, other_quota):
+    kid = actions.create_quota(
+        tenant=tenant,
+        name="kid",
+        resource_type=quota.resource_type,
+        gpu_type=quota.gpu_type,
+        gpus=4,
+        parent=quota,
+    )
+    edit = reverse("owner-quota-edit", args=[kid.pk])
+    form = form_of(kid, parent=other_quota.pk)
+    page = owner_client.post(edit, form)
+    own = page.text
+    assert "team-a: 12 → <strong>16</strong>" in own and "team-b: 8 → <strong>4</strong>" in own
+    assert Quota.objects.get(pk=kid.pk).parent == quota
+    saved = owner_client.post(edit, form | {"confirm": "1", "token": token_of(page)})
+    assert saved.status_code == 302 and Quota.objects.get(pk=kid.pk).parent == other_quota
+    entry = AuditEntry.objects.get(action="quota.change")
+    assert entry.detail["changes"] == {"parent": [quota.pk, other_quota.pk]}
