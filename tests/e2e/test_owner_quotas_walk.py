@@ -1,9 +1,9 @@
 """A quota owner manages the tree in a real browser (Debian's Chromium, with HTMX): creates
 a child quota, resizes a quota below what runs with the preview (the job above the new
-guarantee named before anything is saved) and confirms, adds a member by e-mail and removes
-them after the confirmation page. Every step is screenshotted into
-var/artifacts/browser/quota-owner-pages/ and checked by axe-core (docs/quota-tree.md "Owner
-pages")."""
+guarantee named before anything is saved) and confirms, adds a member by e-mail, changes
+their role, removes them after the confirmation page, and deletes the child quota. Every
+step is screenshotted into var/artifacts/browser/quota-owner-pages/ and checked by axe-core
+(docs/quota-tree.md "Owner pages")."""
 
 import pytest
 
@@ -75,6 +75,14 @@ def test_an_owner_changes_the_tree_and_the_members_in_a_browser(browser, owned):
     page.click("[data-form=add-member] button[type=submit]")
     page.wait_for_selector("tr[data-member='researcher']")
     walk.check("member-added")
+    row = page.locator("tr[data-member='researcher']")
+    row.locator("select[name=role]").select_option("quota_owner")
+    row.locator("button[type=submit]").click()
+    page.wait_for_selector("text=researcher is now Quota owner.")
+    assert page.locator("tr[data-member='researcher'] select[name=role]").input_value() == (
+        "quota_owner"
+    )
+    walk.check("member-role")
     page.click("a[aria-label='Remove researcher']")
     page.wait_for_load_state("networkidle")
     walk.check("member-remove-confirm")
@@ -82,4 +90,16 @@ def test_an_owner_changes_the_tree_and_the_members_in_a_browser(browser, owned):
     page.wait_for_selector(".messages")
     assert page.locator("tr[data-member='researcher']").count() == 0
     walk.check("member-removed")
+
+    # Delete the (empty) child quota: its guarantee goes back to vision-h200.
+    page.click("a:text('the tree of acme')")
+    page.wait_for_load_state("networkidle")
+    page.click("a[aria-label='Delete vision-nlp']")
+    page.wait_for_selector("[data-effect=own]")
+    walk.check("delete-preview")
+    page.click("button[name=confirm]")
+    page.wait_for_selector("text=Quota vision-nlp deleted.")
+    assert page.locator("tr[data-tree-quota='vision-nlp']").count() == 0
+    assert walk.values("tr[data-tree-quota='vision-h200']")["own"] == "2"
+    walk.check("tree-after-delete")
     walk.close()
