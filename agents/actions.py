@@ -79,15 +79,15 @@ def heartbeat_interval() -> float:
     return float(settings.AGENT_HEARTBEAT_INTERVAL)
 
 
-def _deadline(now: datetime) -> datetime:
+def deadline_of(now: datetime) -> datetime:
     return now + timedelta(seconds=settings.NODE_NOT_READY_AFTER)
 
 
-def _gpu_rows(facts: NodeFacts) -> list[dict]:
+def gpu_rows(facts: NodeFacts) -> list[dict]:
     return [g.model_dump() for g in facts.gpus]
 
 
-def _fact_fields(facts: NodeFacts) -> dict:
+def fact_fields(facts: NodeFacts) -> dict:
     return {
         "agent_version": facts.agent_version,
         "runtime": facts.runtime,
@@ -190,18 +190,18 @@ def register_node(
             node, created = save_registration(
                 req.name,
                 {
-                    **_fact_fields(req.facts),
+                    **fact_fields(req.facts),
                     "resource_type": req.facts.resource_type,
                     "state": NodeState.READY,
                     "last_heartbeat_at": now,
-                    "heartbeat_deadline": _deadline(now),
+                    "heartbeat_deadline": deadline_of(now),
                     "token_prefix": new.prefix,
                     "token_digest": new.digest,
                     "token_revoked_at": None,
                     "report_digest": "",
                 },
             )
-            upsert_gpus(node.pk, _gpu_rows(req.facts), known_count=None)
+            upsert_gpus(node.pk, gpu_rows(req.facts), known_count=None)
             RegistrationRecord.objects.create(
                 **record,
                 node=node,
@@ -339,12 +339,12 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
     changed. Where nothing changed (the same facts and GPUs as the node row's digest, the
     workers running as known) it writes one statement: the time the node was seen; a
     running worker's last report is its node's last heartbeat."""
-    gpu_rows = _gpu_rows(items.facts)
-    facts = _fact_fields(items.facts)
-    digest = "" if items.refused_gpus else report_digest(facts, gpu_rows)
+    reported_gpus = gpu_rows(items.facts)
+    facts = fact_fields(items.facts)
+    digest = "" if items.refused_gpus else report_digest(facts, reported_gpus)
     same_facts = bool(digest) and digest == node.report_digest
     if not same_facts:
-        upsert_gpus(node.pk, gpu_rows, known_count=node.gpus)
+        upsert_gpus(node.pk, reported_gpus, known_count=node.gpus)
     if items.refused_gpus:
         refuse_gpu_reports(node.pk, items.refused_gpus)
     for problem in items.unnamed:
@@ -411,10 +411,10 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                     pod, running=False, error=f"invalid worker spec: {error_reason(exc)}", now=now
                 ),
             )
-    deadline = _deadline(now)
+    deadline = deadline_of(now)
     if not (same_facts and note_node_seen(node.pk, digest, now=now, deadline=deadline)):
         if same_facts:  # another request recorded other facts meanwhile: ours are newer
-            upsert_gpus(node.pk, gpu_rows, known_count=node.gpus)
+            upsert_gpus(node.pk, reported_gpus, known_count=node.gpus)
         record_node_alive(node.pk, facts, now=now, deadline=deadline, digest=digest)
     return HeartbeatReply(
         heartbeat_interval=heartbeat_interval(),

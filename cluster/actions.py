@@ -87,16 +87,32 @@ def record_node_alive(
     )
 
 
-def note_node_seen(node_id: int, digest: str, *, now: datetime, deadline: datetime) -> bool:
+def note_node_seen(
+    node_id: int,
+    digest: str,
+    *,
+    now: datetime,
+    deadline: datetime,
+    token_digest: str | None = None,
+    only_if: Q | None = None,
+) -> bool:
     """The heartbeat of a node whose facts and GPUs are as last recorded: Ready, seen at
     `now`, one UPDATE. The digest is compared in SQL, so a registration or a heartbeat
-    that recorded other facts meanwhile makes it miss (False): then record them."""
+    that recorded other facts meanwhile makes it miss (False): then record them.
+
+    `token_digest`: also only while this is the node's live token (a revoked or replaced
+    token misses). `only_if`: the caller's further condition on the node row (the quiet
+    heartbeat's "its live pods are exactly the ones reported", `agents.quiet`), in the same
+    statement."""
     if not digest:
         return False
+    rows = Node.objects.filter(pk=node_id, report_digest=digest)
+    if token_digest is not None:
+        rows = rows.filter(token_digest=token_digest, token_revoked_at__isnull=True)
+    if only_if is not None:
+        rows = rows.filter(only_if)
     return bool(
-        Node.objects.filter(pk=node_id, report_digest=digest).update(
-            state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline
-        )
+        rows.update(state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline)
     )
 
 

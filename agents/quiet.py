@@ -1,0 +1,161 @@
+"""The quiet heartbeat: one SQL statement when nothing changed (docs/agent-protocol.md).
+
+Most heartbeats repeat the last one: the same facts and GPUs, the same workers running as
+known, nothing refused. For those the console writes one statement and sends the reply it
+sent last time to this node (kept per process, keyed by the token's prefix):
+
+    UPDATE agents_node SET state, last_heartbeat_at, heartbeat_deadline
+     WHERE id = <node> AND report_digest = <digest of these facts>
+       AND token_digest = <sha256 of the presented token> AND token_revoked_at IS NULL
+       AND (live pods of the node) = exactly the reported (pod, attempt) pairs,
+           all Running and asked to run
+
+The UPDATE is the whole check: authentication (a revoked or replaced token misses at
+once, in every process), the facts, and the desired state (a pod placed on the node, asked
+to stop or ended by anyone makes the pods' condition miss). A miss, or anything the cached
+reply cannot answer (a report with an exit, progress, checkpoints, a GPU sample, a refused
+item, a health mark), takes the full path (`agents.actions.record_heartbeat`), which
+authenticates from the database and, when its reply qualifies, remembers it here.
+
+The cached reply's worker specs carry `log_next_seq` as it was then: an agent reads the
+specs only of pods it has not launched, and in a quiet heartbeat every listed pod is one the
+agent reports running.
+"""
+
+import hmac
+import threading
+from dataclasses import dataclass
+
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import Exact
+
+from accounts.tokens import digest_of, split_prefix
+from agents.actions import fact_fields, gpu_rows
+from agents.auth import NODE_KIND
+from agents.decisions import report_digest
+from cluster.actions import note_node_seen
+from jobs.models import Pod, PodDesired
+from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
+from protocol.agent import HeartbeatReply
+from protocol.batches import HeartbeatItems
+
+# One entry per node that heartbeats to this process; a node that re-registers gets a new
+# prefix, and its old entry can never match again (its token digest is gone from the row).
+MAX_ENTRIES = 100_000
+
+
+@dataclass(frozen=True)
+class _Quiet:
+    node_id: int
+    token_digest: str
+    report_digest: str
+    workers: frozenset[tuple[int, int]]  # (pod id, attempt)
+    reply: bytes
+
+
+_replies: dict[str, _Quiet] = {}
+_lock = threading.Lock()
+
+
+def forget_all() -> None:
+    """Drop every cached reply (tests; nothing depends on it for correctness)."""
+    with _lock:
+        _replies.clear()
+
+
+def _digest_of_facts(items: HeartbeatItems) -> str:
+    return report_digest(fact_fields(items.facts), gpu_rows(items.facts))
+
+
+def _is_plain(items: HeartbeatItems) -> bool:
+    """A heartbeat the cached reply can answer: nothing refused, no health mark, and every
+    worker reported running with nothing but that to say."""
+    if items.refused or items.refused_gpus or items.unnamed:
+        return False
+    if any(g.health_mark for g in items.facts.gpus):
+        return False
+    return all(
+        w.state == "running"
+        and w.progress is None
+        and not w.checkpoints
+        and w.gpu is None
+        and not w.error
+        for w in items.workers
+    )
+
+
+def _pods_are_exactly(workers: frozenset[tuple[int, int]]) -> Q:
+    """On a node row: its live pods are exactly `workers`, each Running and asked to run
+    (none other is live, and as many are live as were reported)."""
+    live = Pod.objects.filter(node_id=OuterRef("pk"), status__in=list(ACTIVE_POD_STATUSES))
+    expected = Q(pk__in=[])
+    for pod_id, attempt in sorted(workers):
+        expected |= Q(pk=pod_id, attempt=attempt)
+    others = live.exclude(expected & Q(status=PodStatus.RUNNING, desired=PodDesired.RUN))
+    if not workers:
+        return ~Q(Exists(live))
+    count = Coalesce(
+        Subquery(
+            live.order_by().values("node_id").annotate(n=Count("pk")).values("n"),
+            output_field=IntegerField(),
+        ),
+        Value(0),
+    )
+    return ~Q(Exists(others)) & Q(Exact(count, len(workers)))
+
+
+def quiet_reply(plain: str, items: HeartbeatItems, now, deadline) -> bytes | None:
+    """The reply to a heartbeat where nothing changed, after its one UPDATE; None when the
+    full path must answer (nothing was written then)."""
+    prefix = split_prefix(plain, NODE_KIND)
+    entry = _replies.get(prefix) if prefix else None
+    if entry is None or not _is_plain(items):
+        return None
+    workers = frozenset((w.pod_id, w.attempt) for w in items.workers)
+    token = digest_of(plain)
+    if workers != entry.workers or not hmac.compare_digest(token, entry.token_digest):
+        return None
+    digest = _digest_of_facts(items)
+    if digest != entry.report_digest:
+        return None
+    seen = note_node_seen(
+        entry.node_id,
+        digest,
+        now=now,
+        deadline=deadline,
+        token_digest=token,
+        only_if=_pods_are_exactly(workers),
+    )
+    if not seen:
+        _replies.pop(prefix, None)
+        return None
+    return entry.reply
+
+
+def remember(node_id: int, plain: str, items: HeartbeatItems, reply: HeartbeatReply) -> bytes:
+    """The full path's reply, serialised; kept for the next heartbeat when a quiet one could
+    send it again (it lists exactly the workers reported running, stops none, refuses
+    nothing)."""
+    body = reply.model_dump_json().encode()
+    digest = "" if items.refused_gpus else _digest_of_facts(items)
+    prefix = split_prefix(plain, NODE_KIND)
+    workers = frozenset((w.pod_id, w.attempt) for w in items.workers)
+    listed = frozenset((s.pod_id, s.attempt) for s in reply.run)
+    quiet = (
+        prefix is not None
+        and bool(digest)
+        and _is_plain(items)
+        and not reply.stop
+        and not reply.refused
+        and not reply.clear_health_marks
+        and listed == workers
+    )
+    with _lock:
+        if not quiet:
+            _replies.pop(prefix, None)
+        else:
+            if len(_replies) >= MAX_ENTRIES:
+                _replies.clear()
+            _replies[prefix] = _Quiet(node_id, digest_of(plain), digest, workers, body)
+    return body
