@@ -280,6 +280,8 @@ if CONSOLE_LOOPS not in {"celery", "inprocess", "eager"}:
 if CONSOLE_LOOPS == "celery" and not REDIS_URL:
     raise ImproperlyConfigured("CONSOLE_LOOPS=celery needs REDIS_URL")
 
+# Where the versions of per-process caches live (accounts.versions): "" caches nothing.
+VERSION_STORE_URL = env_str("VERSION_STORE_URL", REDIS_URL or "")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
