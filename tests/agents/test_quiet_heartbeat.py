@@ -64,7 +64,7 @@ def test_a_pod_ended_elsewhere_is_fenced_in_the_next_reply(client, job_factory):
 
 
 def test_other_facts_and_an_exit_take_the_full_path(client, job_factory):
-    node, token, job, pods, reports = _steady(client, job_factory, workers=1)
+    node, token, job, _, reports = _steady(client, job_factory, workers=1)
     assert heartbeat(client, token, workers=reports).status_code == 200  # quiet
     assert heartbeat(client, token, workers=reports, cpus=64).status_code == 200
     assert Node.objects.get(pk=node.pk).cpus == 64
