@@ -56,6 +56,7 @@ from jobs.actions.workers import (
     record_gpu_samples,
 )
 from jobs.models import Pod
+from jobs.scheduler.cycle import admit_now
 from jobs.statuses import ACTIVE_POD_STATUSES
 from protocol import limits
 from protocol.agent import (
@@ -364,7 +365,7 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 lambda report=report: store_worker_extras(pods, [report], now),
                 atomic=True,
             )
-    changed = False
+    changed = freed = False
     fenced: dict[int, StopOrder] = {}
     samples: list[tuple[int, dict]] = []
     for report in items.workers:
@@ -381,6 +382,7 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 lambda pod=pod, report=report: _apply_report(node, pod, report, now),
             )
             changed |= applied is True
+            freed |= applied is True and verdict == Verdict.EXIT
         elif verdict == Verdict.FENCE:
             log.warning("node %s: fencing pod %s: %s", node.name, report.pod_id, why)
             fenced[report.pod_id] = StopOrder(
@@ -391,6 +393,8 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
             )
     record_gpu_samples(samples, now)  # only this node's current workers
     _record_refusals(node, pods, refused, "report", now)
+    if freed:  # GPUs came free: admit what fits now, and send this node's share back
+        admit_now()
     if changed:  # a report may have ended the job and ordered its other workers stopped
         pods = _load_pods(node.pk, ())
 

@@ -79,3 +79,26 @@ def test_the_quiet_path_still_brings_a_not_ready_node_back(client, job_factory):
     Node.objects.filter(pk=node.pk).update(state="NotReady")
     assert heartbeat(client, token, workers=reports).status_code == 200
     assert Node.objects.get(pk=node.pk).state == "Ready"
+
+
+# --- event-driven admission: an exit's GPUs go to a waiting job in the same reply ---
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_an_exit_report_gets_the_next_job_in_its_reply(client, settings, job_factory, enabled):
+    from jobs.scheduler.cycle import run_cycle
+    from tests.web.conftest import submit
+
+    settings.CONSOLE_LOOPS = "inprocess"  # no loop runs here: only the heartbeat schedules
+    settings.SCHEDULE_ON_AGENT_REPORT = enabled
+    node, token = register(client, gpus=2)
+    job, pods = job_factory([node], gpus=2, status=JobStatus.RUNNING, pod_status=PodStatus.RUNNING)
+    waiting = submit(job.owner, job.workspace, job.quota, gpus_per_worker=2)
+    run_cycle()  # nothing free: it waits
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.INQUEUE
+    done = {**running(pods[0]), "state": "exited", "exit_code": 0}
+    reply = heartbeat(client, token, workers=[done], gpus=2).json()
+    listed = {s["job_id"] for s in reply["run"]}
+    assert (waiting.pk in listed) is enabled
+    assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED
