@@ -26,15 +26,14 @@ import hmac
 import threading
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce
-from django.db.models.lookups import Exact
+from django.db import connection
 
 from accounts.tokens import digest_of, split_prefix
 from agents.actions import fact_fields, gpu_rows
 from agents.auth import NODE_KIND
 from agents.decisions import report_digest
-from cluster.actions import note_node_seen
+from cluster.actions import note_node_seen_quietly
+from cluster.models import Node
 from jobs.models import Pod, PodDesired
 from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
 from protocol.agent import HeartbeatReply
@@ -85,24 +84,28 @@ def _is_plain(items: HeartbeatItems) -> bool:
     )
 
 
-def _pods_are_exactly(workers: frozenset[tuple[int, int]]) -> Q:
-    """On a node row: its live pods are exactly `workers`, each Running and asked to run
-    (none other is live, and as many are live as were reported)."""
-    live = Pod.objects.filter(node_id=OuterRef("pk"), status__in=list(ACTIVE_POD_STATUSES))
-    expected = Q(pk__in=[])
-    for pod_id, attempt in sorted(workers):
-        expected |= Q(pk=pod_id, attempt=attempt)
-    others = live.exclude(expected & Q(status=PodStatus.RUNNING, desired=PodDesired.RUN))
-    if not workers:
-        return ~Q(Exists(live))
-    count = Coalesce(
-        Subquery(
-            live.order_by().values("node_id").annotate(n=Count("pk")).values("n"),
-            output_field=IntegerField(),
-        ),
-        Value(0),
+_ACTIVE = sorted(ACTIVE_POD_STATUSES)
+
+
+def _pods_are_exactly(workers: frozenset[tuple[int, int]]) -> tuple[str, list]:
+    """SQL on a node row: its live pods are exactly `workers`, each Running and asked to
+    run (none other is live, and as many are live as were reported)."""
+    pod, node = (connection.ops.quote_name(m._meta.db_table) for m in (Pod, Node))
+    live = (
+        f"FROM {pod} p WHERE p.node_id = {node}.id "
+        f"AND p.status IN ({', '.join(['%s'] * len(_ACTIVE))})"
     )
-    return ~Q(Exists(others)) & Q(Exact(count, len(workers)))
+    if not workers:
+        return f"NOT EXISTS (SELECT 1 {live})", list(_ACTIVE)
+    pairs = sorted(workers)
+    listed = ", ".join(["(%s, %s)"] * len(pairs))
+    where = (
+        f"NOT EXISTS (SELECT 1 {live} AND NOT (p.status = %s AND p.desired = %s "
+        f"AND (p.id, p.attempt) IN ({listed}))) AND (SELECT COUNT(*) {live}) = %s"
+    )
+    params = [*_ACTIVE, PodStatus.RUNNING, PodDesired.RUN]
+    params += [v for pair in pairs for v in pair]
+    return where, [*params, *_ACTIVE, len(pairs)]
 
 
 def quiet_reply(plain: str, items: HeartbeatItems, now, deadline) -> bytes | None:
@@ -119,13 +122,8 @@ def quiet_reply(plain: str, items: HeartbeatItems, now, deadline) -> bytes | Non
     digest = _digest_of_facts(items)
     if digest != entry.report_digest:
         return None
-    seen = note_node_seen(
-        entry.node_id,
-        digest,
-        now=now,
-        deadline=deadline,
-        token_digest=token,
-        only_if=_pods_are_exactly(workers),
+    seen = note_node_seen_quietly(
+        entry.node_id, digest, token, _pods_are_exactly(workers), now=now, deadline=deadline
     )
     if not seen:
         _replies.pop(prefix, None)

@@ -5,7 +5,7 @@ monitors never act twice."""
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet
 
 from cluster.models import GpuDevice, Node, NodeState
@@ -87,33 +87,43 @@ def record_node_alive(
     )
 
 
-def note_node_seen(
+def note_node_seen(node_id: int, digest: str, *, now: datetime, deadline: datetime) -> bool:
+    """The heartbeat of a node whose facts and GPUs are as last recorded: Ready, seen at
+    `now`, one UPDATE. The digest is compared in SQL, so a registration or a heartbeat
+    that recorded other facts meanwhile makes it miss (False): then record them."""
+    if not digest:
+        return False
+    return bool(
+        Node.objects.filter(pk=node_id, report_digest=digest).update(
+            state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline
+        )
+    )
+
+
+def note_node_seen_quietly(
     node_id: int,
     digest: str,
+    token_digest: str,
+    condition: tuple[str, list],
     *,
     now: datetime,
     deadline: datetime,
-    token_digest: str | None = None,
-    only_if: Q | None = None,
 ) -> bool:
-    """The heartbeat of a node whose facts and GPUs are as last recorded: Ready, seen at
-    `now`, one UPDATE. The digest is compared in SQL, so a registration or a heartbeat
-    that recorded other facts meanwhile makes it miss (False): then record them.
-
-    `token_digest`: also only while this is the node's live token (a revoked or replaced
-    token misses). `only_if`: the caller's further condition on the node row (the quiet
-    heartbeat's "its live pods are exactly the ones reported", `agents.quiet`), in the same
-    statement."""
-    if not digest:
-        return False
-    rows = Node.objects.filter(pk=node_id, report_digest=digest)
-    if token_digest is not None:
-        rows = rows.filter(token_digest=token_digest, token_revoked_at__isnull=True)
-    if only_if is not None:
-        rows = rows.filter(only_if)
-    return bool(
-        rows.update(state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline)
-    )
+    """`note_node_seen`, also only while `token_digest` is the node's live token (a revoked
+    or replaced token misses) and the caller's `condition` holds on the row (SQL over
+    `agents_node`, with its parameters: the quiet heartbeat's "its live pods are exactly the
+    ones reported", agents.quiet). One raw UPDATE: the ORM's compiler would cost more than
+    the statement on this, the most frequent request."""
+    where, params = condition
+    table = connection.ops.quote_name(Node._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "
+            "heartbeat_deadline = %s WHERE id = %s AND report_digest = %s "
+            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})",
+            [NodeState.READY, now, deadline, node_id, digest, token_digest, *params],
+        )
+        return cursor.rowcount == 1
 
 
 def upsert_gpus(node_id: int, gpus: Sequence[dict], *, known_count: int | None) -> None:
