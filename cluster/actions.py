@@ -116,11 +116,11 @@ def note_node_seen_quietly(
     the statement on this, the most frequent request."""
     where, params = condition
     table = connection.ops.quote_name(Node._meta.db_table)
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor:  # names from the models, every value a parameter
         cursor.execute(
             f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "
             "heartbeat_deadline = %s WHERE id = %s AND report_digest = %s "
-            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})",
+            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})",  # noqa: S608
             [NodeState.READY, now, deadline, node_id, digest, token_digest, *params],
         )
         return cursor.rowcount == 1
