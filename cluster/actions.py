@@ -120,7 +120,7 @@ def note_node_seen_quietly(
         cursor.execute(
             f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "
             "heartbeat_deadline = %s WHERE id = %s AND report_digest = %s "
-            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})",  # noqa: S608
+            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})",
             [NodeState.READY, now, deadline, node_id, digest, token_digest, *params],
         )
         return cursor.rowcount == 1
