@@ -26,7 +26,8 @@ MAX_ENTRIES = 10_000  # per cache; cleared whole when full (a cache, not a store
 
 
 @cache
-def _client(url: str):
+def client_for(url: str):
+    """One Redis client per URL and process."""
     import redis
 
     return redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
@@ -34,7 +35,7 @@ def _client(url: str):
 
 def _redis():
     url = settings.VERSION_STORE_URL
-    return _client(url) if url else None
+    return client_for(url) if url else None
 
 
 def current(name: str) -> bytes | None:

@@ -26,7 +26,7 @@ writes (see `apply_plan`). Preemptions (rare) cost a few statements per victim.
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -76,17 +76,25 @@ def _serialised(wait: bool = True) -> Iterator[bool]:
             lock.release()
 
 
-def run_cycle(now: datetime | None = None, *, wait: bool = True) -> CycleResult | None:
+def run_cycle(
+    now: datetime | None = None,
+    *,
+    wait: bool = True,
+    when_locked: Callable[[], object] | None = None,
+) -> CycleResult | None:
     """Admit what fits, queue the rest with reasons. Safe to run anywhere, any number of
     times, concurrently: it is level-triggered and serialised.
 
     `wait=False` (an agent's report that freed GPUs, answered in the same request): run only
     if no other cycle is running, else return None at once; the trigger sent when the change
-    committed (jobs.triggers) still asks for a cycle that sees it."""
+    committed (jobs.triggers) still asks for a cycle that sees it. `when_locked`: called
+    once the lock is held, before the snapshot is read (jobs.tasks takes its mark then)."""
     now = now or timezone.now()
     with _serialised(wait) as held:
         if not held:
             return None
+        if when_locked is not None:
+            when_locked()
         snapshot, rows = load_snapshot(now)
         decided = plan(snapshot, now, plan_options())
         result = apply_plan(decided, rows, now)
@@ -110,8 +118,10 @@ def admit_now() -> None:
     it. Off with settings.SCHEDULE_ON_AGENT_REPORT."""
     if not settings.SCHEDULE_ON_AGENT_REPORT or transaction.get_connection().in_atomic_block:
         return
+    from jobs.tasks import run_coalesced
+
     try:
-        run_cycle(wait=False)
+        run_coalesced(wait=False)  # and again for the triggers it coalesced (jobs.tasks)
     except Exception:
         log.exception("scheduling cycle after a change that freed GPUs failed")
 
