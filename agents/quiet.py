@@ -22,6 +22,8 @@ specs only of pods it has not launched, and in a quiet heartbeat every listed po
 agent reports running.
 """
 
+import dataclasses
+import hashlib
 import hmac
 import threading
 from dataclasses import dataclass
@@ -51,6 +53,7 @@ class _Quiet:
     report_digest: str
     workers: frozenset[tuple[int, int]]  # (pod id, attempt)
     reply: bytes
+    body: bytes = b""  # a hash of the request body last answered so (the same bytes: no parse)
 
 
 _replies: dict[str, _Quiet] = {}
@@ -108,7 +111,38 @@ def _pods_are_exactly(workers: frozenset[tuple[int, int]]) -> tuple[str, list]:
     return where, [*params, *_ACTIVE, len(pairs)]
 
 
-def quiet_reply(plain: str, items: HeartbeatItems, now, deadline) -> bytes | None:
+def _hash(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def _seen(entry: _Quiet, token: str, now, deadline) -> bool:
+    return note_node_seen_quietly(
+        entry.node_id,
+        entry.report_digest,
+        token,
+        _pods_are_exactly(entry.workers),
+        now=now,
+        deadline=deadline,
+    )
+
+
+def quiet_reply_to_bytes(plain: str, raw: bytes, now, deadline) -> bytes | None:
+    """`quiet_reply` for a body byte for byte the one last answered quietly: nothing to
+    parse (the same facts, the same reports), only the one UPDATE."""
+    prefix = split_prefix(plain, NODE_KIND)
+    entry = _replies.get(prefix) if prefix else None
+    if entry is None or not entry.body or entry.body != _hash(raw):
+        return None
+    token = digest_of(plain)
+    if not hmac.compare_digest(token, entry.token_digest):
+        return None
+    if not _seen(entry, token, now, deadline):
+        _replies.pop(prefix, None)
+        return None
+    return entry.reply
+
+
+def quiet_reply(plain: str, items: HeartbeatItems, now, deadline, raw: bytes = b"") -> bytes | None:
     """The reply to a heartbeat where nothing changed, after its one UPDATE; None when the
     full path must answer (nothing was written then)."""
     prefix = split_prefix(plain, NODE_KIND)
@@ -122,16 +156,17 @@ def quiet_reply(plain: str, items: HeartbeatItems, now, deadline) -> bytes | Non
     digest = _digest_of_facts(items)
     if digest != entry.report_digest:
         return None
-    seen = note_node_seen_quietly(
-        entry.node_id, digest, token, _pods_are_exactly(workers), now=now, deadline=deadline
-    )
-    if not seen:
+    if not _seen(entry, token, now, deadline):
         _replies.pop(prefix, None)
         return None
+    if raw:
+        _replies[prefix] = dataclasses.replace(entry, body=_hash(raw))
     return entry.reply
 
 
-def remember(node_id: int, plain: str, items: HeartbeatItems, reply: HeartbeatReply) -> bytes:
+def remember(
+    node_id: int, plain: str, items: HeartbeatItems, reply: HeartbeatReply, raw: bytes = b""
+) -> bytes:
     """The full path's reply, serialised; kept for the next heartbeat when a quiet one could
     send it again (it lists exactly the workers reported running, stops none, refuses
     nothing)."""
@@ -155,5 +190,7 @@ def remember(node_id: int, plain: str, items: HeartbeatItems, reply: HeartbeatRe
         else:
             if len(_replies) >= MAX_ENTRIES:
                 _replies.clear()
-            _replies[prefix] = _Quiet(node_id, digest_of(plain), digest, workers, body)
+            _replies[prefix] = _Quiet(
+                node_id, digest_of(plain), digest, workers, body, _hash(raw) if raw else b""
+            )
     return body
