@@ -118,7 +118,7 @@ def note_node_seen_quietly(
     table = connection.ops.quote_name(Node._meta.db_table)
     with connection.cursor() as cursor:  # names from the models, every value a parameter
         cursor.execute(
-            f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "
+            f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "  # noqa: S608
             "heartbeat_deadline = %s WHERE id = %s AND report_digest = %s "
             f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})",
             [NodeState.READY, now, deadline, node_id, digest, token_digest, *params],
