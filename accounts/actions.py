@@ -8,6 +8,11 @@ from django.utils import timezone
 
 from accounts.models import ApiToken, RateCounter
 from accounts.tokens import make_token
+from accounts.versions import bump
+
+# The cache of live API tokens (accounts.api_auth); also bumped when a token or a user row
+# is saved or deleted (accounts.apps).
+TOKENS_VERSION = "api-tokens"
 
 
 def issue_api_token(user, name: str = "default") -> tuple[ApiToken, str]:
@@ -24,12 +29,15 @@ def rotate_api_token(user, now: datetime | None = None) -> tuple[ApiToken, str]:
     with transaction.atomic():
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
         ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=now)
+        bump(TOKENS_VERSION)
         return issue_api_token(user)
 
 
 def revoke_api_tokens(tokens, now: datetime | None = None) -> int:
     """Revoke the live tokens of a queryset; returns how many were revoked."""
-    return tokens.filter(revoked_at__isnull=True).update(revoked_at=now or timezone.now())
+    revoked = tokens.filter(revoked_at__isnull=True).update(revoked_at=now or timezone.now())
+    bump(TOKENS_VERSION)  # every process's cached tokens are stale once this commits
+    return revoked
 
 
 def touch_last_used(token: ApiToken, now: datetime, resolution) -> None:

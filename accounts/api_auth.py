@@ -6,6 +6,7 @@ up by their prefix and compared by digest in constant time (accounts.tokens); th
 token is never stored.
 """
 
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -13,9 +14,10 @@ from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from accounts.actions import touch_last_used
+from accounts.actions import TOKENS_VERSION, touch_last_used
 from accounts.models import ApiToken
 from accounts.tokens import matches, split_prefix
+from accounts.versions import VersionedCache
 from protocol.text import JsonBodyError, load_json
 
 # Writing last_used_at on every call would turn each read into a write; a minute is precise
@@ -73,6 +75,33 @@ def error_response(
     return JsonResponse({"error": body}, status=status)
 
 
+# Live tokens by prefix, per process; stale in every process once a token or a user is
+# saved, revoked or deleted (accounts.versions; bumped by accounts.actions and signals).
+TOKENS = VersionedCache[ApiToken | None](TOKENS_VERSION)
+_PERM_CACHES = ("_perm_cache", "_user_perm_cache", "_group_perm_cache")
+
+
+def _load_token(prefix: str) -> ApiToken | None:
+    return (
+        ApiToken.objects.select_related("user")
+        .filter(prefix=prefix, revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+
+
+def _live_token(prefix: str) -> ApiToken | None:
+    """The live token of this prefix (cached), as a copy of its own for this request: a
+    view may set attributes on `request.user`, and permissions are never cached here."""
+    token = TOKENS.get(prefix, lambda: _load_token(prefix))
+    if token is None:
+        return None
+    mine, user = copy.copy(token), copy.copy(token.user)
+    for name in _PERM_CACHES:
+        user.__dict__.pop(name, None)
+    mine.user = user
+    return mine
+
+
 def authenticate_token(header: str) -> ApiToken | None:
     """The live token named by an `Authorization: Bearer …` header, or None."""
     scheme, _, plain = header.partition(" ")
@@ -82,16 +111,13 @@ def authenticate_token(header: str) -> ApiToken | None:
     prefix = split_prefix(plain, ApiToken.KIND)
     if prefix is None:
         return None
-    token = (
-        ApiToken.objects.select_related("user")
-        .filter(prefix=prefix, revoked_at__isnull=True, user__is_active=True)
-        .first()
-    )
+    token = _live_token(prefix)
     if token is None or not matches(plain, token.digest):
         return None
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
         touch_last_used(token, now, LAST_USED_RESOLUTION)
+        TOKENS.note(prefix, lambda cached: setattr(cached, "last_used_at", now))
         token.last_used_at = now
     return token
 

@@ -12,3 +12,19 @@ class AccountsConfig(AppConfig):
 
         user_login_failed.connect(login_limits.note_failure, dispatch_uid="login-limits-fail")
         user_logged_in.connect(login_limits.note_success, dispatch_uid="login-limits-ok")
+
+        # Cached tokens carry their user (accounts.api_auth): any save or delete of either
+        # (the admin's edits, a deactivated user) makes every process read them again.
+        from django.contrib.auth import get_user_model
+        from django.db.models.signals import post_delete, post_save
+
+        from accounts.actions import TOKENS_VERSION
+        from accounts.models import ApiToken
+        from accounts.versions import bump
+
+        def stale(**kwargs) -> None:
+            bump(TOKENS_VERSION)
+
+        for model in (ApiToken, get_user_model()):
+            post_save.connect(stale, sender=model, weak=False, dispatch_uid=f"tokens-{model}")
+            post_delete.connect(stale, sender=model, weak=False, dispatch_uid=f"tokens-d-{model}")

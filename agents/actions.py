@@ -56,6 +56,7 @@ from jobs.actions.workers import (
     record_gpu_samples,
 )
 from jobs.models import Pod
+from jobs.scheduler.cycle import admit_now
 from jobs.statuses import ACTIVE_POD_STATUSES
 from protocol import limits
 from protocol.agent import (
@@ -79,15 +80,15 @@ def heartbeat_interval() -> float:
     return float(settings.AGENT_HEARTBEAT_INTERVAL)
 
 
-def _deadline(now: datetime) -> datetime:
+def deadline_of(now: datetime) -> datetime:
     return now + timedelta(seconds=settings.NODE_NOT_READY_AFTER)
 
 
-def _gpu_rows(facts: NodeFacts) -> list[dict]:
+def gpu_rows(facts: NodeFacts) -> list[dict]:
     return [g.model_dump() for g in facts.gpus]
 
 
-def _fact_fields(facts: NodeFacts) -> dict:
+def fact_fields(facts: NodeFacts) -> dict:
     return {
         "agent_version": facts.agent_version,
         "runtime": facts.runtime,
@@ -190,18 +191,18 @@ def register_node(
             node, created = save_registration(
                 req.name,
                 {
-                    **_fact_fields(req.facts),
+                    **fact_fields(req.facts),
                     "resource_type": req.facts.resource_type,
                     "state": NodeState.READY,
                     "last_heartbeat_at": now,
-                    "heartbeat_deadline": _deadline(now),
+                    "heartbeat_deadline": deadline_of(now),
                     "token_prefix": new.prefix,
                     "token_digest": new.digest,
                     "token_revoked_at": None,
                     "report_digest": "",
                 },
             )
-            upsert_gpus(node.pk, _gpu_rows(req.facts), known_count=None)
+            upsert_gpus(node.pk, gpu_rows(req.facts), known_count=None)
             RegistrationRecord.objects.create(
                 **record,
                 node=node,
@@ -339,12 +340,12 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
     changed. Where nothing changed (the same facts and GPUs as the node row's digest, the
     workers running as known) it writes one statement: the time the node was seen; a
     running worker's last report is its node's last heartbeat."""
-    gpu_rows = _gpu_rows(items.facts)
-    facts = _fact_fields(items.facts)
-    digest = "" if items.refused_gpus else report_digest(facts, gpu_rows)
+    reported_gpus = gpu_rows(items.facts)
+    facts = fact_fields(items.facts)
+    digest = "" if items.refused_gpus else report_digest(facts, reported_gpus)
     same_facts = bool(digest) and digest == node.report_digest
     if not same_facts:
-        upsert_gpus(node.pk, gpu_rows, known_count=node.gpus)
+        upsert_gpus(node.pk, reported_gpus, known_count=node.gpus)
     if items.refused_gpus:
         refuse_gpu_reports(node.pk, items.refused_gpus)
     for problem in items.unnamed:
@@ -364,7 +365,7 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 lambda report=report: store_worker_extras(pods, [report], now),
                 atomic=True,
             )
-    changed = False
+    changed = freed = False
     fenced: dict[int, StopOrder] = {}
     samples: list[tuple[int, dict]] = []
     for report in items.workers:
@@ -381,6 +382,7 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 lambda pod=pod, report=report: _apply_report(node, pod, report, now),
             )
             changed |= applied is True
+            freed |= applied is True and verdict == Verdict.EXIT
         elif verdict == Verdict.FENCE:
             log.warning("node %s: fencing pod %s: %s", node.name, report.pod_id, why)
             fenced[report.pod_id] = StopOrder(
@@ -391,6 +393,8 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
             )
     record_gpu_samples(samples, now)  # only this node's current workers
     _record_refusals(node, pods, refused, "report", now)
+    if freed:  # GPUs came free: admit what fits now, and send this node's share back
+        admit_now()
     if changed:  # a report may have ended the job and ordered its other workers stopped
         pods = _load_pods(node.pk, ())
 
@@ -411,10 +415,10 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                     pod, running=False, error=f"invalid worker spec: {error_reason(exc)}", now=now
                 ),
             )
-    deadline = _deadline(now)
+    deadline = deadline_of(now)
     if not (same_facts and note_node_seen(node.pk, digest, now=now, deadline=deadline)):
         if same_facts:  # another request recorded other facts meanwhile: ours are newer
-            upsert_gpus(node.pk, gpu_rows, known_count=node.gpus)
+            upsert_gpus(node.pk, reported_gpus, known_count=node.gpus)
         record_node_alive(node.pk, facts, now=now, deadline=deadline, digest=digest)
     return HeartbeatReply(
         heartbeat_interval=heartbeat_interval(),

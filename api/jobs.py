@@ -25,7 +25,7 @@ from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
 from jobs.actions.submit import create_job as submit_job
 from jobs.actions.transitions import TransitionConflict
-from jobs.admission.facts import Checked, check_job
+from jobs.admission.facts import Checked, FactsLoader, check_job
 from jobs.admission.rules import ALL, CHOICES, add_problem, fields_of_job
 from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
 from jobs.folders import FolderTaken, array_folders
@@ -108,7 +108,12 @@ CHOICE_FIELDS = {
 }
 
 
-def checked_job(request: HttpRequest, payload: schemas.JobCreate, extra_env=None) -> Checked:
+def checked_job(
+    request: HttpRequest,
+    payload: schemas.JobCreate,
+    extra_env=None,
+    loader: FactsLoader | None = None,
+) -> Checked:
     data = payload.model_dump(exclude_none=True)
     if extra_env:
         env = data.get("env") or {}
@@ -117,7 +122,7 @@ def checked_job(request: HttpRequest, payload: schemas.JobCreate, extra_env=None
         else:
             env = {**env, **extra_env}
         data["env"] = env
-    checked = check_job(data, request.user)
+    checked = check_job(data, request.user, loader=loader)
     for name, choices in CHOICE_FIELDS.items():
         if data.get(name) == "":
             add_problem(checked.verdict, name, f"Choose one of: {', '.join(choices)}.")
@@ -185,8 +190,9 @@ def create_batch(
 
     def create() -> Outcome:
         items, errors = [], []
+        loader = FactsLoader(request.user)  # the quotas, workspaces and pools: once a batch
         for index, spec in enumerate(payload.jobs):
-            checked = checked_job(request, spec)
+            checked = checked_job(request, spec, loader=loader)
             if checked.ok:
                 items.append((checked.workspace, checked.quota, checked.spec()))
             else:

@@ -199,6 +199,8 @@ def bench_env(database_url: str, **extra: str) -> dict[str, str]:
         "API_RATE_LIMIT": "100000000/60",
         "DJANGO_SETTINGS_MODULE": "console.settings",
         "ALLOWED_HOSTS": "*",
+        # Per-process caches of tokens and rules, as in production (accounts.versions).
+        "VERSION_STORE_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
     }
     return env | extra
 

@@ -5,7 +5,7 @@ monitors never act twice."""
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet
 
 from cluster.models import GpuDevice, Node, NodeState
@@ -98,6 +98,32 @@ def note_node_seen(node_id: int, digest: str, *, now: datetime, deadline: dateti
             state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline
         )
     )
+
+
+def note_node_seen_quietly(
+    node_id: int,
+    digest: str,
+    token_digest: str,
+    condition: tuple[str, list],
+    *,
+    now: datetime,
+    deadline: datetime,
+) -> bool:
+    """`note_node_seen`, also only while `token_digest` is the node's live token (a revoked
+    or replaced token misses) and the caller's `condition` holds on the row (SQL over
+    `agents_node`, with its parameters: the quiet heartbeat's "its live pods are exactly the
+    ones reported", agents.quiet). One raw UPDATE: the ORM's compiler would cost more than
+    the statement on this, the most frequent request."""
+    where, params = condition
+    table = connection.ops.quote_name(Node._meta.db_table)
+    with connection.cursor() as cursor:  # names from the models, every value a parameter
+        cursor.execute(
+            f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "  # noqa: S608
+            "heartbeat_deadline = %s WHERE id = %s AND report_digest = %s "
+            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})",
+            [NodeState.READY, now, deadline, node_id, digest, token_digest, *params],
+        )
+        return cursor.rowcount == 1
 
 
 def upsert_gpus(node_id: int, gpus: Sequence[dict], *, known_count: int | None) -> None:

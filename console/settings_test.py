@@ -19,3 +19,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Every request computes its own forecast (tests of the cache turn it on).
 FORECAST_CACHE_SECONDS = 0
+# Per-process caches of tokens and rules (accounts.versions) are off: a test's own
+# transaction never commits, so a change would never bump them (tests of them turn it on).
+VERSION_STORE_URL = ""

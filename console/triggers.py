@@ -19,7 +19,9 @@ def send_scheduling() -> None:
     mode = settings.CONSOLE_LOOPS
     if mode == "celery":
         from console.requestid import current_request_id
-        from jobs.tasks import schedule_tick
+        from jobs.tasks import schedule_tick, want_cycle
+
+        want_cycle()  # a cycle already running runs again for it (jobs.tasks)
 
         # Expires after one interval: a trigger still queued by then is redundant (beat's
         # next tick, or any later cycle, does the same work), so an outage leaves no backlog.

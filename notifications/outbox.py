@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.versions import VersionedCache
 from jobs.hooks import JobNotice
 from notifications.actions import queue_deliveries
 from notifications.messages import event_of, generic_body
@@ -22,8 +23,15 @@ from notifications.triggers import request_delivery
 log = logging.getLogger(__name__)
 
 
-def _rules(workspace_ids: set[int], owner_ids: set[int]) -> list[NotificationRule]:
-    return list(
+# The rules that could match, per process, by the workspaces and owners asked about; stale
+# in every process once a rule or a user (their e-mail) is saved or deleted
+# (accounts.versions; bumped from notifications.apps).
+RULES_VERSION = "notification-rules"
+RULES = VersionedCache[tuple[NotificationRule, ...]](RULES_VERSION)
+
+
+def _load_rules(workspace_ids: frozenset[int], owner_ids: frozenset[int]):
+    return tuple(
         NotificationRule.objects.filter(enabled=True)
         .filter(
             Q(workspace_id__in=workspace_ids, channel__in=[Channel.WEBHOOK, Channel.SLACK])
@@ -31,6 +39,11 @@ def _rules(workspace_ids: set[int], owner_ids: set[int]) -> list[NotificationRul
         )
         .select_related("user")
     )
+
+
+def _rules(workspace_ids: set[int], owner_ids: set[int]) -> tuple[NotificationRule, ...]:
+    key = (frozenset(workspace_ids), frozenset(owner_ids))
+    return RULES.get(key, lambda: _load_rules(*key))
 
 
 def _matches(rule: NotificationRule, notice: JobNotice, event: str) -> bool:

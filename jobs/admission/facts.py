@@ -143,27 +143,64 @@ def quota_facts(quota: Quota) -> QuotaFacts:
     )
 
 
-def check_job(raw: Mapping[str, Any], user, workspaces: QuerySet | None = None) -> Checked:
+class FactsLoader:
+    """The database facts of admission, each loaded once per loader: a batch of jobs checks
+    every item with one loader, so items of the same quota and worker size cost no more
+    queries than one (the batch boundary rule still judges each item alone)."""
+
+    def __init__(self, user, workspaces: QuerySet | None = None) -> None:
+        self.user = user
+        self.workspaces = workspaces
+        self._memo: dict[tuple, Any] = {}
+
+    def _once(self, key: tuple, load):
+        if key not in self._memo:
+            self._memo[key] = load()
+        return self._memo[key]
+
+    def quota(self, ref: str) -> Quota | None:
+        return self._once(("quota", ref), lambda: _quota(ref))
+
+    def bound(self, quota: Quota) -> list[Workspace]:
+        def load() -> list[Workspace]:
+            mine = self.workspaces if self.workspaces is not None else member_workspaces(self.user)
+            return list(quota.workspaces.filter(pk__in=mine).order_by("name"))
+
+        return self._once(("bound", quota.pk), load)
+
+    def pool(self, quota: Quota, values: Mapping[str, Any]) -> PoolFacts:
+        size = tuple(values.get(name) for name in rules.WORKER_SIZE)
+        return self._once(("pool", quota.pk, size), lambda: _pool(quota, values))
+
+    def tree(self, quota: Quota) -> tuple[QuotaSnap, ...]:
+        return self._once(("tree", quota.pk), lambda: _tree(quota))
+
+
+def check_job(
+    raw: Mapping[str, Any],
+    user,
+    workspaces: QuerySet | None = None,
+    loader: FactsLoader | None = None,
+) -> Checked:
     """Check a new job of `user` (`raw`: its fields as submitted) against the rules and the
-    database. `workspaces`: the user's workspaces, when the caller has the queryset already."""
+    database. `workspaces`: the user's workspaces, when the caller has the queryset already;
+    `loader`: the facts already loaded for other items of the same batch."""
+    loader = loader or FactsLoader(user, workspaces)
     values, problems = rules.clean_fields(raw)
     if "quota" in problems:
         return Checked(rules.check(raw, Facts()))
-    quota = _quota(values["quota"])
-    bound: list[Workspace] = []
-    if quota is not None:
-        mine = workspaces if workspaces is not None else member_workspaces(user)
-        bound = list(quota.workspaces.filter(pk__in=mine).order_by("name"))
+    quota = loader.quota(values["quota"])
+    bound: list[Workspace] = loader.bound(quota) if quota is not None else []
     facts = Facts(
         quota=quota_facts(quota) if quota is not None else None,
         workspaces=tuple(WorkspaceFacts(w.pk, w.name) for w in bound),
     )
     if quota is not None and bound:
-        tree = _tree(quota) if rules.needs_tree(facts.quota, values) else ()
+        tree = loader.tree(quota) if rules.needs_tree(facts.quota, values) else ()
         facts = Facts(
             quota=facts.quota,
             workspaces=facts.workspaces,
-            pool=_pool(quota, values),
+            pool=loader.pool(quota, values),
             lenders=tuple(q.gpus for q in tree) if rules.needs_lenders(facts.quota, values) else (),
             tree=tree,
         )

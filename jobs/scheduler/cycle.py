@@ -26,7 +26,8 @@ writes (see `apply_plan`). Preemptions (rare) cost a few statements per victim.
 
 import logging
 import threading
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 from django.conf import settings
@@ -38,7 +39,7 @@ from jobs.scheduler.plan import PlanOptions, plan
 from jobs.scheduler.rows import CycleResult
 from jobs.scheduler.snapshot import load_snapshot
 
-__all__ = ["SCHEDULER_LOCK_KEY", "load_snapshot", "plan_options", "run_cycle"]
+__all__ = ["SCHEDULER_LOCK_KEY", "admit_now", "load_snapshot", "plan_options", "run_cycle"]
 
 log = logging.getLogger(__name__)
 
@@ -48,23 +49,52 @@ _process_lock = threading.RLock()
 
 
 @contextmanager
-def _serialised():
+def _serialised(wait: bool = True) -> Iterator[bool]:
+    """Hold the scheduler's lock for one transaction; yields False (holding nothing) when
+    `wait` is False and another cycle holds it."""
     if connection.vendor == "postgresql":
         with transaction.atomic():
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEDULER_LOCK_KEY])
-            yield
-    else:
-        local = _process_lock if connection.vendor == "sqlite" else nullcontext()
-        with local, transaction.atomic():
-            yield
+                if wait:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEDULER_LOCK_KEY])
+                else:
+                    cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SCHEDULER_LOCK_KEY])
+                    if not cursor.fetchone()[0]:
+                        yield False
+                        return
+            yield True
+        return
+    lock = _process_lock if connection.vendor == "sqlite" else None
+    if lock is not None and not lock.acquire(blocking=wait):
+        yield False
+        return
+    try:
+        with transaction.atomic():
+            yield True
+    finally:
+        if lock is not None:
+            lock.release()
 
 
-def run_cycle(now: datetime | None = None) -> CycleResult:
+def run_cycle(
+    now: datetime | None = None,
+    *,
+    wait: bool = True,
+    when_locked: Callable[[], object] | None = None,
+) -> CycleResult | None:
     """Admit what fits, queue the rest with reasons. Safe to run anywhere, any number of
-    times, concurrently: it is level-triggered and serialised."""
+    times, concurrently: it is level-triggered and serialised.
+
+    `wait=False` (an agent's report that freed GPUs, answered in the same request): run only
+    if no other cycle is running, else return None at once; the trigger sent when the change
+    committed (jobs.triggers) still asks for a cycle that sees it. `when_locked`: called
+    once the lock is held, before the snapshot is read (jobs.tasks takes its mark then)."""
     now = now or timezone.now()
-    with _serialised():
+    with _serialised(wait) as held:
+        if not held:
+            return None
+        if when_locked is not None:
+            when_locked()
         snapshot, rows = load_snapshot(now)
         decided = plan(snapshot, now, plan_options())
         result = apply_plan(decided, rows, now)
@@ -79,6 +109,21 @@ def run_cycle(now: datetime | None = None) -> CycleResult:
     if result.charged_home:
         log.info("scheduler: charge moved home (in quota) for job(s) %s", list(result.charged_home))
     return result
+
+
+def admit_now() -> None:
+    """A cycle right after a change that freed GPUs (an agent's exit report), in the same
+    request once its writes are committed, unless another cycle is running (that one, or the
+    one the change's commit triggered, admits instead). Never fails the caller: beat repeats
+    it. Off with settings.SCHEDULE_ON_AGENT_REPORT."""
+    if not settings.SCHEDULE_ON_AGENT_REPORT or transaction.get_connection().in_atomic_block:
+        return
+    from jobs.tasks import run_coalesced
+
+    try:
+        run_coalesced(wait=False)  # and again for the triggers it coalesced (jobs.tasks)
+    except Exception:
+        log.exception("scheduling cycle after a change that freed GPUs failed")
 
 
 def plan_options() -> PlanOptions:

@@ -6,6 +6,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from agents import quiet
 from cluster.actions import MISSING_GPU
 from cluster.models import GpuDevice, Node, NodeState
 from jobs.actions.stop import request_stop
@@ -335,14 +336,22 @@ def test_steady_heartbeat_query_count_does_not_grow_with_gpus_or_workers(
     _, pods = job_factory([node] * workers)
     reports = [running(p) for p in pods]
     heartbeat(client, token, workers=reports, gpus=gpus)  # Starting → Running, once
-    # auth, pods with their jobs, and ONE write: the node seen (its facts and GPUs as the
-    # digest on its row, compared in SQL; no GPU upsert, no timestamps on running workers)
+    # the full path (in a process that has not answered this node yet): auth, pods with
+    # their jobs, and ONE write: the node seen (its facts and GPUs as the digest on its row,
+    # compared in SQL; no GPU upsert, no timestamps on running workers)
+    quiet.forget_all()
     with django_assert_num_queries(3) as queries:
+        full = heartbeat(client, token, workers=reports, gpus=gpus)
+    writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
+    assert len(writes) == 1 and writes[0].startswith('UPDATE "agents_node"'), writes
+    # then the quiet path (agents.quiet): the token, the digest and the pods checked by
+    # that one UPDATE, the same reply
+    with django_assert_num_queries(1) as queries:
         response = heartbeat(client, token, workers=reports, gpus=gpus)
     assert response.status_code == 200
     assert len(response.json()["run"]) == workers
-    writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
-    assert len(writes) == 1 and writes[0].startswith('UPDATE "agents_node"'), writes
+    assert response.json() == full.json()
+    assert queries.captured_queries[0]["sql"].startswith('UPDATE "agents_node"')
 
 
 def test_a_heartbeat_with_other_facts_or_gpu_readings_records_them(client, job_factory):

@@ -148,6 +148,24 @@ def test_batch_creates_the_valid_jobs_and_reports_the_others(api, quota, node):
     assert JobEvent.objects.filter(reason="submitted").count() == 2
 
 
+def _statements_of_batch(api, size: int) -> int:
+    jobs = [GOOD | {"name": f"b{i}"} for i in range(size)]
+    jobs[size // 2] = GOOD | {"workers": 0}  # one bad item, refused alone
+    with CaptureQueriesContext(connection) as ctx:
+        response = post(api, "/api/v1/jobs/batch", {"jobs": jobs})
+    assert response.status_code == 201, response.content
+    assert len(response.json()["jobs"]) == size - 1
+    assert [e["index"] for e in response.json()["errors"]] == [size // 2]
+    return len(ctx.captured_queries)
+
+
+def test_a_batch_costs_the_same_statements_whatever_its_size(api, quota, node):
+    post(api, "/api/v1/jobs", GOOD)  # token use noted once
+    # The admission facts (quota, workspaces, nodes) are loaded once for the batch
+    # (jobs.admission.facts.FactsLoader); the jobs and events are written in bulk.
+    assert _statements_of_batch(api, 3) == _statements_of_batch(api, 30)
+
+
 def test_a_batch_of_only_invalid_jobs_is_a_400(api, quota, node):
     response = post(api, "/api/v1/jobs/batch", {"jobs": [GOOD | {"workers": 0}]})
     error = error_of(response, 400, "validation_error")

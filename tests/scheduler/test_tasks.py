@@ -71,3 +71,43 @@ def test_beat_schedules_every_tick(settings):
     assert schedule["agents.node_monitor_tick"]["schedule"] == settings.MONITOR_INTERVAL
     # A tick that waited a whole interval is dropped: the next one does the same work.
     assert schedule["jobs.schedule_tick"]["options"]["expires"] == settings.SCHEDULER_INTERVAL
+
+
+def test_a_tick_leaves_the_cycle_to_the_running_one_which_runs_again(submit, node, settings):
+    """Coalescing (jobs.tasks): while a cycle runs, a tick returns at once and leaves its
+    mark; the next cycle takes the mark and admits."""
+    import threading
+
+    import pytest
+    import redis
+
+    from jobs import tasks
+    from jobs.scheduler import cycle
+
+    url = settings.REDIS_URL or "redis://127.0.0.1:6379/14"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        pytest.skip(f"no Redis at {url}")
+    if cycle.connection.vendor != "sqlite":
+        pytest.skip("a running cycle is simulated by holding SQLite's process lock")
+    settings.REDIS_URL = url
+    job = submit(gpus=2)
+    held, release = threading.Event(), threading.Event()
+
+    def running_cycle() -> None:
+        with cycle._process_lock:
+            held.set()
+            release.wait(10)
+
+    other = threading.Thread(target=running_cycle)
+    other.start()
+    held.wait(10)
+    tasks.want_cycle()
+    assert tasks.run_coalesced() == {"skipped": "a cycle was running"}
+    assert tasks._redis().exists(tasks.WANTED)  # left for the running cycle
+    release.set()
+    other.join()
+    summary = tasks.run_coalesced()
+    assert list(summary["admitted"]) == [job.pk]
+    assert not tasks._redis().exists(tasks.WANTED)

@@ -1,0 +1,104 @@
+"""The quiet heartbeat (agents.quiet): one statement when nothing changed, and a miss (the
+full path) as soon as anything it stands for changed: the token, the facts, the pods."""
+
+import pytest
+from django.utils import timezone
+
+from cluster.actions import revoke_node_tokens
+from cluster.models import Node
+from jobs.actions.stop import request_stop
+from jobs.models import Job, Pod
+from jobs.statuses import JobStatus, PodStatus
+from tests.agents.conftest import heartbeat, register, running
+
+pytestmark = pytest.mark.django_db
+
+
+def _steady(client, job_factory, workers: int = 2):
+    node, token = register(client)
+    job, pods = job_factory([node] * workers)
+    reports = [running(p) for p in pods]
+    assert heartbeat(client, token, workers=reports).status_code == 200  # → Running
+    return node, token, job, pods, reports
+
+
+def test_a_revoked_token_stops_working_at_once(client, job_factory, django_assert_num_queries):
+    node, token, _, _, reports = _steady(client, job_factory)
+    with django_assert_num_queries(1):
+        assert heartbeat(client, token, workers=reports).status_code == 200
+    revoke_node_tokens(Node.objects.filter(pk=node.pk), timezone.now())
+    response = heartbeat(client, token, workers=reports)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "token_revoked"
+
+
+def test_a_replaced_token_is_unknown_at_once(client, job_factory):
+    node, token, _, _, reports = _steady(client, job_factory)
+    assert heartbeat(client, token, workers=reports).status_code == 200  # quiet
+    Node.objects.filter(pk=node.pk).update(token_digest="0" * 64)
+    assert heartbeat(client, token, workers=reports).status_code == 401
+
+
+def test_a_pod_placed_on_the_node_is_in_the_next_reply(client, job_factory):
+    node, token, _, _, reports = _steady(client, job_factory, workers=1)
+    assert heartbeat(client, token, workers=reports).status_code == 200  # quiet
+    _, (new,) = job_factory([node])
+    reply = heartbeat(client, token, workers=reports).json()
+    assert new.pk in {s["pod_id"] for s in reply["run"]}
+
+
+def test_a_stop_request_is_in_the_next_reply(client, job_factory):
+    _, token, job, pods, reports = _steady(client, job_factory)
+    assert heartbeat(client, token, workers=reports).status_code == 200  # quiet
+    request_stop(Job.objects.get(pk=job.pk), user=None)
+    reply = heartbeat(client, token, workers=reports).json()
+    assert {o["pod_id"] for o in reply["stop"]} == {p.pk for p in pods}
+
+
+def test_a_pod_ended_elsewhere_is_fenced_in_the_next_reply(client, job_factory):
+    _, token, _, pods, reports = _steady(client, job_factory)
+    assert heartbeat(client, token, workers=reports).status_code == 200  # quiet
+    Pod.objects.filter(pk=pods[0].pk).update(status=PodStatus.LOST)
+    reply = heartbeat(client, token, workers=reports).json()
+    assert pods[0].pk in {o["pod_id"] for o in reply["stop"]}
+
+
+def test_other_facts_and_an_exit_take_the_full_path(client, job_factory):
+    node, token, job, _, reports = _steady(client, job_factory, workers=1)
+    assert heartbeat(client, token, workers=reports).status_code == 200  # quiet
+    assert heartbeat(client, token, workers=reports, cpus=64).status_code == 200
+    assert Node.objects.get(pk=node.pk).cpus == 64
+    done = {**reports[0], "state": "exited", "exit_code": 0}
+    assert heartbeat(client, token, workers=[done]).status_code == 200
+    assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED
+
+
+def test_the_quiet_path_still_brings_a_not_ready_node_back(client, job_factory):
+    node, token, _, _, reports = _steady(client, job_factory)
+    assert heartbeat(client, token, workers=reports).status_code == 200
+    Node.objects.filter(pk=node.pk).update(state="NotReady")
+    assert heartbeat(client, token, workers=reports).status_code == 200
+    assert Node.objects.get(pk=node.pk).state == "Ready"
+
+
+# --- event-driven admission: an exit's GPUs go to a waiting job in the same reply ---
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_an_exit_report_gets_the_next_job_in_its_reply(client, settings, job_factory, enabled):
+    from jobs.scheduler.cycle import run_cycle
+    from tests.web.conftest import submit
+
+    settings.CONSOLE_LOOPS = "inprocess"  # no loop runs here: only the heartbeat schedules
+    settings.SCHEDULE_ON_AGENT_REPORT = enabled
+    node, token = register(client, gpus=2)
+    job, pods = job_factory([node], gpus=2, status=JobStatus.RUNNING, pod_status=PodStatus.RUNNING)
+    waiting = submit(job.owner, job.workspace, job.quota, gpus_per_worker=2)
+    run_cycle()  # nothing free: it waits
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.INQUEUE
+    done = {**running(pods[0]), "state": "exited", "exit_code": 0}
+    reply = heartbeat(client, token, workers=[done], gpus=2).json()
+    listed = {s["job_id"] for s in reply["run"]}
+    assert (waiting.pk in listed) is enabled
+    assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED

@@ -1,0 +1,63 @@
+"""API tokens cached per process (accounts.versions): a cached token costs no query, and a
+revoked token, a deactivated user or a deleted token stops working at once."""
+
+import os
+
+import pytest
+import redis
+
+from accounts.actions import revoke_api_tokens
+from accounts.api_auth import TOKENS
+from accounts.models import ApiToken
+
+pytestmark = pytest.mark.django_db
+URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/14"
+
+
+@pytest.fixture(autouse=True)
+def version_store(settings):
+    try:
+        redis.Redis.from_url(URL, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        pytest.skip(f"no Redis at {URL} for the version store")
+    settings.VERSION_STORE_URL = URL
+    TOKENS.clear()
+    yield
+    TOKENS.clear()
+
+
+def _calls(api, django_assert_num_queries, queries: int) -> None:
+    with django_assert_num_queries(queries):
+        assert api.get("/api/v1/me").status_code == 200
+
+
+def _queries_of(api, django_assert_num_queries) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        assert api.get("/api/v1/me").status_code == 200
+    return len(ctx.captured_queries)
+
+
+def test_a_cached_token_costs_no_query(api, django_assert_num_queries):
+    first = _queries_of(api, django_assert_num_queries)  # loads (and touches) the token
+    second = _queries_of(api, django_assert_num_queries)
+    assert second == first - 2  # neither the token's row nor its last-used time again
+
+
+@pytest.mark.parametrize("change", ["revoke", "deactivate", "delete"])
+def test_a_revoked_token_stops_working_at_once(
+    api, researcher, change, django_capture_on_commit_callbacks
+):
+    assert api.get("/api/v1/me").status_code == 200
+    assert api.get("/api/v1/me").status_code == 200  # cached now
+    with django_capture_on_commit_callbacks(execute=True):
+        if change == "revoke":
+            revoke_api_tokens(ApiToken.objects.filter(user=researcher))
+        elif change == "deactivate":
+            researcher.is_active = False
+            researcher.save()
+        else:
+            ApiToken.objects.filter(user=researcher).delete()
+    assert api.get("/api/v1/me").status_code == 401
