@@ -111,12 +111,16 @@ def controllers(kube_config):
         c.stop()
 
 
-def settle(controller: Controller, done, timeout: float = 30.0, what: str = "") -> None:
+def settle(
+    controller: Controller, done, timeout: float = 30.0, what: str = "", also=None
+) -> None:
     """Scheduler cycles and controller steps (this thread: the test's database) until
     `done()`; fails after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
         run_cycle()
+        if also is not None:
+            also()
         controller.step()
         if done():
             return

@@ -40,3 +40,21 @@ def log_lines(pod: Pod) -> list[str]:
 
 def status(job: Job) -> str:
     return Job.objects.values_list("status", flat=True).get(pk=job.pk)
+
+
+def write_checkpoint(root, workspace_id: int, job_id: int, step: int, attempt: int) -> str:
+    """A committed checkpoint as the SDK leaves it (files, then the manifest last); returns
+    its path as the workers see it (under /checkpoints)."""
+    import json
+    from pathlib import Path
+
+    folder = Path(root) / f"ws-{workspace_id}" / f"job-{job_id}" / f"step-{step}"
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(b"w" * 64)
+    manifest = {"step": step, "attempt": attempt, "files": [{"name": "model.pt", "size": 64}]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return f"/checkpoints/ws-{workspace_id}/job-{job_id}/step-{step}"
+
+
+def env_of(pod: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
