@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
-import urllib3
 
 CACHE_BINARY = Path.home() / ".cache/gpu-console/kubernetes/kube-apiserver-1.20.2"
 ADMIN_TOKEN = "admin-token-for-tests"
@@ -45,6 +44,11 @@ class ApiServer:
     folder: Path
     log: object = None  # the processes' output file, closed with them
 
+    @property
+    def ca_file(self) -> str:
+        """The server's self-signed certificate with its CA (the file it wrote at start)."""
+        return str(self.folder / "certs" / "apiserver.crt")
+
     def stop(self) -> None:
         for proc in reversed(self.processes):
             proc.terminate()
@@ -61,8 +65,9 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
-def _wait_ready(url: str, procs: list[subprocess.Popen], log: Path, timeout: float) -> None:
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+def _wait_ready(
+    url: str, procs: list[subprocess.Popen], log: Path, ca: Path, timeout: float
+) -> None:
     deadline = time.monotonic() + timeout
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     while time.monotonic() < deadline:
@@ -72,7 +77,10 @@ def _wait_ready(url: str, procs: list[subprocess.Popen], log: Path, timeout: flo
                     f"{proc.args[0]} exited {proc.returncode}:\n{log.read_text()[-3000:]}"
                 )
         try:
-            if requests.get(f"{url}/readyz", headers=headers, verify=False, timeout=2).ok:
+            if (
+                ca.exists()
+                and requests.get(f"{url}/readyz", headers=headers, verify=str(ca), timeout=2).ok
+            ):
                 return
         except requests.RequestException:
             pass
@@ -119,7 +127,7 @@ def start(folder: Path, apiserver: str, timeout: float = 90) -> ApiServer:
     )  # fmt: skip
     server = ApiServer(f"https://127.0.0.1:{secure}", [etcd_proc, api_proc], folder, out)
     try:
-        _wait_ready(server.url, server.processes, log, timeout)
+        _wait_ready(server.url, server.processes, log, Path(server.ca_file), timeout)
     except Exception:
         server.stop()
         raise

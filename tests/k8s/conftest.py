@@ -44,7 +44,7 @@ def kube_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kubelet(kube_server, tmp_path_factory):
-    k = FakeKubelet(kube_server.url, tmp_path_factory.mktemp("kubelet"))
+    k = FakeKubelet(kube_server.url, kube_server.ca_file, tmp_path_factory.mktemp("kubelet"))
     for doc in yaml.safe_load_all(RBAC.read_text()):
         _apply(k, doc)
     yield k
@@ -87,7 +87,7 @@ def kube_config(kube_server, kube_ns, tmp_path, settings):
     return KubeConfig(
         api_url=kube_server.url,
         token=apiserver.CONSOLE_TOKEN,
-        insecure=True,
+        ca_file=kube_server.ca_file,
         namespace=kube_ns,
         node_selector=f"gpu-console-test={kube_ns}",
         sync_interval=0.2,
@@ -111,9 +111,7 @@ def controllers(kube_config):
         c.stop()
 
 
-def settle(
-    controller: Controller, done, timeout: float = 30.0, what: str = "", also=None
-) -> None:
+def settle(controller: Controller, done, timeout: float = 30.0, what: str = "", also=None) -> None:
     """Scheduler cycles and controller steps (this thread: the test's database) until
     `done()`; fails after `timeout`."""
     deadline = time.monotonic() + timeout

@@ -16,7 +16,6 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import requests
-import urllib3
 
 from tests.k8s.apiserver import ADMIN_TOKEN
 
@@ -28,12 +27,10 @@ def _now() -> str:
 class Admin:
     """The API as cluster-admin (what the kubelet and the operator would do)."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str, ca_file: str) -> None:
+        self.url, self.ca_file = url, ca_file
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {ADMIN_TOKEN}"
-        self.session.verify = False
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
     def call(self, method: str, path: str, body=None, ctype="application/json", ok=()):
         data = None if body is None else json.dumps(body)
@@ -43,7 +40,7 @@ class Admin:
             data=data,
             headers={"Content-Type": ctype},
             timeout=30,
-            verify=False,
+            verify=self.ca_file,
         )
         if r.status_code >= 400 and r.status_code not in ok:
             raise AssertionError(f"{method} {path}: {r.status_code} {r.text[:500]}")
@@ -92,8 +89,8 @@ class _Logs(BaseHTTPRequestHandler):
 
 
 class FakeKubelet:
-    def __init__(self, url: str, folder: Path) -> None:
-        self.api = Admin(url)
+    def __init__(self, url: str, ca_file: str, folder: Path) -> None:
+        self.api = Admin(url, ca_file)
         self.cond = threading.Condition()
         self.logs: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self.ended: set[tuple[str, str]] = set()
