@@ -25,7 +25,7 @@ from kube import actions
 from kube.client import KubeClient, KubeError
 from kube.config import KubeConfig
 from kube.decisions import ConsolePod, Do, Step, gpu_rows, plan_pod
-from kube.logs import Done, LogFollower, Lines
+from kube.logs import Done, LogFollower
 from kube.manifest import WorkerFacts, pod_manifest
 from kube.objects import (
     FINALIZER,
