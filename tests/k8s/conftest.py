@@ -1,9 +1,9 @@
 """Fixtures of the Kubernetes backend's tests: a real API server for the session, a fake
 kubelet, a namespace and nodes of each test's own, and a controller (docs/kubernetes.md).
 
-Skipped with a reason when no kube-apiserver is available (plain `make test` on a machine
-that never ran scripts/kube-build); `make test-k8s` sets KUBE_APISERVER, and then a server
-that cannot start fails the tests instead."""
+Skipped with a reason unless KUBE_APISERVER names a kube-apiserver (plain `make test`);
+`make test-k8s` sets it (scripts/kube-build), and then a server that cannot start fails the
+tests instead."""
 
 import time
 import uuid
@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
     if apiserver.binary():
         return
     skip = pytest.mark.skip(
-        reason="no kube-apiserver: run `make test-k8s` (scripts/kube-build builds it once)"
+        reason="KUBE_APISERVER is not set: `make test-k8s` runs these (scripts/kube-build)"
     )
     for item in items:
         if "tests/k8s/" in str(item.fspath):
