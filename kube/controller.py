@@ -92,6 +92,11 @@ class Controller:
             if not watched.synced.wait(SYNC_TIMEOUT):
                 raise RuntimeError(f"Kubernetes: listing {watched.path} did not finish")
 
+    def wake_with(self, wake) -> None:
+        """Let the watches wake another loop (console.loops) instead of run_forever."""
+        for watched in (self.nodes, self.own, self.others):
+            watched.on_change = wake
+
     def stop(self) -> None:
         self.stopping.set()
         self.woken.set()
