@@ -103,3 +103,29 @@ def test_a_restarted_controller_adopts_its_pods_and_loses_no_line(
     settle(controller, lambda: status(job) == JobStatus.COMPLETED)
     assert log_lines(pod) == lines
     assert Pod.objects.filter(job=job).count() == 1  # one attempt: nothing restarted
+
+
+def test_an_eviction_by_the_cluster_restarts_through_fault_tolerance(
+    controllers, kubelet, kube_ns, researcher, workspace, quota
+):
+    ns = kube_ns
+    kubelet.add_node(f"{ns}-a", 8, {"gpu-console-test": ns})
+    controller = controllers()
+    job = make_job(researcher, workspace, quota, gpus=8, ft=True)
+    first = f"job-{job.pk}-w0-a1"
+    settle(controller, lambda: api_pod(kubelet, ns, first) is not None)
+    kubelet.start(ns, first)
+    settle(controller, lambda: status(job) == JobStatus.RUNNING)
+    eviction = {
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": first, "namespace": ns},
+    }
+    kubelet.api.call("POST", f"/api/v1/namespaces/{ns}/pods/{first}/eviction", eviction)
+    second = f"job-{job.pk}-w0-a2"
+    settle(controller, lambda: api_pod(kubelet, ns, second) is not None, what="restarted")
+    evicted = Pod.objects.get(job=job, attempt=1)
+    assert evicted.status == PodStatus.LOST and "ended by the cluster" in evicted.status_reason
+    assert log_lines(evicted) == ["SIGTERM received"]
+    job.refresh_from_db()
+    assert (job.node_loss_count, job.restart_count) == (1, 0)  # no failure budget spent
