@@ -191,22 +191,26 @@ class Controller:
                 self._restart_follower(item.name)
 
     def _store_extras(self, pods: dict[int, Pod], now: datetime) -> None:
+        """Checkpoints once per job (its folder is shared), progress per worker, before any
+        exit of this step is applied (a save on SIGTERM is known before the restart)."""
         if not self.config.checkpoint_root:
             return
-        first: dict[int, Pod] = {}
-        for pod in sorted(pods.values(), key=lambda p: p.rank):
-            if pod.status in ACTIVE_POD_STATUSES:
-                first.setdefault(pod.job_id, pod)
-        for pod in first.values():
+        scanned: set[int] = set()
+        for pod in sorted(pods.values(), key=lambda p: (p.job_id, p.rank)):
+            if pod.status not in ACTIVE_POD_STATUSES:
+                continue
             job = pod.job
             try:
-                checkpoints = job_checkpoints(
-                    self.config, job.workspace_id, job.pk, job.checkpoint_dir
-                )
+                checkpoints = []
+                if job.pk not in scanned:
+                    scanned.add(job.pk)
+                    checkpoints = job_checkpoints(
+                        self.config, job.workspace_id, job.pk, job.checkpoint_dir
+                    )
                 progress = worker_progress(self.config, job.workspace_id, pod.pk, pod.attempt)
                 actions.store_extras(pod, checkpoints, progress, now)
             except Exception:
-                log.exception("kube: reading checkpoints of job %s failed", job.pk)
+                log.exception("kube: reading checkpoints or progress of pod %s failed", pod.pk)
 
     def _converge(self, pod: Pod, api: Observed | None, nodes, copies, now: datetime) -> None:
         facts = ConsolePod(

@@ -1,5 +1,8 @@
 """A job's life on Kubernetes through the real API server (docs/kubernetes.md)."""
 
+import json
+from pathlib import Path
+
 from jobs.models import Pod
 from jobs.statuses import JobStatus, PodStatus
 from tests.k8s.conftest import settle
@@ -7,7 +10,7 @@ from tests.k8s.helpers import api_pod, log_lines, make_job, status
 
 
 def test_a_two_worker_job_completes_with_every_log_line_once(
-    controllers, kubelet, kube_ns, researcher, workspace, quota
+    controllers, kubelet, kube_ns, kube_config, researcher, workspace, quota
 ):
     ns, label = kube_ns, {"gpu-console-test": kube_ns}
     kubelet.add_node(f"{ns}-a", 8, label)
@@ -27,6 +30,16 @@ def test_a_two_worker_job_completes_with_every_log_line_once(
     for name in names:
         kubelet.start(ns, name)
     settle(controller, lambda: status(job) == JobStatus.RUNNING, what="Running")
+    for pod in job.pods.all():  # the SDK's progress file, on the shared volume
+        folder = Path(kube_config.checkpoint_root) / f"ws-{workspace.pk}" / ".progress"
+        folder.mkdir(parents=True, exist_ok=True)
+        progress = {"step": 5 + pod.rank, "total": 100, "phase": "train"}
+        (folder / f"pod-{pod.pk}-1.json").write_text(json.dumps(progress))
+    settle(
+        controller,
+        lambda: sorted(job.pods.values_list("progress_step", flat=True)) == [5, 6],
+        what="progress read",
+    )
 
     expected = {name: [f"{name} line {i}" for i in range(1200)] for name in names}
     for name in names:
