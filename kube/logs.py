@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import requests
+
 from kube.client import KubeClient, KubeError
 from protocol import limits
 
@@ -96,6 +98,10 @@ class LogFollower(threading.Thread):
                     self.done = True
                     self.out.put(Done(self.pod))
                     return
+            except requests.exceptions.ChunkedEncodingError:
+                # The API server often ends a proxied log without the last chunk when the
+                # kubelet closes it: not known to be whole, so it is read once more.
+                log.info("the log stream of %s ended early; reading again", self.pod)
             except KubeError as exc:
                 if exc.status == 404:
                     return  # the Pod is gone: the controller decides what that means
