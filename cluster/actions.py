@@ -214,3 +214,36 @@ def drain(nodes: QuerySet[Node] | Iterable[int], now: datetime) -> int:
     return query.filter(drain_requested_at__isnull=True).update(
         cordoned=True, drain_requested_at=now
     )
+
+
+KUBERNETES = "kubernetes"  # Node.runtime of the nodes of a Kubernetes cluster (kube)
+
+
+def sync_cluster_node(
+    name: str, fields: dict, gpus: Sequence[dict], *, alive: bool, now: datetime, deadline
+) -> int | None:
+    """A node of the configured Kubernetes cluster as the console's inventory
+    (docs/kubernetes.md): its facts and GPU slots as the controller computed them; while
+    Kubernetes reports it Ready it is seen now (the controller stands in for its
+    heartbeats, so the node monitor's NotReady/Lost timers apply when it is not). A name
+    registered by an agent is never taken over: None."""
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=name).first()
+        if node is not None and node.runtime != KUBERNETES:
+            return None
+        seen = {"last_heartbeat_at": now, "heartbeat_deadline": deadline} if alive else {}
+        if node is None:
+            node = Node.objects.create(
+                name=name,
+                runtime=KUBERNETES,
+                state=NodeState.READY if alive else NodeState.NOT_READY,
+                **fields,
+                **seen,
+            )
+            known = None
+        else:
+            state = {"state": NodeState.READY} if alive else {}
+            Node.objects.filter(pk=node.pk).update(**fields, **seen, **state)
+            known = node.gpus
+        upsert_gpus(node.pk, list(gpus), known_count=known)
+    return node.pk

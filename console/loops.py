@@ -81,7 +81,39 @@ def start_loops() -> dict[str, Loop]:
             ):
                 _loops[loop.loop_name] = loop
                 loop.start()
+            kube = _kube_loop()
+            if kube is not None:
+                _loops[kube.loop_name] = kube
+                kube.start()
     return dict(_loops)
+
+
+def _kube_loop() -> Loop | None:
+    """The Kubernetes controller's steps as a loop when KUBE_API_URL is set
+    (docs/kubernetes.md): started (permissions checked, watches listed) at its first tick
+    and woken by its watches; `manage.py run_kube_controller` is the same as a process."""
+    from kube import config as kube_config
+
+    if not kube_config.enabled():
+        return None
+    from kube.controller import Controller
+
+    holder: dict[str, Controller] = {}
+
+    def tick() -> None:
+        if "controller" not in holder:
+            controller = Controller(kube_config.load())
+            controller.wake_with(loop.woken.set)
+            try:
+                controller.start()
+            except Exception:
+                controller.stop()  # its watches, if they started; the next tick tries again
+                raise
+            holder["controller"] = controller
+        holder["controller"].step()
+
+    loop = Loop("kube", tick, float(kube_config.load().sync_interval))
+    return loop
 
 
 def stop_loops(names: list[str] | None = None, timeout: float = 10.0) -> None:

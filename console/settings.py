@@ -335,6 +335,24 @@ WORKER_FENCE_TIMEOUT = env_int("WORKER_FENCE_TIMEOUT", 0, minimum=0) or None
 AGENT_WAIT_POLL = env_int("AGENT_WAIT_POLL_MS", 100, minimum=10) / 1000
 AGENT_WAIT_SLOTS = env_int("AGENT_WAIT_SLOTS", 64, minimum=0)
 AGENT_WAIT_TIMEOUT = env_int("AGENT_WAIT_TIMEOUT", 25, minimum=1)
+# The Kubernetes backend (docs/kubernetes.md): off unless KUBE_API_URL is set.
+KUBE_API_URL = env_str("KUBE_API_URL")
+KUBE_TOKEN_FILE = env_str("KUBE_TOKEN_FILE", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+KUBE_TOKEN = env_str("KUBE_TOKEN")
+KUBE_CA_FILE = env_str("KUBE_CA_FILE")
+KUBE_INSECURE = env_bool("KUBE_INSECURE", False)  # tests only: no certificate check
+KUBE_NAMESPACE = env_str("KUBE_NAMESPACE", "gpu-console")
+KUBE_NODE_SELECTOR = env_str("KUBE_NODE_SELECTOR")
+KUBE_GPU_RESOURCE = env_str("KUBE_GPU_RESOURCE", "nvidia.com/gpu")
+KUBE_GPU_TYPE = env_str("KUBE_GPU_TYPE", "H200")
+KUBE_RESOURCE_TYPE = env_str("KUBE_RESOURCE_TYPE", "Lingjun")
+KUBE_SYNC_INTERVAL = env_int("KUBE_SYNC_INTERVAL", 2, minimum=1)
+# The checkpoint volume: a PersistentVolumeClaim (or a hostPath) mounted into every worker
+# at KUBE_CHECKPOINT_MOUNT, and mounted on the console at KUBE_CHECKPOINT_ROOT to scan.
+KUBE_CHECKPOINT_CLAIM = env_str("KUBE_CHECKPOINT_CLAIM")
+KUBE_CHECKPOINT_HOSTPATH = env_str("KUBE_CHECKPOINT_HOSTPATH")
+KUBE_CHECKPOINT_MOUNT = env_str("KUBE_CHECKPOINT_MOUNT", "/checkpoints")
+KUBE_CHECKPOINT_ROOT = env_str("KUBE_CHECKPOINT_ROOT")
 BOOTSTRAP_TOKEN_TTL = env_int("BOOTSTRAP_TOKEN_TTL", 24 * 3600, minimum=60)
 DEFAULT_STOP_GRACE = env_int("DEFAULT_STOP_GRACE", 30, minimum=0)
 

@@ -14,20 +14,20 @@ every file's sha256 on resume). Everything read here is the job's output: hostil
 validated by the protocol schemas and dropped when invalid.
 """
 
-import hashlib
-import json
 import logging
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from protocol import limits
-from protocol.agent import CheckpointReport, ProgressReport
+# Reading what workers write (progress files, checkpoint manifests) is shared with the
+# console's Kubernetes controller, which scans the same files on a shared volume.
+from protocol.volumes import (  # noqa: F401
+    MAX_MANIFEST_BYTES,
+    MAX_PROGRESS_BYTES,
+    _committed,
+    read_progress,
+    scan_checkpoints,
+)
 
 log = logging.getLogger(__name__)
-
-MAX_PROGRESS_BYTES = 16 * 1024
-MAX_MANIFEST_BYTES = 1024 * 1024
 
 
 class BadCheckpointDir(ValueError):
@@ -67,76 +67,6 @@ def checkpoint_dir(state_dir: Path, job_id: int, subdir: str = "", workspace_id:
             f"checkpoint folder {subdir!r} is outside this workspace's area {area}"
         )
     return folder.resolve()
-
-
-def read_progress(path: Path) -> ProgressReport | None:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_PROGRESS_BYTES + 1)
-    except OSError:
-        return None
-    if len(raw) > MAX_PROGRESS_BYTES:
-        return None
-    try:
-        body = json.loads(raw)
-        return ProgressReport(
-            step=body["step"],
-            total=body.get("total"),
-            phase=body.get("phase", ""),
-            metrics=body.get("metrics") or {},
-            at=body.get("time"),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError, ValidationError):
-        return None
-
-
-def _committed(folder: Path) -> CheckpointReport | None:
-    manifest_path = folder / "manifest.json"
-    try:
-        if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
-            return None
-        raw = manifest_path.read_bytes()
-        manifest = json.loads(raw)
-        total = 0
-        for entry in manifest["files"]:
-            name = Path(entry["name"])
-            if name.is_absolute() or ".." in name.parts:
-                return None
-            if (folder / name).stat().st_size != entry["size"]:
-                return None  # the files do not match the manifest: not committed
-            total += entry["size"]
-        return CheckpointReport(
-            step=manifest["step"],
-            path=str(folder),
-            size_bytes=total + len(raw),
-            checksum=hashlib.sha256(raw).hexdigest(),
-            attempt=manifest.get("attempt") or None,
-        )
-    except (OSError, ValueError, KeyError, TypeError, ValidationError):
-        return None
-
-
-def scan_checkpoints(
-    folder: Path, newest: int = limits.CHECKPOINTS_REPORTED
-) -> list[CheckpointReport]:
-    """The newest committed checkpoints in a job's folder, newest first."""
-    try:
-        entries = [e for e in Path(folder).iterdir() if e.name.startswith("step-") and e.is_dir()]
-    except OSError:
-        return []
-
-    def step_of(entry: Path) -> int:
-        suffix = entry.name[5:]
-        return int(suffix) if suffix.isdigit() else -1
-
-    found: list[CheckpointReport] = []
-    for entry in sorted(entries, key=step_of, reverse=True):
-        report = _committed(entry)
-        if report is not None:
-            found.append(report)
-            if len(found) >= newest:
-                break
-    return found
 
 
 def resolve_resume(

@@ -215,7 +215,7 @@ def mark_pods_unknown(node_id: int, reason: str) -> int:
     ).update(status=PodStatus.UNKNOWN, status_reason=reason)
 
 
-def end_pods_of_dead_nodes(pods: QuerySet[Pod], now: datetime) -> int:
+def end_pods_of_dead_nodes(pods: QuerySet[Pod], now: datetime, *, reason: str = NODE_LOST) -> int:
     """End live pods of dead nodes and reconcile their jobs, in the caller's transaction.
 
     Ordered stops end as ordered (a stop never hangs on a dead node, and a user's stop still
@@ -230,9 +230,46 @@ def end_pods_of_dead_nodes(pods: QuerySet[Pod], now: datetime) -> int:
         pk__in=[pk for pk, _ in rows], status__in=list(ACTIVE_POD_STATUSES)
     ).update(
         status=Case(When(ordered_stop, then=F("stop_as")), default=Value(PodStatus.LOST)),
-        status_reason=Case(When(ordered_stop, then=F("stop_reason")), default=Value(NODE_LOST)),
+        status_reason=Case(When(ordered_stop, then=F("stop_reason")), default=Value(reason)),
         finished_at=now,
     )
     for job_id in sorted({job_id for _, job_id in rows}):
         reconcile_job(job_id, now=now)
     return ended
+
+
+def requeue_refused_pod(pod: Pod, reason: str, now: datetime) -> bool:
+    """The node refused to start this worker (Kubernetes' kubelet admission: `OutOf…`): the
+    worker never ran, so its job is placed again as a new attempt (Pending), spending no
+    restart budget; the rest of the attempt is stopped. Returns whether anything changed."""
+    with transaction.atomic():
+        lock_jobs([pod.job_id])
+        ended = Pod.objects.filter(pk=pod.pk, status__in=list(ACTIVE_POD_STATUSES)).update(
+            status=PodStatus.FAILED,
+            status_reason=fit(reason, limits.REASON),
+            error_message=fit_tail(reason, limits.ERROR_STORED),
+            finished_at=now,
+            last_report_at=now,
+            logs_delivered=True,
+        )
+        if not ended:
+            return False
+        job = Job.objects.get(pk=pod.job_id)
+        placed = job.status in (JobStatus.STARTING, JobStatus.RUNNING)
+        if not placed or job.attempt != pod.attempt or job.stop_requested_at is not None:
+            reconcile_job(job.pk, now=now)
+            return True
+        try:
+            transition(
+                job,
+                JobStatus.PENDING,
+                reason=f"requeued: worker {pod.rank} {reason}",
+                actor=Actor.AGENT,
+                now=now,
+                attempt=job.attempt + 1,
+                hang_deadline=None,
+            )
+        except TransitionConflict:
+            return True
+        stop_pods(job, reason=f"requeued: {reason}", stop_as=PodStatus.STOPPED, now=now)
+    return True

@@ -13,6 +13,8 @@ Rooms, lowest first; a room may import the rooms listed for it, never one above 
     audit           the audit log (hears jobs' notices; mirrors the admin's history)
     notifications   webhook and e-mail notifications (an outbox fed by jobs' notices)
     agents          the agent API app: registration, heartbeats, logs, node monitor
+    kube            the Kubernetes backend's controller (a peer of agents: the same
+                    actions of jobs and cluster, no import of the agent API)
     api             the researcher API (django-ninja, /api/v1/) and its JSON shapes
     web             the HTML pages, partials, template tags (a peer of api: neither imports
                     the other; both read the same rooms)
@@ -38,9 +40,11 @@ ALLOWED: dict[str, set[str]] = {
     "audit": {"jobs", "cluster", "quotas", "accounts", "protocol"},
     "notifications": {"jobs", "cluster", "quotas", "accounts", "protocol"},
     "agents": {"jobs", "cluster", "quotas", "accounts", "protocol"},
+    "kube": {"jobs", "cluster", "quotas", "accounts", "protocol"},
     "api": {"audit", "notifications", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "web": {"audit", "notifications", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "console": {
+        "kube",
         "web",
         "api",
         "agents",

@@ -1,0 +1,74 @@
+"""What the controller writes, each through the action of the app that owns the rows, the
+same code paths as the node agent's reports (agents.actions, docs/kubernetes.md):
+
+- inventory: `cluster.actions.sync_cluster_node`,
+- worker statuses: `jobs.actions.workers.apply_worker_state` (compare-and-set on the
+  pod's live status; the job reconciled, fault tolerance applied, `stop_as` honoured so a
+  preempted worker ends Resource Preempted),
+- workers the cluster took away: `jobs.actions.workers.end_pods_of_dead_nodes` (Lost: fault
+  tolerance as for a lost node, no failure budget spent),
+- kubelet refusals: `jobs.actions.workers.requeue_refused_pod`,
+- log lines: `jobs.actions.logs.append_log_lines` (each sequence number once),
+- checkpoints and progress: `jobs.actions.progress`.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from cluster.actions import sync_cluster_node
+from jobs.actions.logs import append_log_lines
+from jobs.actions.progress import store_checkpoints, store_progress
+from jobs.actions.workers import (
+    apply_worker_state,
+    end_pods_of_dead_nodes,
+    requeue_refused_pod,
+)
+from jobs.models import Pod
+from protocol import limits
+from protocol.text import fit
+
+
+def sync_node(name: str, fields: dict, gpus: Sequence[dict], alive: bool, now: datetime):
+    deadline = now + timedelta(seconds=settings.NODE_NOT_READY_AFTER)
+    return sync_cluster_node(name, fields, gpus, alive=alive, now=now, deadline=deadline)
+
+
+def worker_started(pod: Pod, container_id: str, now: datetime) -> bool:
+    return apply_worker_state(pod, running=True, container_id=container_id, now=now)
+
+
+def worker_exited(pod: Pod, exit_code: int | None, error: str, now: datetime) -> bool:
+    return apply_worker_state(
+        pod, running=False, exit_code=exit_code, error=error, logs_delivered=True, now=now
+    )
+
+
+def worker_lost(pod: Pod, reason: str, now: datetime) -> int:
+    return end_pods_of_dead_nodes(
+        Pod.objects.filter(pk=pod.pk), now, reason=fit(reason, limits.REASON)
+    )
+
+
+def worker_refused(pod: Pod, reason: str, now: datetime) -> bool:
+    return requeue_refused_pod(pod, reason, now)
+
+
+def store_lines(pod: Pod, first_seq: int, lines: Sequence[str], now: datetime) -> int:
+    """Lines `first_seq`, … of the worker's log (each reading of the log starts at 0): the
+    part not stored yet, once. Returns the next sequence number expected."""
+    current = pod.log_next_seq
+    if first_seq > current:
+        return current  # a gap: never store past it (cannot happen with whole readings)
+    fresh = [fit(line, limits.LOG_LINE) for line in lines[current - first_seq :]]
+    if not fresh:
+        return current
+    return append_log_lines(pod, current, fresh, now)
+
+
+def store_extras(pod: Pod, checkpoints: list, progress, now: datetime) -> None:
+    if checkpoints:
+        store_checkpoints(pod, checkpoints, now)
+    if progress is not None:
+        store_progress(pod, progress, now)
