@@ -99,12 +99,12 @@ def _jobs(jobs: int, quotas, spaces, users, days: int) -> None:
         INSERT INTO {Pod._meta.db_table} (job_id, attempt, rank, gpu_indices, gpu_uuids, gpus,
           cpus, memory_gb, charged_quota_id, in_quota, status, status_reason, desired,
           stop_grace_seconds, stop_reason, stop_as, error_message, container_id, log_next_seq,
-          progress_phase, progress_metrics, recent_line_hashes, report_refused, created_at,
-          started_at, finished_at)
+          progress_phase, progress_metrics, recent_line_hashes, report_refused, logs_delivered,
+          created_at, started_at, finished_at)
         SELECT j.id, 1, 0, '[]', '[]', j.gpus_per_worker, 4, 16,
           CASE WHEN j.id % 10 = 0 THEN {q0} + (j.quota_id - {q0} + 1) % {QUOTAS}
                ELSE j.quota_id END,
-          j.id % 10 <> 0, 'Succeeded', '', 'Run', 30, '', '', '', '', 0, '', '{{}}', '[]', '',
+          j.id % 10 <> 0, 'Succeeded', '', 'Run', 30, '', '', '', '', 0, '', '{{}}', '[]', '', true,
           j.started_at, j.started_at, j.finished_at
         FROM {Job._meta.db_table} j""")
     _sql(f"""

@@ -12,14 +12,14 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import F, Subquery, Sum
-from django.db.models.functions import TruncMonth
+from django.db.models import Q, Subquery
 from django.utils.dateparse import parse_date, parse_datetime
 
 from jobs.access import member_workspace_ids
 from jobs.actions.usage import COLUMNS
 from jobs.models import UsageBucket
 from jobs.usage_history import roll_up_tree
+from jobs.usage_query import Epoch, covering, fetch, from_epoch, month_period, pieces, sums
 from protocol import limits
 from quotas.access import owned_tenant_ids, visible_quota_ids
 from quotas.models import Quota, Workspace
@@ -152,34 +152,42 @@ def quota_parents(ids) -> dict[int, int | None]:
     return dict(Quota.objects.values_list("pk", "parent_id"))
 
 
-def usage_buckets(scope: UsageScope, request: UsageRequest, detail: bool):
-    span = "h" if request.granularity == "hour" else "d"
-    rows = UsageBucket.objects.filter(span=span, start__gte=request.since, start__lt=request.until)
+def usage_buckets(scope: UsageScope, detail: bool, where: Q, model=UsageBucket):
+    """The buckets `where` selects that the scope may read: quota rows, or (detail) the
+    (quota, workspace, user) rows."""
+    rows = model.objects.filter(where)
     if scope.quota_ids is not None:
         rows = rows.filter(quota_id__in=scope.quota_ids)
-    if not detail:
-        return rows.filter(workspace_id=0)
-    rows = rows.filter(workspace_id__gt=0)
-    if scope.workspace_ids is not None:
+    if model is UsageBucket:
+        rows = rows.filter(workspace_id=0) if not detail else rows.filter(workspace_id__gt=0)
+    if detail and scope.workspace_ids is not None:
         rows = rows.filter(workspace_id__in=scope.workspace_ids)
     return rows
 
 
-SUMS = {f"s_{c}": Sum(F(c)) for c in COLUMNS}
+def request_pieces(request: UsageRequest, by_period: bool) -> list:
+    """The bucket ranges a request reads: its own granularity's buckets when rows are per
+    period (months pre-rolled where whole), else the fewest that cover the period."""
+    if not by_period or request.granularity == "month":
+        return pieces(request.since, request.until)
+    span = "h" if request.granularity == "hour" else "d"
+    return [(span, request.since, request.until)]
+
+
+SUMS = sums(COLUMNS)
 
 
 def grouped(scope: UsageScope, request: UsageRequest, key: str | None, by_period: bool):
-    """(key?, period?, five sums) tuples aggregated by the database: months by TruncMonth;
-    hours and days are the buckets' own starts."""
+    """(key?, period as epoch seconds?, five sums) tuples aggregated by the database, one
+    query: months of month or day buckets by their month; hours and days as they are."""
     detail = key in ("workspace_id", "user_id")
-    found = usage_buckets(scope, request, detail)
+    found = usage_buckets(scope, detail, covering(request_pieces(request, by_period)))
     fields = [key] if key else []
-    if by_period and request.granularity == "month":
-        found = found.annotate(period=TruncMonth("start", tzinfo=UTC))
+    if by_period:
+        period = month_period() if request.granularity == "month" else Epoch("start")
+        found = found.annotate(period=period)
         fields.append("period")
-    elif by_period:
-        fields.append("start")
-    return found.values(*fields).annotate(**SUMS).order_by().values_list(*fields, *SUMS)
+    return fetch(found.values(*fields).annotate(**SUMS).order_by().values_list(*fields, *SUMS))
 
 
 def usage_rows(
@@ -195,7 +203,10 @@ def usage_rows(
         ids = {quota_id for quota_id, _ in totals}
         totals = roll_up_tree(totals, parents if parents is not None else quota_parents(ids))
     names = group_names(request.group_by, {group for group, _ in totals})
-    rows = [UsageRow(names.get(g, str(g)), g, start, tuple(v)) for (g, start), v in totals.items()]
+    starts = {s: from_epoch(s) for _, s in totals if s is not None}
+    rows = [
+        UsageRow(names.get(g, str(g)), g, starts.get(s), tuple(v)) for (g, s), v in totals.items()
+    ]
     return sorted(rows, key=lambda r: (r.group, r.start or request.since))
 
 
