@@ -9,7 +9,8 @@ gunicorn (gthread, 4 x 4), beside a trivial view.
 Seeding: the tenant, quotas, workspaces and users through the ORM; jobs, their pods (one
 each, a tenth borrowing from the next quota) and their events (submitted, started) copied by
 `INSERT ... SELECT` over generate_series; buckets likewise (one row per quota per hour and
-per day; per (quota, workspace, user): ten per hour, one per user per day).
+per day; per (quota, workspace, user): ten per hour, one per user per day; months the sums
+of their days).
 """
 
 import argparse
@@ -150,6 +151,12 @@ def _buckets(days: int, spaces, users) -> int:
           {u0} + u, 'H200', 3600000000 * (1 + u % 5), 0, 0, 360000000, 0
         FROM generate_series(0, {days - 1}) d CROSS JOIN generate_series(0, {USERS - 1}) u
         """)
+    # Months: the sums of their days, as the roll-up writes them.
+    _sql(f"""INSERT INTO {table} ({cols})
+        SELECT 'm', date_trunc('month', start), quota_id, workspace_id, user_id, gpu_type,
+          sum(in_quota_us), sum(borrowed_us), sum(lent_us), sum(idle_held_us), sum(waiting_us)
+        FROM {table} WHERE span = 'd'
+        GROUP BY date_trunc('month', start), quota_id, workspace_id, user_id, gpu_type""")
     _sql("ANALYZE")
     return UsageBucket.objects.count()
 

@@ -198,6 +198,8 @@ def roll_up_tree(
     are what its jobs did); a flat tree (every parent None) returns the numbers as they are.
     The tree is the current one: after a quota moves, its history counts under its new
     parent (docs/usage-history.md)."""
+    if all(parent is None for parent in parents.values()):
+        return dict(totals)
     ancestors: dict[int, list[int]] = defaultdict(list)
     for root, members in subtree_of(parents).items():
         for member in members:

@@ -40,6 +40,7 @@ class UsageForm(forms.Form):
     group = forms.ChoiceField(
         choices=[(g, g.replace("_", " ").title()) for g in GROUPS], required=False
     )
+    page = forms.IntegerField(required=False, min_value=1, max_value=10_000)
 
     def usage_request(self, today: dt.date) -> UsageRequest | None:
         """The period asked for (UTC days), or None with the field errors added."""
@@ -62,7 +63,12 @@ class UsageForm(forms.Form):
         granularity = "hour" if days <= 7 else "day"
         since = datetime.combine(first, time(), tzinfo=UTC)
         try:
-            return checked(UsageRequest(group, since, since + timedelta(days=days), granularity))
+            size = limits.USAGE_JOB_ROWS
+            offset = ((data.get("page") or 1) - 1) * size
+            wanted = UsageRequest(
+                group, since, since + timedelta(days=days), granularity, size, offset
+            )
+            return checked(wanted)
         except (UsageParamError, OverflowError) as exc:
             message = getattr(exc, "message", "Not a period the reports cover.")
             self.add_error("until" if period == "custom" else "date", message)
@@ -78,15 +84,21 @@ class GroupTotal:
     def used(self) -> float:
         return self.hours[IN_QUOTA] + self.hours[BORROWED]
 
+    @property
+    def cells(self) -> tuple[str, ...]:
+        """The hours to one decimal (formatted here: a template filter per cell was a
+        measurable part of the page, bench/usage.py)."""
+        return tuple(f"{h:.1f}" for h in self.hours)
 
-def group_totals(rows: list[UsageRow]) -> list[GroupTotal]:
-    """Each group's whole period, most used first."""
+
+def group_totals(rows: list[UsageRow], ordered: bool = False) -> list[GroupTotal]:
+    """Each group's whole period, most used first (`ordered`: in the rows' order)."""
     sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     for row in rows:
         for i, value in enumerate(row.values):
             sums[row.group][i] += value
     totals = [GroupTotal(g, tuple(round(v / HOUR_US, 2) for v in s)) for g, s in sums.items()]
-    return sorted(totals, key=lambda t: (-t.used, t.group))
+    return totals if ordered else sorted(totals, key=lambda t: (-t.used, t.group))
 
 
 def top_users(scope: UsageScope, request: UsageRequest) -> list[GroupTotal]:
