@@ -5,17 +5,23 @@ gunicorn (gthread, 4 x 4), beside a trivial view.
 
     .venv/bin/python -m bench.usage            # quick: 20,000 jobs, 3 months of buckets
     .venv/bin/python -m bench.usage --full     # 100,000 jobs, 13 months of buckets
+    .venv/bin/python -m bench.usage --full --sqlite   # the same on a SQLite file
 
-Seeding: the tenant, quotas, workspaces and users through the ORM; jobs, their pods (one
-each, a tenth borrowing from the next quota) and their events (submitted, started) copied by
-`INSERT ... SELECT` over generate_series; buckets likewise (one row per quota per hour and
-per day; per (quota, workspace, user): ten per hour, one per user per day; months the sums
-of their days).
+Seeding: the tenant, quotas, workspaces and users through the ORM; on PostgreSQL, jobs,
+their pods (one each, a tenth borrowing from the next quota) and their events (submitted,
+started) copied by `INSERT ... SELECT` over generate_series, and the roll-up timed over
+them (not on SQLite: the page and the API read only buckets); buckets in SQL
+(bench/usage_seed.py: one row per quota per hour, day and month; per (quota, workspace,
+user): ten per hour, one per user per day; per job an hour and a day).
 """
 
 import argparse
+import contextlib
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,8 +32,7 @@ if str(ROOT) not in sys.path:
 from bench import common  # noqa: E402
 from bench.load import run_load  # noqa: E402
 from bench.pages import session_cookie  # noqa: E402
-
-QUOTAS, USERS = 200, 2_000
+from bench.usage_seed import QUOTAS, USERS, seed_buckets  # noqa: E402
 
 
 def _people():
@@ -117,50 +122,6 @@ def _jobs(jobs: int, quotas, spaces, users, days: int) -> None:
         FROM {Job._meta.db_table}""")
 
 
-def _buckets(days: int, spaces, users) -> int:
-    """Hourly and daily rows for every quota over `days`, per-person rows beside them."""
-    from jobs.models import UsageBucket
-
-    per = USERS // QUOTAS
-    w0, u0 = spaces[0].pk, users[0].pk
-    table = UsageBucket._meta.db_table
-    cols = (
-        "span, start, quota_id, workspace_id, user_id, gpu_type, in_quota_us, borrowed_us, "
-        "lent_us, idle_held_us, waiting_us"
-    )
-    base = "date_trunc('hour', now()) - (h || ' hours')::interval"
-    day = "date_trunc('day', now()) - (d || ' days')::interval"
-    _sql(f"DELETE FROM {table}")
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'h', {base}, q.id, 0, 0, 'H200', 3600000000 * (1 + q.id % 16), 36000000 * (h % 7),
-          36000000 * (q.id % 3), 3600000 * (h % 11), 360000000 * (h % 5)
-        FROM quotas_quota q CROSS JOIN generate_series(0, {days * 24 - 1}) h""")
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'd', {day}, q.id, 0, 0, 'H200', 86400000000 * (1 + q.id % 16), 864000000,
-          864000000, 86400000, 8640000000
-        FROM quotas_quota q CROSS JOIN generate_series(0, {days - 1}) d""")
-    # People: ten (quota, workspace, user) rows per hour, one per user per day.
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'h', {base}, q0.id, {w0} + u / {per}, {u0} + u, 'H200', 3600000000, 0, 0, 0, 0
-        FROM generate_series(0, {days * 24 - 1}) h CROSS JOIN generate_series(0, 9) k
-        CROSS JOIN LATERAL (SELECT (h * 10 + k) % {USERS} AS u) x
-        JOIN quotas_quota q0 ON q0.id = (SELECT min(id) FROM quotas_quota) + u / {per}
-        """)
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'd', {day}, (SELECT min(id) FROM quotas_quota) + u / {per}, {w0} + u / {per},
-          {u0} + u, 'H200', 3600000000 * (1 + u % 5), 0, 0, 360000000, 0
-        FROM generate_series(0, {days - 1}) d CROSS JOIN generate_series(0, {USERS - 1}) u
-        """)
-    # Months: the sums of their days, as the roll-up writes them.
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'm', date_trunc('month', start), quota_id, workspace_id, user_id, gpu_type,
-          sum(in_quota_us), sum(borrowed_us), sum(lent_us), sum(idle_held_us), sum(waiting_us)
-        FROM {table} WHERE span = 'd'
-        GROUP BY date_trunc('month', start), quota_id, workspace_id, user_id, gpu_type""")
-    _sql("ANALYZE")
-    return UsageBucket.objects.count()
-
-
 def _time_rollups() -> dict:
     """The roll-up's cost: a steady-state run (the open hour and the one before) and a run
     that backfills a whole week, over the seeded jobs."""
@@ -183,20 +144,43 @@ def _time_rollups() -> dict:
     return times
 
 
+@contextlib.contextmanager
+def _database(sqlite: bool) -> Iterator[tuple[str, dict]]:
+    """(DATABASE_URL, extra environment): a clean PostgreSQL database, or a migrated SQLite
+    file in a temporary folder (DATABASE_URL empty)."""
+    if not sqlite:
+        with common.clean_database("usage") as url:
+            yield url, {}
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        extra = {"SQLITE_PATH": str(Path(folder) / "usage.sqlite3")}
+        env = common.bench_env("", **extra)
+        subprocess.run(
+            [common.PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
+        yield "", extra
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true")
+    parser.add_argument("--sqlite", action="store_true", help="a SQLite file, not PostgreSQL")
     parser.add_argument("--threads", type=int, default=2, help="client connections")
     args = parser.parse_args(argv)
     jobs, days = (100_000, 396) if args.full else (20_000, 92)
     seconds = 10.0 if args.full else 3.0
-    with common.clean_database("usage") as url:
-        common.setup_django(url)
+    with _database(args.sqlite) as (url, extra):
+        common.setup_django(url, **extra)
         started = time.perf_counter()
         quotas, spaces, users, owner, token = _people()
-        _jobs(jobs, quotas, spaces, users, days)
-        rollups = _time_rollups()
-        buckets = _buckets(days, spaces, users)
+        rollups = {}
+        if not args.sqlite:
+            _jobs(jobs, quotas, spaces, users, days)
+            rollups = _time_rollups()
+        buckets = seed_buckets(days, jobs, spaces, users)
         seeded = time.perf_counter() - started
         print(
             f"seeded {jobs:,} jobs and {buckets:,} buckets in {seeded:.0f} s; {rollups}", flush=True
@@ -225,9 +209,15 @@ def main(argv: list[str] | None = None) -> None:
                 f"/api/v1/usage?group_by=quota&since={since}&granularity=month",
                 api,
             ),
+            ("Usage page, a month by job (first 100)", f"/usage/?{month}&group=job", page),
+            (
+                "API usage, a month by job (first 100, month)",
+                f"/api/v1/usage?group_by=job&since={since}&granularity=month",
+                api,
+            ),
         ]
         rows = []
-        with common.gunicorn(common.bench_env(url)) as (base, pid):
+        with common.gunicorn(common.bench_env(url, **extra)) as (base, pid):
             for label, path, headers in paths:
                 r = run_load(
                     base,
@@ -249,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
                     }
                 )
     size = f"{jobs:,} jobs, {days} days of buckets ({buckets:,} rows), {QUOTAS} quotas, "
-    size += f"{USERS:,} users"
+    size += f"{USERS:,} users, " + ("SQLite" if args.sqlite else "PostgreSQL")
     common.report(
         "usage",
         rows,
