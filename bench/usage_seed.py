@@ -74,6 +74,7 @@ def seed_buckets(days: int, jobs: int, spaces, users) -> int:
     s = _dialect(days, jobs)
     q0 = "(SELECT min(id) FROM quotas_quota)"
     _sql(f"DELETE FROM {table}")
+    _sql(f"DELETE FROM {job_table}")  # the roll-up timed before may have written some
     _sql(f"""{s["with"]}INSERT INTO {table} ({COLS})
         SELECT 'h', {s["hour"]}, q.id, 0, 0, 'H200', 3600000000 * (1 + q.id % 16),
           36000000 * (h.x % 7), 36000000 * (q.id % 3), 3600000 * (h.x % 11), 360000000 * (h.x % 5)
