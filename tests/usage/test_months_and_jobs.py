@@ -82,3 +82,33 @@ def test_pieces_cover_the_period_once_with_aligned_buckets(a, b):
             assert lo.hour == hi.hour == 0
     assert covered == until - since and at == until
     assert sum(1 for s, _, _ in found if s == "h") <= 2
+
+
+@pytest.mark.django_db
+def test_a_quota_move_re_parents_its_history_and_the_roots_still_add_up(
+    history, quota, other_quota, workspace
+):
+    """team-b moves under team-a after the history was rolled up: its buckets are unchanged,
+    team-a's row becomes its subtree's, and the root's row is every pod's GPU-seconds."""
+    from quotas.models import Role
+    from tests.api.conftest import client_for
+    from tests.conftest import make_user
+
+    roll_up_usage(now=history["until"])
+    before = set(
+        UsageBucket.objects.values_list("span", "start", "quota_id", "in_quota_us", "lent_us")
+    )
+    owner = client_for(make_user("olga", workspace, role=Role.QUOTA_OWNER))
+    asked = {"since": "2026-11-01", "until": "2026-12-01", "granularity": "month"}
+    flat = {r["group"]: r for r in owner.get("/api/v1/usage", asked).json()["rows"]}
+    type(other_quota).objects.filter(pk=other_quota.pk).update(parent=quota)
+    moved = {r["group"]: r for r in owner.get("/api/v1/usage", asked).json()["rows"]}
+    assert (
+        set(UsageBucket.objects.values_list("span", "start", "quota_id", "in_quota_us", "lent_us"))
+        == before
+    )
+    assert moved["team-b"] == flat["team-b"]
+    expect = history["expect"]
+    for field in ("in_quota", "borrowed", "lent", "idle_held", "waiting"):
+        whole = sum(v for (q, f), v in expect.items() if f == field) / 1e6
+        assert moved["team-a"][f"gpu_seconds_{field}"] == whole
