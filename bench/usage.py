@@ -164,6 +164,59 @@ def _database(sqlite: bool) -> Iterator[tuple[str, dict]]:
         yield "", extra
 
 
+def _paths(page: dict, api: dict) -> list[tuple[str, str, dict]]:
+    """(label, path, headers) of what is measured: the last whole calendar month."""
+    from django.utils import timezone
+
+    first = (timezone.now().date().replace(day=1) - timedelta(days=1)).replace(day=1)
+    month = f"period=month&date={first:%Y-%m-%d}"
+    until = (first + timedelta(days=32)).replace(day=1)
+    since = f"{first:%Y-%m-%d}&until={until:%Y-%m-%d}"
+    return [
+        ("trivial view (GET /healthz)", "/healthz", {}),
+        ("Usage page, a month by quota", f"/usage/?{month}&group=quota", page),
+        ("Usage page, a month by user", f"/usage/?{month}&group=user", page),
+        ("Usage charts (JSON), a month", f"/usage/charts/?{month}", page),
+        (
+            "API usage, a month by quota (day)",
+            f"/api/v1/usage?group_by=quota&since={since}&granularity=day",
+            api,
+        ),
+        (
+            "API usage, a month by quota (month)",
+            f"/api/v1/usage?group_by=quota&since={since}&granularity=month",
+            api,
+        ),
+        ("Usage page, a month by job (first 100)", f"/usage/?{month}&group=job", page),
+        (
+            "API usage, a month by job (first 100, month)",
+            f"/api/v1/usage?group_by=job&since={since}&granularity=month",
+            api,
+        ),
+    ]
+
+
+def _measure(base: str, pid: int, what: tuple, threads: int, seconds: float) -> dict:
+    label, path, headers = what
+    r = run_load(
+        base,
+        pid,
+        lambda t, i: ("GET", path, None, headers),
+        threads=threads,
+        seconds=seconds,
+        warmup=2,
+    )
+    if r.errors:
+        raise RuntimeError(f"{label}: {r.errors} errors, first {r.first_error}")
+    return {
+        "page": label,
+        "requests": r.requests,
+        "p50_ms": round(1000 * common.percentile(r.latencies, 50), 1),
+        "p95_ms": round(1000 * common.percentile(r.latencies, 95), 1),
+        "cpu_ms_per_req": round(r.cpu_ms_per_request(), 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true")
@@ -185,59 +238,9 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"seeded {jobs:,} jobs and {buckets:,} buckets in {seeded:.0f} s; {rollups}", flush=True
         )
-        page = {"Cookie": session_cookie(owner)}
-        api = {"Authorization": f"Bearer {token}"}
-        from django.utils import timezone
-
-        # The last whole calendar month (this one may have begun today).
-        first = (timezone.now().date().replace(day=1) - timedelta(days=1)).replace(day=1)
-        month = f"period=month&date={first:%Y-%m-%d}"
-        until = (first + timedelta(days=32)).replace(day=1)
-        since = f"{first:%Y-%m-%d}&until={until:%Y-%m-%d}"
-        paths = [
-            ("trivial view (GET /healthz)", "/healthz", {}),
-            ("Usage page, a month by quota", f"/usage/?{month}&group=quota", page),
-            ("Usage page, a month by user", f"/usage/?{month}&group=user", page),
-            ("Usage charts (JSON), a month", f"/usage/charts/?{month}", page),
-            (
-                "API usage, a month by quota (day)",
-                f"/api/v1/usage?group_by=quota&since={since}&granularity=day",
-                api,
-            ),
-            (
-                "API usage, a month by quota (month)",
-                f"/api/v1/usage?group_by=quota&since={since}&granularity=month",
-                api,
-            ),
-            ("Usage page, a month by job (first 100)", f"/usage/?{month}&group=job", page),
-            (
-                "API usage, a month by job (first 100, month)",
-                f"/api/v1/usage?group_by=job&since={since}&granularity=month",
-                api,
-            ),
-        ]
-        rows = []
+        paths = _paths({"Cookie": session_cookie(owner)}, {"Authorization": f"Bearer {token}"})
         with common.gunicorn(common.bench_env(url, **extra)) as (base, pid):
-            for label, path, headers in paths:
-                r = run_load(
-                    base,
-                    pid,
-                    lambda t, i, p=path, h=headers: ("GET", p, None, h),
-                    threads=args.threads,
-                    seconds=seconds,
-                    warmup=2,
-                )
-                if r.errors:
-                    raise RuntimeError(f"{label}: {r.errors} errors, first {r.first_error}")
-                rows.append(
-                    {
-                        "page": label,
-                        "requests": r.requests,
-                        "p50_ms": round(1000 * common.percentile(r.latencies, 50), 1),
-                        "p95_ms": round(1000 * common.percentile(r.latencies, 95), 1),
-                        "cpu_ms_per_req": round(r.cpu_ms_per_request(), 1),
-                    }
-                )
+            rows = [_measure(base, pid, p, args.threads, seconds) for p in paths]
     size = f"{jobs:,} jobs, {days} days of buckets ({buckets:,} rows), {QUOTAS} quotas, "
     size += f"{USERS:,} users, " + ("SQLite" if args.sqlite else "PostgreSQL")
     common.report(
