@@ -2,6 +2,8 @@
 
 from django.db import models
 
+_FIELDS = ("in_quota", "borrowed", "lent", "idle_held", "waiting")  # jobs.usage_history.FIELDS
+
 
 class ChargeMove(models.Model):
     """A live pod's charge changed (a charge move, docs/quota-tree.md): what it was charged
@@ -44,6 +46,15 @@ class UsageBucket(models.Model):
             models.UniqueConstraint(
                 fields=["span", "start", "quota_id", "workspace_id", "user_id"],
                 name="usage_bucket_unique",
+            )
+        ]
+        indexes = [
+            # The quota rows of a period, covering: the reports by quota read only the index
+            # (docs/usage-history.md, "Speed").
+            models.Index(
+                fields=["span", "start", "quota_id", "workspace_id", *(f"{f}_us" for f in _FIELDS)],
+                condition=models.Q(workspace_id=0),
+                name="usage_bucket_quota_rows",
             )
         ]
 

@@ -77,5 +77,9 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('span', 'start', 'job_id'), name='job_usage_unique')],
             },
         ),
+        migrations.AddIndex(
+            model_name='usagebucket',
+            index=models.Index(condition=models.Q(('workspace_id', 0)), fields=['span', 'start', 'quota_id', 'workspace_id', 'in_quota_us', 'borrowed_us', 'lent_us', 'idle_held_us', 'waiting_us'], name='usage_bucket_quota_rows'),
+        ),
         migrations.RunPython(months_from_days, no_months),
     ]
