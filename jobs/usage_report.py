@@ -236,10 +236,17 @@ def usage_rows(
 
 
 def usage_page(
-    scope: UsageScope, request: UsageRequest, parents=None, *, by_period: bool = True
+    scope: UsageScope,
+    request: UsageRequest,
+    parents=None,
+    *,
+    by_period: bool = True,
+    shown: int | None = None,
 ) -> tuple[list[UsageRow], int | None]:
     """`usage_rows` and the offset of the next page of jobs (None: no more, or not per
-    job). Per job: the `limit` most used jobs from `offset` on, most used first."""
+    job). Per job: the `limit` most used jobs from `offset` on, most used first. With
+    `shown` (whole periods only): most used first, only the first `shown` named (the others
+    by id: a page shows those, and its totals count every group)."""
     jobs, more = job_page(scope, request) if request.group_by == "job" else (None, False)
     totals: dict[tuple, list[int]] = {}
     for group, *rest in grouped(scope, request, _KEY[request.group_by], by_period, jobs):
@@ -248,6 +255,11 @@ def usage_page(
     if request.group_by == "quota":
         ids = {quota_id for quota_id, _ in totals}
         totals = roll_up_tree(totals, parents if parents is not None else quota_parents(ids))
+    if shown is not None and not by_period and jobs is None:
+        order = sorted(totals, key=lambda k: (-(totals[k][0] + totals[k][1]), str(k[0])))
+        names = group_names(request.group_by, {group for group, _ in order[:shown]})
+        rows = [UsageRow(names.get(g, str(g)), g, None, tuple(totals[g, s])) for g, s in order]
+        return rows, None
     names = group_names(request.group_by, {group for group, _ in totals})
     starts = {s: from_epoch(s) for s in {s for _, s in totals} if s is not None}
     rows = [

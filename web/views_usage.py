@@ -50,9 +50,9 @@ def usage_page(request: HttpRequest) -> HttpResponse:
             name = f"usage-{wanted.group_by}-{wanted.since:%Y%m%d}-{wanted.until:%Y%m%d}.csv"
             response["Content-Disposition"] = f'attachment; filename="{name}"'
             return response
-        rows, next_offset = report_page(scope, wanted, by_period=False)
+        rows, next_offset = report_page(scope, wanted, by_period=False, shown=GROUPS_SHOWN)
         query = {k: v for k, v in request.GET.items() if k != "format"}
-        groups = group_totals(rows, ordered=wanted.group_by == "job")
+        groups = group_totals(rows, ordered=True)  # most used first (per job: the page's)
         context |= _pages(query, wanted, next_offset)
         context |= {
             "groups": groups[:GROUPS_SHOWN],
