@@ -102,7 +102,7 @@ def seed_buckets(days: int, jobs: int, spaces, users) -> int:
         _sql(f"""{s["with"]}INSERT INTO {job_table} ({cols})
             SELECT g.x, '{span}', {start}, {q0} + (g.x % {USERS}) / {PER},
               {w0} + (g.x % {USERS}) / {PER}, {u0} + g.x % {USERS}, 'H200',
-              (1 + g.x % 8) * (60 + g.x % 7200) * 1000000, 0, 0, 0, 0
+              (1 + g.x % 8) * (60 + g.x % 7200) * CAST(1000000 AS BIGINT), 0, 0, 0, 0
             FROM {s["jobs"]}""")
     # VACUUM too on PostgreSQL: index-only scans of the covering index need the visibility
     # map that autovacuum would write soon after such a load.
