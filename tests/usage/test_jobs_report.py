@@ -51,6 +51,8 @@ def test_rows_per_job_most_used_first_and_paged(rolled, researcher):
     assert [r["group"] for r in second["rows"]] == names[1:2] and second["next_offset"] == 2
     hourly = client.get(URL, NOV | {"group_by": "job", "granularity": "hour", "limit": 1}).json()
     assert {r["start"][11:13] for r in hourly["rows"]} == {"10", "11", "12", "13", "14"}
+    csv = client.get(URL, NOV | {"group_by": "job", "format": "csv"}).content.decode()
+    assert [line.split(",")[0] for line in csv.splitlines()[1:]] == names
     error = error_of(
         client.get(URL, NOV | {"group_by": "job", "limit": 0}), 400, "validation_error"
     )
