@@ -107,3 +107,17 @@ def test_the_quotas_page_shows_the_order_to_who_sees_the_quotas(
     assert sum("quotadecayedusage" in q["sql"] for q in again.captured_queries) == 2
     Tenant.objects.filter(pk=tenant.pk).update(historical_fair_share=False)
     assert 'data-section="fair-share"' not in client_of(owner).get("/quotas/").content.decode()
+
+
+def test_the_tenant_switch_is_validated_and_audited(tenant, django_capture_on_commit_callbacks):
+    from audit.models import AuditEntry
+    from quotas import actions
+
+    with pytest.raises(actions.QuotaChangeRefused) as refused:
+        actions.update_tenant(tenant, fair_share_half_life_hours=0)
+    assert set(refused.value.errors) == {"fair_share_half_life_hours"}
+    with django_capture_on_commit_callbacks(execute=True):
+        actions.update_tenant(tenant, historical_fair_share=True, fair_share_half_life_hours=72)
+    tenant.refresh_from_db()
+    assert tenant.historical_fair_share and tenant.fair_share_half_life_hours == 72
+    assert AuditEntry.objects.filter(action="tenant.change").count() == 1
