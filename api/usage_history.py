@@ -18,14 +18,14 @@ from jobs.usage_report import (
     parse_request,
     row_json,
     scope_for,
-    usage_rows,
+    usage_page,
 )
 
 router = Router()
 
 
 class UsageParams(schemas.Schema):
-    group_by: Literal["quota", "workspace", "user", "gpu_type"] = "quota"
+    group_by: Literal["quota", "workspace", "user", "gpu_type", "job"] = "quota"
     since: str | None = Field(
         None,
         description="ISO date or date-time (UTC); default 30 days before `until`.",
@@ -36,6 +36,10 @@ class UsageParams(schemas.Schema):
     )
     granularity: Literal["hour", "day", "month"] = "day"
     format: Literal["json", "csv"] = "json"
+    limit: int | None = Field(
+        None, description="group_by=job: jobs per page (default 100, at most 1000)."
+    )
+    offset: int | None = Field(None, description="group_by=job: jobs skipped (most used first).")
 
 
 class UsageRowOut(schemas.Schema):
@@ -54,6 +58,9 @@ class UsageList(schemas.Schema):
     since: str = Field(json_schema_extra={"format": "date-time"})
     until: str = Field(json_schema_extra={"format": "date-time"})
     rows: list[UsageRowOut]
+    next_offset: int | None = Field(
+        None, description="group_by=job: the offset of the next page of jobs; null at the end."
+    )
 
 
 _CSV = {"responses": {200: {"content": {"text/csv": {"schema": {"type": "string"}}}}}}
@@ -72,14 +79,15 @@ def _iso(at) -> str:
 )
 def usage(request: HttpRequest, params: Query[UsageParams]):
     """Rows per group and period (`format=csv` for a spreadsheet). Periods are cut to whole
-    hours (granularity hour, at most 31 days) or whole UTC days (at most 400)."""
+    hours (granularity hour, at most 31 days) or whole UTC days (at most 400). Per job
+    (`group_by=job`): a page of `limit` jobs from `offset`, most used first."""
     reject_unknown_query(request, UsageParams)
-    asked = {k: v for k, v in params.dict().items() if v is not None}
+    asked = {k: str(v) for k, v in params.dict().items() if v is not None}
     try:
         wanted = parse_request(asked, timezone.now())
     except UsageParamError as exc:
         raise ApiError(400, "validation_error", exc.message, exc.field) from None
-    rows = usage_rows(scope_for(request.user), wanted)
+    rows, next_offset = usage_page(scope_for(request.user), wanted)
     if params.format == "csv":
         response = HttpResponse(csv_text(rows), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="usage.csv"'
@@ -93,5 +101,6 @@ def usage(request: HttpRequest, params: Query[UsageParams]):
             "since": _iso(wanted.since),
             "until": _iso(wanted.until),
             "rows": [row_json(row) for row in rows],
+            "next_offset": next_offset,
         }
     )

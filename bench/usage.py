@@ -5,16 +5,23 @@ gunicorn (gthread, 4 x 4), beside a trivial view.
 
     .venv/bin/python -m bench.usage            # quick: 20,000 jobs, 3 months of buckets
     .venv/bin/python -m bench.usage --full     # 100,000 jobs, 13 months of buckets
+    .venv/bin/python -m bench.usage --full --sqlite   # the same on a SQLite file
 
-Seeding: the tenant, quotas, workspaces and users through the ORM; jobs, their pods (one
-each, a tenth borrowing from the next quota) and their events (submitted, started) copied by
-`INSERT ... SELECT` over generate_series; buckets likewise (one row per quota per hour and
-per day; per (quota, workspace, user): ten per hour, one per user per day).
+Seeding: the tenant, quotas, workspaces and users through the ORM; on PostgreSQL, jobs,
+their pods (one each, a tenth borrowing from the next quota) and their events (submitted,
+started) copied by `INSERT ... SELECT` over generate_series, and the roll-up timed over
+them (not on SQLite: the page and the API read only buckets); buckets in SQL
+(bench/usage_seed.py: one row per quota per hour, day and month; per (quota, workspace,
+user): ten per hour, one per user per day; per job an hour and a day).
 """
 
 import argparse
+import contextlib
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,8 +32,7 @@ if str(ROOT) not in sys.path:
 from bench import common  # noqa: E402
 from bench.load import run_load  # noqa: E402
 from bench.pages import session_cookie  # noqa: E402
-
-QUOTAS, USERS = 200, 2_000
+from bench.usage_seed import QUOTAS, USERS, seed_buckets  # noqa: E402
 
 
 def _people():
@@ -99,12 +105,12 @@ def _jobs(jobs: int, quotas, spaces, users, days: int) -> None:
         INSERT INTO {Pod._meta.db_table} (job_id, attempt, rank, gpu_indices, gpu_uuids, gpus,
           cpus, memory_gb, charged_quota_id, in_quota, status, status_reason, desired,
           stop_grace_seconds, stop_reason, stop_as, error_message, container_id, log_next_seq,
-          progress_phase, progress_metrics, recent_line_hashes, report_refused, created_at,
-          started_at, finished_at)
+          progress_phase, progress_metrics, recent_line_hashes, report_refused, logs_delivered,
+          created_at, started_at, finished_at)
         SELECT j.id, 1, 0, '[]', '[]', j.gpus_per_worker, 4, 16,
           CASE WHEN j.id % 10 = 0 THEN {q0} + (j.quota_id - {q0} + 1) % {QUOTAS}
                ELSE j.quota_id END,
-          j.id % 10 <> 0, 'Succeeded', '', 'Run', 30, '', '', '', '', 0, '', '{{}}', '[]', '',
+          j.id % 10 <> 0, 'Succeeded', '', 'Run', 30, '', '', '', '', 0, '', '{{}}', '[]', '', true,
           j.started_at, j.started_at, j.finished_at
         FROM {Job._meta.db_table} j""")
     _sql(f"""
@@ -114,44 +120,6 @@ def _jobs(jobs: int, quotas, spaces, users, days: int) -> None:
         UNION ALL
         SELECT id, started_at, 1, 'Inqueue', 'Starting', 'placed', 'scheduler'
         FROM {Job._meta.db_table}""")
-
-
-def _buckets(days: int, spaces, users) -> int:
-    """Hourly and daily rows for every quota over `days`, per-person rows beside them."""
-    from jobs.models import UsageBucket
-
-    per = USERS // QUOTAS
-    w0, u0 = spaces[0].pk, users[0].pk
-    table = UsageBucket._meta.db_table
-    cols = (
-        "span, start, quota_id, workspace_id, user_id, gpu_type, in_quota_us, borrowed_us, "
-        "lent_us, idle_held_us, waiting_us"
-    )
-    base = "date_trunc('hour', now()) - (h || ' hours')::interval"
-    day = "date_trunc('day', now()) - (d || ' days')::interval"
-    _sql(f"DELETE FROM {table}")
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'h', {base}, q.id, 0, 0, 'H200', 3600000000 * (1 + q.id % 16), 36000000 * (h % 7),
-          36000000 * (q.id % 3), 3600000 * (h % 11), 360000000 * (h % 5)
-        FROM quotas_quota q CROSS JOIN generate_series(0, {days * 24 - 1}) h""")
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'd', {day}, q.id, 0, 0, 'H200', 86400000000 * (1 + q.id % 16), 864000000,
-          864000000, 86400000, 8640000000
-        FROM quotas_quota q CROSS JOIN generate_series(0, {days - 1}) d""")
-    # People: ten (quota, workspace, user) rows per hour, one per user per day.
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'h', {base}, q0.id, {w0} + u / {per}, {u0} + u, 'H200', 3600000000, 0, 0, 0, 0
-        FROM generate_series(0, {days * 24 - 1}) h CROSS JOIN generate_series(0, 9) k
-        CROSS JOIN LATERAL (SELECT (h * 10 + k) % {USERS} AS u) x
-        JOIN quotas_quota q0 ON q0.id = (SELECT min(id) FROM quotas_quota) + u / {per}
-        """)
-    _sql(f"""INSERT INTO {table} ({cols})
-        SELECT 'd', {day}, (SELECT min(id) FROM quotas_quota) + u / {per}, {w0} + u / {per},
-          {u0} + u, 'H200', 3600000000 * (1 + u % 5), 0, 0, 360000000, 0
-        FROM generate_series(0, {days - 1}) d CROSS JOIN generate_series(0, {USERS - 1}) u
-        """)
-    _sql("ANALYZE")
-    return UsageBucket.objects.count()
 
 
 def _time_rollups() -> dict:
@@ -176,73 +144,105 @@ def _time_rollups() -> dict:
     return times
 
 
+@contextlib.contextmanager
+def _database(sqlite: bool) -> Iterator[tuple[str, dict]]:
+    """(DATABASE_URL, extra environment): a clean PostgreSQL database, or a migrated SQLite
+    file in a temporary folder (DATABASE_URL empty)."""
+    if not sqlite:
+        with common.clean_database("usage") as url:
+            yield url, {}
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        extra = {"SQLITE_PATH": str(Path(folder) / "usage.sqlite3")}
+        env = common.bench_env("", **extra)
+        subprocess.run(
+            [common.PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
+        yield "", extra
+
+
+def _paths(page: dict, api: dict) -> list[tuple[str, str, dict]]:
+    """(label, path, headers) of what is measured: the last whole calendar month."""
+    from django.utils import timezone
+
+    first = (timezone.now().date().replace(day=1) - timedelta(days=1)).replace(day=1)
+    month = f"period=month&date={first:%Y-%m-%d}"
+    until = (first + timedelta(days=32)).replace(day=1)
+    since = f"{first:%Y-%m-%d}&until={until:%Y-%m-%d}"
+    return [
+        ("trivial view (GET /healthz)", "/healthz", {}),
+        ("Usage page, a month by quota", f"/usage/?{month}&group=quota", page),
+        ("Usage page, a month by user", f"/usage/?{month}&group=user", page),
+        ("Usage charts (JSON), a month", f"/usage/charts/?{month}", page),
+        (
+            "API usage, a month by quota (day)",
+            f"/api/v1/usage?group_by=quota&since={since}&granularity=day",
+            api,
+        ),
+        (
+            "API usage, a month by quota (month)",
+            f"/api/v1/usage?group_by=quota&since={since}&granularity=month",
+            api,
+        ),
+        ("Usage page, a month by job (first 100)", f"/usage/?{month}&group=job", page),
+        (
+            "API usage, a month by job (first 100, month)",
+            f"/api/v1/usage?group_by=job&since={since}&granularity=month",
+            api,
+        ),
+    ]
+
+
+def _measure(base: str, pid: int, what: tuple, threads: int, seconds: float) -> dict:
+    label, path, headers = what
+    r = run_load(
+        base,
+        pid,
+        lambda t, i: ("GET", path, None, headers),
+        threads=threads,
+        seconds=seconds,
+        warmup=2,
+    )
+    if r.errors:
+        raise RuntimeError(f"{label}: {r.errors} errors, first {r.first_error}")
+    return {
+        "page": label,
+        "requests": r.requests,
+        "p50_ms": round(1000 * common.percentile(r.latencies, 50), 1),
+        "p95_ms": round(1000 * common.percentile(r.latencies, 95), 1),
+        "cpu_ms_per_req": round(r.cpu_ms_per_request(), 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true")
+    parser.add_argument("--sqlite", action="store_true", help="a SQLite file, not PostgreSQL")
     parser.add_argument("--threads", type=int, default=2, help="client connections")
     args = parser.parse_args(argv)
     jobs, days = (100_000, 396) if args.full else (20_000, 92)
     seconds = 10.0 if args.full else 3.0
-    with common.clean_database("usage") as url:
-        common.setup_django(url)
+    with _database(args.sqlite) as (url, extra):
+        common.setup_django(url, **extra)
         started = time.perf_counter()
         quotas, spaces, users, owner, token = _people()
-        _jobs(jobs, quotas, spaces, users, days)
-        rollups = _time_rollups()
-        buckets = _buckets(days, spaces, users)
+        rollups = {}
+        if not args.sqlite:
+            _jobs(jobs, quotas, spaces, users, days)
+            rollups = _time_rollups()
+        buckets = seed_buckets(days, jobs, spaces, users)
         seeded = time.perf_counter() - started
         print(
             f"seeded {jobs:,} jobs and {buckets:,} buckets in {seeded:.0f} s; {rollups}", flush=True
         )
-        page = {"Cookie": session_cookie(owner)}
-        api = {"Authorization": f"Bearer {token}"}
-        from django.utils import timezone
-
-        # The last whole calendar month (this one may have begun today).
-        first = (timezone.now().date().replace(day=1) - timedelta(days=1)).replace(day=1)
-        month = f"period=month&date={first:%Y-%m-%d}"
-        until = (first + timedelta(days=32)).replace(day=1)
-        since = f"{first:%Y-%m-%d}&until={until:%Y-%m-%d}"
-        paths = [
-            ("trivial view (GET /healthz)", "/healthz", {}),
-            ("Usage page, a month by quota", f"/usage/?{month}&group=quota", page),
-            ("Usage page, a month by user", f"/usage/?{month}&group=user", page),
-            ("Usage charts (JSON), a month", f"/usage/charts/?{month}", page),
-            (
-                "API usage, a month by quota (day)",
-                f"/api/v1/usage?group_by=quota&since={since}&granularity=day",
-                api,
-            ),
-            (
-                "API usage, a month by quota (month)",
-                f"/api/v1/usage?group_by=quota&since={since}&granularity=month",
-                api,
-            ),
-        ]
-        rows = []
-        with common.gunicorn(common.bench_env(url)) as (base, pid):
-            for label, path, headers in paths:
-                r = run_load(
-                    base,
-                    pid,
-                    lambda t, i, p=path, h=headers: ("GET", p, None, h),
-                    threads=args.threads,
-                    seconds=seconds,
-                    warmup=2,
-                )
-                if r.errors:
-                    raise RuntimeError(f"{label}: {r.errors} errors, first {r.first_error}")
-                rows.append(
-                    {
-                        "page": label,
-                        "requests": r.requests,
-                        "p50_ms": round(1000 * common.percentile(r.latencies, 50), 1),
-                        "p95_ms": round(1000 * common.percentile(r.latencies, 95), 1),
-                        "cpu_ms_per_req": round(r.cpu_ms_per_request(), 1),
-                    }
-                )
+        paths = _paths({"Cookie": session_cookie(owner)}, {"Authorization": f"Bearer {token}"})
+        with common.gunicorn(common.bench_env(url, **extra)) as (base, pid):
+            rows = [_measure(base, pid, p, args.threads, seconds) for p in paths]
     size = f"{jobs:,} jobs, {days} days of buckets ({buckets:,} rows), {QUOTAS} quotas, "
-    size += f"{USERS:,} users"
+    size += f"{USERS:,} users, " + ("SQLite" if args.sqlite else "PostgreSQL")
     common.report(
         "usage",
         rows,

@@ -11,11 +11,15 @@ FIELDS = ("in_quota", "borrowed", "lent", "idle_held", "waiting")
 
 
 def add_parser(sub) -> None:
-    s = sub.add_parser("usage", help="GPU-hours per quota, workspace, user or GPU type")
-    s.add_argument("--by", choices=["quota", "workspace", "user", "gpu_type"], default="quota")
+    s = sub.add_parser("usage", help="GPU-hours per quota, workspace, user, GPU type or job")
+    s.add_argument(
+        "--by", choices=["quota", "workspace", "user", "gpu_type", "job"], default="quota"
+    )
     s.add_argument("--since", help="ISO date or date-time, UTC (default: 30 days ago)")
     s.add_argument("--until", help="ISO date or date-time, UTC (default: now)")
     s.add_argument("--granularity", choices=["hour", "day", "month"], default="day")
+    s.add_argument("--limit", type=int, help="--by job: jobs per page (default 100)")
+    s.add_argument("--offset", type=int, help="--by job: jobs skipped, most used first")
     out = s.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true")
     out.add_argument("--csv", action="store_true", help="GPU-seconds, one row per line")
@@ -28,6 +32,8 @@ def cmd_usage(client: Client, args: argparse.Namespace) -> int:
         since=args.since,
         until=args.until,
         granularity=args.granularity,
+        limit=args.limit,
+        offset=args.offset,
     )
     if args.json:
         print_json(data, out=sys.stdout)
@@ -48,4 +54,6 @@ def cmd_usage(client: Client, args: argparse.Namespace) -> int:
         out=sys.stdout,
     )
     print(f"GPU-hours, {data['since']} to {data['until']}, by {data['granularity']}")
+    if data.get("next_offset") is not None:
+        print(f"More jobs: --offset {data['next_offset']}")
     return 0

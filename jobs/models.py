@@ -446,4 +446,11 @@ class ProgressSample(models.Model):
 
 
 # Usage history's tables live in their own module (this one would pass 500 lines).
-from jobs.usage_models import ChargeMove, UsageBucket, UsageRollup, UsageTotal  # noqa: E402, F401
+from jobs.usage_models import (  # noqa: E402, F401
+    ChargeMove,
+    JobUsageBucket,
+    QuotaDecayedUsage,
+    UsageBucket,
+    UsageRollup,
+    UsageTotal,
+)

@@ -7,6 +7,7 @@ in integer GPU-microseconds, so a period's buckets equal the sum over its pods' 
 exactly, whatever the order of addition.
 """
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ class PodSpan:
     start: datetime
     end: datetime
     charges: tuple[tuple[datetime, int], ...]
+    job_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,7 @@ class Span:
     gpus: int
     start: datetime
     end: datetime
+    job_id: int = 0
 
 
 # (hour start, quota id, workspace id, user id) → [in quota, borrowed, lent, idle, waiting];
@@ -120,6 +123,32 @@ def bucket_cells(
     return cells
 
 
+# (hour start, job id) → [in quota, borrowed, 0, idle, waiting]: the per-job report's cells.
+JobCells = dict[tuple[datetime, int], list[int]]
+
+
+def job_cells(
+    pods: Iterable[PodSpan],
+    waits: Iterable[Span],
+    idles: Iterable[Span],
+    lo: datetime,
+    hi: datetime,
+) -> JobCells:
+    """Every job's cells of the hours in [lo, hi): the same numbers as its (quota,
+    workspace, user) cells in `bucket_cells`, per job (nothing is lent by a job)."""
+    cells: JobCells = {}
+    for pod in pods:
+        for since, until, charged in charge_segments(pod):
+            field = IN_QUOTA if charged == pod.job_quota_id else BORROWED
+            for hour, us in split_hours(since, until, lo, hi):
+                _add(cells, (hour, pod.job_id), field, us * pod.gpus)  # type: ignore[arg-type]
+    for field, spans in ((WAITING, waits), (IDLE_HELD, idles)):
+        for span in spans:
+            for hour, us in split_hours(span.start, span.end, lo, hi):
+                _add(cells, (hour, span.job_id), field, us * span.gpus)  # type: ignore[arg-type]
+    return cells
+
+
 def waiting_spans(
     events: Iterable[tuple[datetime, str]], waiting: frozenset[str], now: datetime
 ) -> Iterator[tuple[datetime, datetime]]:
@@ -169,6 +198,8 @@ def roll_up_tree(
     are what its jobs did); a flat tree (every parent None) returns the numbers as they are.
     The tree is the current one: after a quota moves, its history counts under its new
     parent (docs/usage-history.md)."""
+    if all(parent is None for parent in parents.values()):
+        return dict(totals)
     ancestors: dict[int, list[int]] = defaultdict(list)
     for root, members in subtree_of(parents).items():
         for member in members:
@@ -189,3 +220,34 @@ def period_start(at: datetime, granularity: str) -> datetime:
         return at
     day = at.replace(hour=0)
     return day if granularity == "day" else day.replace(day=1)
+
+
+# -- historical fair share (docs/quota-tree.md) ---------------------------------------------
+def decayed_gpu_seconds(
+    buckets: Iterable[tuple[datetime, datetime, int]], now: datetime, half_life_s: float
+) -> float:
+    """GPU-seconds decayed to `now`: each bucket's [start, end) GPU-microseconds, spread
+    evenly over it, weighted by 2^(-age / half-life) (Slurm's PriorityDecayHalfLife),
+    integrated exactly over the bucket. An open bucket counts up to `now`."""
+    h = max(half_life_s, 1.0)
+    total = 0.0
+    for start, end, us in buckets:
+        end = min(end, now)
+        if us <= 0 or end <= start:
+            continue
+        young, old = (now - end).total_seconds(), (now - start).total_seconds()
+        mean = h / math.log(2) * (2 ** (-young / h) - 2 ** (-old / h)) / (old - young)
+        total += us / 1e6 * mean
+    return total
+
+
+def decayed_on(gpu_seconds: float, since: datetime, now: datetime, half_life_s: float) -> float:
+    """A decayed sum as of `since`, decayed on to `now` (nothing added meanwhile)."""
+    age = max((now - since).total_seconds(), 0.0)
+    return gpu_seconds * 2 ** (-age / max(half_life_s, 1.0))
+
+
+def average_gpus(gpu_seconds: float, half_life_s: float) -> float:
+    """Decayed GPU-seconds as GPUs: a quota that held G GPUs for ever has G x half-life /
+    ln 2 decayed GPU-seconds, so this is its exponentially weighted average GPUs."""
+    return gpu_seconds * math.log(2) / max(half_life_s, 1.0)

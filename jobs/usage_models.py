@@ -2,6 +2,8 @@
 
 from django.db import models
 
+_FIELDS = ("in_quota", "borrowed", "lent", "idle_held", "waiting")  # jobs.usage_history.FIELDS
+
 
 class ChargeMove(models.Model):
     """A live pod's charge changed (a charge move, docs/quota-tree.md): what it was charged
@@ -22,9 +24,10 @@ class ChargeMove(models.Model):
 
 
 class UsageBucket(models.Model):
-    """GPU-microseconds of one hour (span "h") or UTC day ("d") for one quota (`workspace_id`
-    and `user_id` 0) or one (quota, workspace, user): written only by the roll-up
-    (jobs.actions.usage). Ids without foreign keys: history outlives what it counts."""
+    """GPU-microseconds of one hour (span "h"), UTC day ("d") or UTC month ("m") for one
+    quota (`workspace_id` and `user_id` 0) or one (quota, workspace, user): written only by
+    the roll-up (jobs.actions.usage). Ids without foreign keys: history outlives what it
+    counts."""
 
     span = models.CharField(max_length=1)
     start = models.DateTimeField()
@@ -45,9 +48,58 @@ class UsageBucket(models.Model):
                 name="usage_bucket_unique",
             )
         ]
+        indexes = [
+            # The quota rows of a period, covering: the reports by quota read only the index
+            # (docs/usage-history.md, "Speed").
+            models.Index(
+                fields=["span", "start", "quota_id", "workspace_id", *(f"{f}_us" for f in _FIELDS)],
+                condition=models.Q(workspace_id=0),
+                name="usage_bucket_quota_rows",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.span} {self.start:%Y-%m-%d %H:00} quota {self.quota_id}"
+
+
+class JobUsageBucket(models.Model):
+    """One job's GPU-microseconds of one hour ("h") or UTC day ("d"), with the job's quota,
+    workspace, user and GPU type (the per-job report, docs/usage-history.md). `lent_us` is
+    always 0 (lending is a quota's, not a job's). Written only by the roll-up."""
+
+    span = models.CharField(max_length=1)
+    start = models.DateTimeField()
+    job_id = models.IntegerField()
+    quota_id = models.IntegerField()
+    workspace_id = models.IntegerField()
+    user_id = models.IntegerField()
+    gpu_type = models.CharField(max_length=40, blank=True)
+    in_quota_us = models.BigIntegerField(default=0)
+    borrowed_us = models.BigIntegerField(default=0)
+    lent_us = models.BigIntegerField(default=0)
+    idle_held_us = models.BigIntegerField(default=0)
+    waiting_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["span", "start", "job_id"], name="job_usage_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.span} {self.start:%Y-%m-%d %H:00} job {self.job_id}"
+
+
+class QuotaDecayedUsage(models.Model):
+    """A quota's borrowed GPU-seconds decayed over its tenant's half-life as of `at`
+    (historical fair share, docs/quota-tree.md): written by the roll-up for tenants that
+    turned it on, read by the scheduler's snapshot (which decays it on to the cycle's now)."""
+
+    quota_id = models.IntegerField(unique=True)
+    at = models.DateTimeField()
+    gpu_seconds = models.FloatField(default=0.0)
+
+    def __str__(self) -> str:
+        return f"quota {self.quota_id}: {self.gpu_seconds:.0f} decayed GPU-seconds"
 
 
 class UsageTotal(models.Model):

@@ -7,26 +7,33 @@ the buckets, one for the names. The quota tree is rolled up by the pure
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import F, Subquery, Sum
-from django.db.models.functions import TruncMonth
+from django.db.models import BigIntegerField, F, Q, Subquery, Sum
+from django.db.models.functions import Cast
 from django.utils.dateparse import parse_date, parse_datetime
 
 from jobs.access import member_workspace_ids
 from jobs.actions.usage import COLUMNS
-from jobs.models import UsageBucket
+from jobs.models import Job, JobUsageBucket, UsageBucket
 from jobs.usage_history import roll_up_tree
+from jobs.usage_query import Epoch, covering, fetch, from_epoch, month_period, pieces, sums
 from protocol import limits
 from quotas.access import owned_tenant_ids, visible_quota_ids
 from quotas.models import Quota, Workspace
 
-GROUPS = ("quota", "workspace", "user", "gpu_type")
+GROUPS = ("quota", "workspace", "user", "gpu_type", "job")
 GRANULARITIES = ("hour", "day", "month")
-_KEY = {"quota": "quota_id", "gpu_type": "gpu_type", "workspace": "workspace_id", "user": "user_id"}
+_KEY = {
+    "quota": "quota_id",
+    "gpu_type": "gpu_type",
+    "workspace": "workspace_id",
+    "user": "user_id",
+    "job": "job_id",
+}
 
 
 class UsageParamError(ValueError):
@@ -68,6 +75,9 @@ class UsageRequest:
     since: datetime
     until: datetime
     granularity: str
+    # Per-job rows only (group_by job): the page of jobs, most used first.
+    limit: int = limits.USAGE_JOB_ROWS
+    offset: int = 0
 
 
 def _moment(field: str, text: str) -> datetime:
@@ -109,7 +119,22 @@ def parse_request(params: Mapping[str, str], now: datetime) -> UsageRequest:
         if isinstance(exc, UsageParamError):
             raise
         raise UsageParamError("since", "invalid_date", "since/until: not a real date.") from exc
-    return checked(UsageRequest(group_by, since, until, granularity))
+    limit = _count(params, "limit", limits.USAGE_JOB_ROWS, 1, limits.USAGE_JOB_ROWS_MAX)
+    offset = _count(params, "offset", 0, 0, limits.USAGE_JOB_OFFSET_MAX)
+    return checked(UsageRequest(group_by, since, until, granularity, limit, offset))
+
+
+def _count(params: Mapping[str, str], field: str, default: int, low: int, high: int) -> int:
+    text = params.get(field)
+    if text in (None, ""):
+        return default
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = low - 1
+    if not low <= value <= high:
+        raise UsageParamError(field, "invalid_number", f"{field}: a whole number {low}-{high}.")
+    return value
 
 
 def checked(request: UsageRequest) -> UsageRequest:
@@ -123,7 +148,7 @@ def checked(request: UsageRequest) -> UsageRequest:
         raise UsageParamError(
             "since", "period_too_long", f"At most {longest} days by {request.granularity}."
         )
-    return UsageRequest(request.group_by, since, until, request.granularity)
+    return replace(request, since=since, until=until)
 
 
 def _align(at: datetime, span: timedelta, *, up: bool) -> datetime:
@@ -132,7 +157,7 @@ def _align(at: datetime, span: timedelta, *, up: bool) -> datetime:
     return epoch + span * (steps + (1 if up and rest else 0))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs 4x, on thousands of rows
 class UsageRow:
     group: str
     group_id: int | str
@@ -140,7 +165,8 @@ class UsageRow:
     values: tuple[int, ...]  # GPU-microseconds, in jobs.usage_history.FIELDS order
 
     def seconds(self) -> tuple[float, ...]:
-        return tuple(v / 1_000_000 for v in self.values)
+        a, b, c, d, e = self.values  # (no generator: thousands of rows per response)
+        return (a / 1e6, b / 1e6, c / 1e6, d / 1e6, e / 1e6)
 
 
 def quota_parents(ids) -> dict[int, int | None]:
@@ -152,34 +178,53 @@ def quota_parents(ids) -> dict[int, int | None]:
     return dict(Quota.objects.values_list("pk", "parent_id"))
 
 
-def usage_buckets(scope: UsageScope, request: UsageRequest, detail: bool):
-    span = "h" if request.granularity == "hour" else "d"
-    rows = UsageBucket.objects.filter(span=span, start__gte=request.since, start__lt=request.until)
+def usage_buckets(scope: UsageScope, detail: bool, where: Q, model=UsageBucket):
+    """The buckets `where` selects that the scope may read: quota rows, or (detail) the
+    (quota, workspace, user) rows."""
+    rows = model.objects.filter(where)
     if scope.quota_ids is not None:
         rows = rows.filter(quota_id__in=scope.quota_ids)
-    if not detail:
-        return rows.filter(workspace_id=0)
-    rows = rows.filter(workspace_id__gt=0)
-    if scope.workspace_ids is not None:
+    if model is UsageBucket:
+        rows = rows.filter(workspace_id=0) if not detail else rows.filter(workspace_id__gt=0)
+    if detail and scope.workspace_ids is not None:
         rows = rows.filter(workspace_id__in=scope.workspace_ids)
     return rows
 
 
-SUMS = {f"s_{c}": Sum(F(c)) for c in COLUMNS}
+def request_pieces(request: UsageRequest, by_period: bool, coarsest: str = "m") -> list:
+    """The bucket ranges a request reads: its own granularity's buckets when rows are per
+    period (months pre-rolled where whole), else the fewest that cover the period."""
+    if not by_period or request.granularity == "month":
+        return pieces(request.since, request.until, coarsest)
+    span = "h" if request.granularity == "hour" else "d"
+    return [(span, request.since, request.until)]
 
 
-def grouped(scope: UsageScope, request: UsageRequest, key: str | None, by_period: bool):
-    """(key?, period?, five sums) tuples aggregated by the database: months by TruncMonth;
-    hours and days are the buckets' own starts."""
-    detail = key in ("workspace_id", "user_id")
-    found = usage_buckets(scope, request, detail)
+SUMS = sums(COLUMNS)
+
+
+def grouped(
+    scope: UsageScope,
+    request: UsageRequest,
+    key: str | None,
+    by_period: bool,
+    jobs: list[int] | None = None,
+):
+    """(key?, period as epoch seconds?, five sums) tuples aggregated by the database, one
+    query: months of month or day buckets by their month; hours and days as they are. Per
+    job (key job_id): the job buckets of `jobs`."""
+    if key == "job_id":
+        where = covering(request_pieces(request, by_period, coarsest="d"))
+        found = usage_buckets(scope, True, where, JobUsageBucket).filter(job_id__in=jobs or [])
+    else:
+        detail = key in ("workspace_id", "user_id")
+        found = usage_buckets(scope, detail, covering(request_pieces(request, by_period)))
     fields = [key] if key else []
-    if by_period and request.granularity == "month":
-        found = found.annotate(period=TruncMonth("start", tzinfo=UTC))
+    if by_period:
+        period = month_period() if request.granularity == "month" else Epoch("start")
+        found = found.annotate(period=period)
         fields.append("period")
-    elif by_period:
-        fields.append("start")
-    return found.values(*fields).annotate(**SUMS).order_by().values_list(*fields, *SUMS)
+    return fetch(found.values(*fields).annotate(**SUMS).order_by().values_list(*fields, *SUMS))
 
 
 def usage_rows(
@@ -187,16 +232,61 @@ def usage_rows(
 ) -> list[UsageRow]:
     """One row per (group, period) with any use (or per group, `start` None, for the whole
     period with `by_period` False), sorted by group name then time."""
+    return usage_page(scope, request, parents, by_period=by_period)[0]
+
+
+def usage_page(
+    scope: UsageScope,
+    request: UsageRequest,
+    parents=None,
+    *,
+    by_period: bool = True,
+    shown: int | None = None,
+) -> tuple[list[UsageRow], int | None]:
+    """`usage_rows` and the offset of the next page of jobs (None: no more, or not per
+    job). Per job: the `limit` most used jobs from `offset` on, most used first. With
+    `shown` (whole periods only): most used first, only the first `shown` named (the others
+    by id: a page shows those, and its totals count every group)."""
+    jobs, more = job_page(scope, request) if request.group_by == "job" else (None, False)
     totals: dict[tuple, list[int]] = {}
-    for group, *rest in grouped(scope, request, _KEY[request.group_by], by_period):
+    for group, *rest in grouped(scope, request, _KEY[request.group_by], by_period, jobs):
         start = rest.pop(0) if by_period else None
         totals[group, start] = [v or 0 for v in rest]
     if request.group_by == "quota":
         ids = {quota_id for quota_id, _ in totals}
         totals = roll_up_tree(totals, parents if parents is not None else quota_parents(ids))
+    if shown is not None and not by_period and jobs is None:
+        order = sorted(totals, key=lambda k: (-(totals[k][0] + totals[k][1]), str(k[0])))
+        names = group_names(request.group_by, {group for group, _ in order[:shown]})
+        rows = [UsageRow(names.get(g, str(g)), g, None, tuple(totals[g, s])) for g, s in order]
+        return rows, None
     names = group_names(request.group_by, {group for group, _ in totals})
-    rows = [UsageRow(names.get(g, str(g)), g, start, tuple(v)) for (g, start), v in totals.items()]
-    return sorted(rows, key=lambda r: (r.group, r.start or request.since))
+    starts = {s: from_epoch(s) for s in {s for _, s in totals} if s is not None}
+    rows = [
+        UsageRow(names.get(g, str(g)), g, starts.get(s), tuple(v)) for (g, s), v in totals.items()
+    ]
+    if jobs is not None:
+        place = {job_id: i for i, job_id in enumerate(jobs)}
+        rows.sort(key=lambda r: (place.get(r.group_id, 0), r.start or request.since))
+        return rows, request.offset + len(jobs) if more else None
+    return sorted(rows, key=lambda r: (r.group, r.start or request.since)), None
+
+
+def job_page(scope: UsageScope, request: UsageRequest) -> tuple[list[int], bool]:
+    """The page of jobs with any use in the period, most GPU-seconds used first (then most
+    waited, then id), and whether more follow: one LIMITed query."""
+    where = covering(pieces(request.since, request.until, "d"))
+    used = Cast(Sum(F("in_quota_us") + F("borrowed_us")), BigIntegerField())
+    waited = Cast(Sum("waiting_us"), BigIntegerField())
+    found = (
+        usage_buckets(scope, True, where, JobUsageBucket)
+        .values("job_id")
+        .annotate(used=used, waited=waited)
+        .order_by("-used", "-waited", "job_id")
+        .values_list("job_id", "used", "waited")
+    )
+    rows = fetch(found[request.offset : request.offset + request.limit + 1])
+    return [row[0] for row in rows[: request.limit]], len(rows) > request.limit
 
 
 def group_names(group_by: str, ids: set) -> dict:
@@ -208,15 +298,31 @@ def group_names(group_by: str, ids: set) -> dict:
     if group_by == "workspace":
         found = Workspace.objects.filter(pk__in=ids).values_list("pk", "tenant__name", "name")
         return {pk: f"{tenant}/{name}" for pk, tenant, name in found}
+    if group_by == "job":
+        found = Job.objects.filter(pk__in=ids).values_list("pk", "name")
+        return {pk: f"{name} (#{pk})" for pk, name in found}
     users = get_user_model().objects.filter(pk__in=ids)
     return dict(users.values_list("pk", "username"))
+
+
+_ISO: dict[datetime, str] = {}
+
+
+def _iso(at: datetime) -> str:
+    """ "2026-11-01T00:00:00Z", remembered (a response has few distinct periods)."""
+    text = _ISO.get(at)
+    if text is None:
+        if len(_ISO) > 10_000:
+            _ISO.clear()
+        text = _ISO[at] = at.isoformat().replace("+00:00", "Z")
+    return text
 
 
 def row_json(row: UsageRow) -> dict:
     seconds = row.seconds()
     return {
         "group": row.group,
-        "start": row.start.isoformat().replace("+00:00", "Z"),
+        "start": _iso(row.start),
         "gpu_seconds_in_quota": seconds[0],
         "gpu_seconds_borrowed": seconds[1],
         "gpu_seconds_lent": seconds[2],

@@ -84,6 +84,9 @@ REFUSALS_BEFORE_SET_ASIDE = 3
 USAGE_HOURLY_DAYS = 31  # the longest period reported hour by hour
 USAGE_DAYS = 400  # the longest period reported at all (buckets are kept about this long)
 USAGE_TOP_USERS = 10
+USAGE_JOB_ROWS = 100  # jobs per page of the per-job usage report (page, API default)
+USAGE_JOB_ROWS_MAX = 1000  # the most jobs one API request may ask for
+USAGE_JOB_OFFSET_MAX = 1_000_000
 
 # A GPU busier than this (percent) at any sample is not idle: the dashboard's "held but idle"
 # list and the usage history's idle-held GPU-seconds read the same threshold.

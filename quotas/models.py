@@ -1,6 +1,7 @@
 """Tenants, workspaces with members, and the quotas bound to them (docs/domain.md)."""
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -28,6 +29,17 @@ class Tenant(models.Model):
     fair_share_preemption = models.BooleanField(
         default=False,
         help_text="Borrowers may preempt other borrowers to restore weighted shares of idle GPUs",
+    )
+    # Borrowers ordered by their borrowed GPU-seconds decayed over a half-life, not only by
+    # what they borrow now (docs/quota-tree.md, "Historical fair share"); off by default.
+    historical_fair_share = models.BooleanField(
+        default=False,
+        help_text="Idle GPUs go first to the quotas that borrowed least recently (decayed)",
+    )
+    fair_share_half_life_hours = models.PositiveIntegerField(
+        default=168,
+        validators=[MinValueValidator(1)],
+        help_text="Half-life of borrowed GPU-seconds for historical fair share (hours)",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
 from django import forms
-from django.db.models import F, Sum
+from django.db.models import BigIntegerField, F, Sum
+from django.db.models.functions import Cast
 
 from cluster.models import Node
 from jobs.models import UsageBucket
 from jobs.usage_history import BORROWED, IN_QUOTA, LENT
+from jobs.usage_query import Epoch, covering, fetch, from_epoch, pieces
 from jobs.usage_report import (
     GROUPS,
     UsageParamError,
@@ -38,6 +40,7 @@ class UsageForm(forms.Form):
     group = forms.ChoiceField(
         choices=[(g, g.replace("_", " ").title()) for g in GROUPS], required=False
     )
+    page = forms.IntegerField(required=False, min_value=1, max_value=10_000)
 
     def usage_request(self, today: dt.date) -> UsageRequest | None:
         """The period asked for (UTC days), or None with the field errors added."""
@@ -60,7 +63,12 @@ class UsageForm(forms.Form):
         granularity = "hour" if days <= 7 else "day"
         since = datetime.combine(first, time(), tzinfo=UTC)
         try:
-            return checked(UsageRequest(group, since, since + timedelta(days=days), granularity))
+            size = limits.USAGE_JOB_ROWS
+            offset = ((data.get("page") or 1) - 1) * size
+            wanted = UsageRequest(
+                group, since, since + timedelta(days=days), granularity, size, offset
+            )
+            return checked(wanted)
         except (UsageParamError, OverflowError) as exc:
             message = getattr(exc, "message", "Not a period the reports cover.")
             self.add_error("until" if period == "custom" else "date", message)
@@ -76,21 +84,27 @@ class GroupTotal:
     def used(self) -> float:
         return self.hours[IN_QUOTA] + self.hours[BORROWED]
 
+    @property
+    def cells(self) -> tuple[str, ...]:
+        """The hours to one decimal (formatted here: a template filter per cell was a
+        measurable part of the page, bench/usage.py)."""
+        return tuple(f"{h:.1f}" for h in self.hours)
 
-def group_totals(rows: list[UsageRow]) -> list[GroupTotal]:
-    """Each group's whole period, most used first."""
+
+def group_totals(rows: list[UsageRow], ordered: bool = False) -> list[GroupTotal]:
+    """Each group's whole period, most used first (`ordered`: in the rows' order)."""
     sums: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     for row in rows:
         for i, value in enumerate(row.values):
             sums[row.group][i] += value
     totals = [GroupTotal(g, tuple(round(v / HOUR_US, 2) for v in s)) for g, s in sums.items()]
-    return sorted(totals, key=lambda t: (-t.used, t.group))
+    return totals if ordered else sorted(totals, key=lambda t: (-t.used, t.group))
 
 
 def top_users(scope: UsageScope, request: UsageRequest) -> list[GroupTotal]:
     """The users whose jobs used the most GPU-hours in the period (two queries)."""
     found = (
-        usage_buckets(scope, request, detail=True)
+        usage_buckets(scope, True, covering(pieces(request.since, request.until)))
         .values("user_id")
         .annotate(used=Sum(F("in_quota_us") + F("borrowed_us")), idle=Sum("idle_held_us"))
         .order_by("-used", "user_id")[: limits.USAGE_TOP_USERS]
@@ -124,7 +138,8 @@ def chart_series(scope: UsageScope, request: UsageRequest) -> dict:
     periods = _periods(request)
     seconds = (periods[1] - periods[0]).total_seconds() if len(periods) > 1 else 3600.0
     used, lent = defaultdict(int), defaultdict(int)
-    for start, *values in grouped(scope, request, None, by_period=True):
+    for epoch, *values in grouped(scope, request, None, by_period=True):
+        start = from_epoch(epoch)
         used[start] += (values[IN_QUOTA] or 0) + (values[BORROWED] or 0)
         lent[start] += values[LENT] or 0
     quotas = (
@@ -140,11 +155,16 @@ def chart_series(scope: UsageScope, request: UsageRequest) -> dict:
             start__lt=request.until,
             workspace_id=0,
         )
-        .values("start")
-        .annotate(held=Sum(F("in_quota_us") + F("borrowed_us")), idle=Sum("idle_held_us"))
+        .annotate(period=Epoch("start"))
+        .values("period")
+        .annotate(
+            held=Cast(Sum(F("in_quota_us") + F("borrowed_us")), BigIntegerField()),
+            idle=Cast(Sum("idle_held_us"), BigIntegerField()),
+        )
         .order_by()
+        .values_list("period", "held", "idle")
     )
-    by_start = {r["start"]: r for r in cluster}
+    by_start = {from_epoch(p): {"held": h, "idle": i} for p, h, i in fetch(cluster)}
     capacity = (Node.objects.aggregate(g=Sum("gpus"))["g"] or 0) * seconds * 1_000_000
     t = [int(p.timestamp()) for p in periods]
 

@@ -10,7 +10,8 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from jobs.usage_report import csv_text, scope_for, usage_rows
+from jobs.usage_report import UsageRequest, csv_text, scope_for
+from jobs.usage_report import usage_page as report_page
 from web.usage_page import UsageForm, chart_series, group_totals, top_users, totals_of
 
 GROUPS_SHOWN = 100  # the most used groups in the table; the CSV has every one
@@ -23,6 +24,19 @@ def _form(request: HttpRequest):
     return form, wanted
 
 
+def _pages(query: dict, wanted: UsageRequest, next_offset: int | None) -> dict:
+    """Per job: links to the pages before and after (plain links, HTMX-boosted)."""
+    if wanted.group_by != "job":
+        return {}
+    page = wanted.offset // wanted.limit + 1
+    out: dict = {"page": page}
+    if page > 1:
+        out["previous_url"] = "?" + urlencode(query | {"page": page - 1})
+    if next_offset is not None:
+        out["next_url"] = "?" + urlencode(query | {"page": page + 1})
+    return out
+
+
 @login_required
 @require_GET
 def usage_page(request: HttpRequest) -> HttpResponse:
@@ -31,14 +45,15 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     if wanted is not None:
         scope = scope_for(request.user)
         if request.GET.get("format") == "csv":
-            rows = usage_rows(scope, wanted)
+            rows = report_page(scope, wanted)[0]
             response = HttpResponse(csv_text(rows), content_type="text/csv; charset=utf-8")
             name = f"usage-{wanted.group_by}-{wanted.since:%Y%m%d}-{wanted.until:%Y%m%d}.csv"
             response["Content-Disposition"] = f'attachment; filename="{name}"'
             return response
-        rows = usage_rows(scope, wanted, by_period=False)
+        rows, next_offset = report_page(scope, wanted, by_period=False, shown=GROUPS_SHOWN)
         query = {k: v for k, v in request.GET.items() if k != "format"}
-        groups = group_totals(rows)
+        groups = group_totals(rows, ordered=True)  # most used first (per job: the page's)
+        context |= _pages(query, wanted, next_offset)
         context |= {
             "groups": groups[:GROUPS_SHOWN],
             "groups_hidden": max(len(groups) - GROUPS_SHOWN, 0),

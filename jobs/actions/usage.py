@@ -15,13 +15,15 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
-from django.db.models.functions import TruncDay
+from django.db.models.functions import TruncDay, TruncMonth
 from django.utils import timezone
 
+from jobs.actions.usage_decay import write_decayed_usage
 from jobs.models import (
     ChargeMove,
     Job,
     JobEvent,
+    JobUsageBucket,
     Pod,
     UsageBucket,
     UsageRollup,
@@ -33,14 +35,17 @@ from jobs.usage_history import (
     FIELDS,
     HOUR,
     Cells,
+    JobCells,
     PodSpan,
     Span,
     bucket_cells,
     ceil_hour,
     floor_hour,
     idle_spans,
+    job_cells,
     waiting_spans,
 )
+from jobs.usage_query import month_floor, next_month
 from protocol.limits import IDLE_UTILIZATION
 from quotas.models import Quota
 
@@ -90,13 +95,17 @@ def roll_up_usage(now: datetime | None = None) -> RollupResult:
         hi = min(ceil_hour(now), lo + HOUR * settings.USAGE_ROLLUP_MAX_HOURS)
         if lo >= hi:
             return RollupResult(rolled_until=state.rolled_until)
-        written = _write_hours(compute_cells(lo, hi, now), lo, hi)
-        _write_days(lo, hi)
+        cells, jobs, meta = compute_cells(lo, hi, now)
+        gpu_types = dict(Quota.objects.values_list("pk", "gpu_type"))
+        written = _write_hours(cells, lo, hi, gpu_types)
+        write_job_hours(jobs, meta, gpu_types, lo, hi)
+        days = _write_days(lo, hi)
+        _write_months(*days)
         final = max(lo, min(hi, floor_hour(now - GRACE)))
         _add_totals(lo, final)
         UsageRollup.objects.filter(pk=1).update(rolled_until=final, ran_at=now)
-        cutoff = now - timedelta(days=settings.USAGE_RETENTION_DAYS)
-        UsageBucket.objects.filter(start__lt=cutoff).delete()
+        _forget(now - timedelta(days=settings.USAGE_RETENTION_DAYS))
+        write_decayed_usage(now)
     return RollupResult(since=lo, until=hi, buckets=written, rolled_until=final)
 
 
@@ -114,10 +123,25 @@ def _first_hour(now: datetime) -> datetime:
     return floor_hour(first or now)
 
 
-def compute_cells(lo: datetime, hi: datetime, now: datetime) -> Cells:
-    """The cells of the hours in [lo, hi) from the source rows, as of `now`."""
+def compute_cells(lo: datetime, hi: datetime, now: datetime) -> tuple[Cells, JobCells, dict]:
+    """The cells of the hours in [lo, hi) from the source rows, as of `now`: per quota and
+    (quota, workspace, user), per job, and each job's (quota, workspace, user)."""
     pods = _pod_spans(lo, hi, now)
-    return bucket_cells(pods.values(), _waits(lo, hi, now), _idles(pods, lo, hi), lo, hi)
+    waits, idles = _waits(lo, hi, now), _idles(pods, lo, hi)
+    meta = {s.job_id: (s.job_quota_id, s.workspace_id, s.user_id) for s in pods.values()}
+    meta |= {s.job_id: (s.job_quota_id, s.workspace_id, s.user_id) for s in waits}
+    return (
+        bucket_cells(pods.values(), waits, idles, lo, hi),
+        job_cells(pods.values(), waits, idles, lo, hi),
+        meta,
+    )
+
+
+def _forget(cutoff: datetime) -> None:
+    """Retention: hours and days before the cutoff, and months wholly before it."""
+    UsageBucket.objects.filter(start__lt=cutoff).exclude(span="m").delete()
+    UsageBucket.objects.filter(span="m", start__lt=month_floor(cutoff)).delete()
+    JobUsageBucket.objects.filter(start__lt=cutoff).delete()
 
 
 def _chunks(ids: list[int]) -> Iterable[list[int]]:
@@ -127,6 +151,7 @@ def _chunks(ids: list[int]) -> Iterable[list[int]]:
 
 _POD_FIELDS = (
     "pk",
+    "job_id",
     "job__quota_id",
     "job__workspace_id",
     "job__owner_id",
@@ -150,7 +175,7 @@ def _pod_spans(lo: datetime, hi: datetime, now: datetime) -> dict[int, PodSpan]:
         for pod_id, at, from_quota in found.values_list("pod_id", "at", "from_quota_id"):
             moves[pod_id].append((at, from_quota))
     spans = {}
-    for pk, quota, workspace, owner, gpus, start, finished, status, charged in rows.values():
+    for pk, job, quota, workspace, owner, gpus, start, finished, status, charged in rows.values():
         end = finished or (now if status in _LIVE else start)
         pod_moves = moves.get(pk, [])
         # Before each move: its `from`; after the last one, the charge the pod has now.
@@ -158,7 +183,7 @@ def _pod_spans(lo: datetime, hi: datetime, now: datetime) -> dict[int, PodSpan]:
         for i, (at, _) in enumerate(pod_moves):
             after = pod_moves[i + 1][1] if i + 1 < len(pod_moves) else charged
             charges.append((at, after))
-        spans[pk] = PodSpan(quota, workspace, owner, gpus, start, end, tuple(charges))
+        spans[pk] = PodSpan(quota, workspace, owner, gpus, start, end, tuple(charges), job)
     return spans
 
 
@@ -180,7 +205,7 @@ def _waits(lo: datetime, hi: datetime, now: datetime) -> list[Span]:
         ):
             events[job_id].append((at, to_status))
     return [
-        Span(quota, workspace, owner, gpus, since, until)
+        Span(quota, workspace, owner, gpus, since, until, job_id)
         for job_id, (quota, workspace, owner, gpus) in jobs.items()
         for since, until in waiting_spans(events.get(job_id, []), _WAITING, now)
     ]
@@ -202,13 +227,20 @@ def _idles(pods: dict[int, PodSpan], lo: datetime, hi: datetime) -> list[Span]:
             since, until = max(since, pod.start), min(until, pod.end)
             if since < until:
                 spans.append(
-                    Span(pod.job_quota_id, pod.workspace_id, pod.user_id, pod.gpus, since, until)
+                    Span(
+                        pod.job_quota_id,
+                        pod.workspace_id,
+                        pod.user_id,
+                        pod.gpus,
+                        since,
+                        until,
+                        pod.job_id,
+                    )
                 )
     return spans
 
 
-def _write_hours(cells: Cells, lo: datetime, hi: datetime) -> int:
-    gpu_types = dict(Quota.objects.values_list("pk", "gpu_type"))
+def _write_hours(cells: Cells, lo: datetime, hi: datetime, gpu_types: dict) -> int:
     UsageBucket.objects.filter(span="h", start__gte=lo, start__lt=hi).delete()
     UsageBucket.objects.bulk_create(
         (
@@ -235,26 +267,60 @@ def _write_days(lo: datetime, hi: datetime) -> None:
     day_hi = ceil_hour(hi).astimezone(UTC).replace(hour=0)
     if day_hi < hi:
         day_hi += timedelta(days=1)
-    UsageBucket.objects.filter(span="d", start__gte=day_lo, start__lt=day_hi).delete()
-    sums = (
-        UsageBucket.objects.filter(span="h", start__gte=day_lo, start__lt=day_hi)
-        .annotate(day=TruncDay("start", tzinfo=UTC))
-        .values("day", "quota_id", "workspace_id", "user_id", "gpu_type")
+    for model in (UsageBucket, JobUsageBucket):
+        _sum_into(model, "h", "d", TruncDay, day_lo, day_hi)
+    return day_lo, day_hi
+
+
+def _write_months(day_lo: datetime, day_hi: datetime) -> None:
+    """Each UTC month touched by those days again as the sum of its days."""
+    last = day_hi - timedelta(days=1)
+    _sum_into(UsageBucket, "d", "m", TruncMonth, month_floor(day_lo), next_month(last))
+
+
+def _sum_into(model, source: str, span: str, trunc, lo: datetime, hi: datetime) -> None:
+    """Replace the `span` buckets starting in [lo, hi) by the sums of their `source` ones."""
+    keys = [f.name for f in model._meta.fields if f.name not in ("id", "span", "start")]
+    keys = [k for k in keys if not k.endswith("_us")]
+    model.objects.filter(span=span, start__gte=lo, start__lt=hi).delete()
+    found = (
+        model.objects.filter(span=source, start__gte=lo, start__lt=hi)
+        .annotate(period=trunc("start", tzinfo=UTC))
+        .values("period", *keys)
         .annotate(**{f"s_{c}": Sum(F(c)) for c in COLUMNS})
         .order_by()
     )
-    UsageBucket.objects.bulk_create(
+    model.objects.bulk_create(
         (
-            UsageBucket(
-                span="d",
-                start=row["day"],
-                quota_id=row["quota_id"],
-                workspace_id=row["workspace_id"],
-                user_id=row["user_id"],
-                gpu_type=row["gpu_type"],
+            model(
+                span=span,
+                start=row["period"],
+                **{k: row[k] for k in keys},
                 **{c: row[f"s_{c}"] or 0 for c in COLUMNS},
             )
-            for row in sums
+            for row in found
+        ),
+        batch_size=500,
+    )
+
+
+def write_job_hours(cells: JobCells, meta: dict, gpu_types: dict, lo: datetime, hi: datetime):
+    """The per-job hours of [lo, hi), replaced (each job with its quota, workspace, user)."""
+    JobUsageBucket.objects.filter(span="h", start__gte=lo, start__lt=hi).delete()
+    JobUsageBucket.objects.bulk_create(
+        (
+            JobUsageBucket(
+                span="h",
+                start=hour,
+                job_id=job,
+                quota_id=meta[job][0],
+                workspace_id=meta[job][1],
+                user_id=meta[job][2],
+                gpu_type=gpu_types.get(meta[job][0], ""),
+                **dict(zip(COLUMNS, values, strict=True)),
+            )
+            for (hour, job), values in cells.items()
+            if any(values) and job in meta
         ),
         batch_size=500,
     )

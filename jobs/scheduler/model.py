@@ -58,6 +58,9 @@ class QuotaSnap:
     lending_limit: int | None = None  # most of the subtree's guarantee lent out (None: all)
     weight: float = 1.0  # share of idle capacity when quotas compete
     fair_share_preemption: bool = False  # the tenant's setting, copied to each of its quotas
+    # Historical fair share (docs/quota-tree.md): the quota's borrowed GPUs averaged over its
+    # tenant's half-life (decayed GPU-seconds x ln 2 / half-life); 0 where the tenant is off.
+    history_gpus: float = 0.0
 
     @property
     def pool(self) -> PoolKey:

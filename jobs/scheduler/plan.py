@@ -169,7 +169,8 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
 
 def fair_order(order: list[JobSnap], deferred: dict, tree: TreeUse) -> Iterator[JobSnap]:
     """The idle pass's jobs: next the head (in admission order) of the quota whose borrowed
-    GPUs over weight is lowest, then by its priority, submission time and id. Read lazily:
+    GPUs over weight is lowest (with historical fair share, plus its decayed borrowing:
+    `TreeUse.borrow_order`), then by its priority, submission time and id. Read lazily:
     a quota's share is looked up again after its job was booked."""
     queues: dict[int, deque[JobSnap]] = {}
     for job in order:
@@ -178,7 +179,7 @@ def fair_order(order: list[JobSnap], deferred: dict, tree: TreeUse) -> Iterator[
 
     def key(quota_id: int) -> tuple:
         head = queues[quota_id][0]
-        return (tree.share(quota_id), -head.priority, head.submitted_at, head.id, quota_id)
+        return (tree.borrow_order(quota_id), -head.priority, head.submitted_at, head.id, quota_id)
 
     heap = [key(quota_id) for quota_id in queues]
     heapq.heapify(heap)

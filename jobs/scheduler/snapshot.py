@@ -11,12 +11,23 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Case, DateTimeField, F, Max, Q, TextField, Value, When
+from django.db.models import (
+    Case,
+    DateTimeField,
+    F,
+    Max,
+    OuterRef,
+    Q,
+    Subquery,
+    TextField,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster.models import GpuDevice, Node, NodeState
-from jobs.models import Checkpoint, Job, Pod
+from jobs.models import Checkpoint, Job, Pod, QuotaDecayedUsage
 from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.rows import WaitingRow
 from jobs.statuses import (
@@ -27,6 +38,7 @@ from jobs.statuses import (
     JobStatus,
     PodStatus,
 )
+from jobs.usage_history import average_gpus, decayed_on
 from quotas.models import Quota
 
 _JOB_STATUS = {s.value: s for s in JobStatus}
@@ -101,7 +113,7 @@ def load_snapshot(now: datetime | None = None) -> tuple[Snapshot, dict[int, Wait
     jobs, rows = _load_waiting(now, use, reclaimed_by)
     snapshot = Snapshot(
         nodes=_load_nodes(use),
-        quotas=_load_quotas(use),
+        quotas=_load_quotas(use, now),
         jobs=jobs,
         running=_load_running(use.holdings, preempted_at),
     )
@@ -179,14 +191,25 @@ def _load_nodes(use: LiveUse) -> tuple[NodeSnap, ...]:
     return tuple(nodes)
 
 
-def _load_quotas(use: LiveUse) -> tuple[QuotaSnap, ...]:
+def _load_quotas(use: LiveUse, now: datetime) -> tuple[QuotaSnap, ...]:
     quotas = []
-    rows = Quota.objects.annotate(fair_share_preemption=F("tenant__fair_share_preemption"))
-    for row in rows.values_list(*QUOTA_COLUMNS, named=True).order_by("id"):
+    decayed = QuotaDecayedUsage.objects.filter(quota_id=OuterRef("pk"))
+    rows = Quota.objects.annotate(
+        fair_share_preemption=F("tenant__fair_share_preemption"),
+        history_on=F("tenant__historical_fair_share"),
+        half_life_h=F("tenant__fair_share_half_life_hours"),
+        decayed_s=Subquery(decayed.values("gpu_seconds")[:1]),
+        decayed_at=Subquery(decayed.values("at")[:1]),
+    )
+    extra = ("history_on", "half_life_h", "decayed_s", "decayed_at")
+    for row in rows.values_list(*QUOTA_COLUMNS, *extra, named=True).order_by("id"):
         used = use.quotas.get(row.id) or QuotaUse()
+        columns = row._asdict()
+        history = _history_gpus(*(columns.pop(name) for name in extra), now)
         quotas.append(
             QuotaSnap(
-                **row._asdict(),
+                **columns,
+                history_gpus=history,
                 used_gpus=used.gpus,
                 used_cpus=used.cpus,
                 used_memory_gb=used.memory_gb,
@@ -194,6 +217,15 @@ def _load_quotas(use: LiveUse) -> tuple[QuotaSnap, ...]:
             )
         )
     return tuple(quotas)
+
+
+def _history_gpus(on: bool, half_life_h, seconds, at, now: datetime) -> float:
+    """Historical fair share's input: the quota's decayed borrowed GPU-seconds (written by
+    the usage roll-up), decayed on to now, as average GPUs; 0 where the tenant is off."""
+    if not on or not seconds or at is None:
+        return 0.0
+    half_life = (half_life_h or 1) * 3600
+    return average_gpus(decayed_on(seconds, at, now, half_life), half_life)
 
 
 def _waiting_rows(now: datetime):

@@ -105,6 +105,16 @@ class TreeUse:
         weight = q.weight if q is not None and q.weight > 0 else 1.0
         return (self.borrowed.get(quota_id, 0) + extra) / weight
 
+    def borrow_order(self, quota_id: int) -> float:
+        """The idle pass's order (lowest first): borrowed GPUs now plus, where the tenant
+        keeps historical fair share, its borrowed GPUs averaged over the half-life
+        (`QuotaSnap.history_gpus`), over weight (docs/quota-tree.md)."""
+        q = self.tree.quotas.get(quota_id)
+        if q is None or not q.history_gpus:
+            return self.share(quota_id)
+        weight = q.weight if q.weight > 0 else 1.0
+        return (self.borrowed.get(quota_id, 0) + q.history_gpus) / weight
+
 
 def with_own_guarantees(quotas: tuple[QuotaSnap, ...], tree: QuotaTree) -> tuple[QuotaSnap, ...]:
     """The quotas as the plan charges them: each one's `gpus` is its own guarantee (its
