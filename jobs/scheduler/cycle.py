@@ -111,12 +111,30 @@ def run_cycle(
     return result
 
 
+# Set while this process must place nothing (the embedded console stopping: its scheduler
+# loop is stopped first so no job lands on the node that is going away; docs/processes.md).
+_placements_paused = threading.Event()
+
+
+def pause_placements_here() -> None:
+    """No in-request cycle in this process until `resume_placements_here()`."""
+    _placements_paused.set()
+
+
+def resume_placements_here() -> None:
+    _placements_paused.clear()
+
+
 def admit_now() -> None:
     """A cycle right after a change that freed GPUs (an agent's exit report), in the same
     request once its writes are committed, unless another cycle is running (that one, or the
     one the change's commit triggered, admits instead). Never fails the caller: beat repeats
-    it. Off with settings.SCHEDULE_ON_AGENT_REPORT."""
-    if not settings.SCHEDULE_ON_AGENT_REPORT or transaction.get_connection().in_atomic_block:
+    it. Off with settings.SCHEDULE_ON_AGENT_REPORT, and while placements are paused here."""
+    if (
+        not settings.SCHEDULE_ON_AGENT_REPORT
+        or _placements_paused.is_set()
+        or transaction.get_connection().in_atomic_block
+    ):
         return
     from jobs.tasks import run_coalesced
 

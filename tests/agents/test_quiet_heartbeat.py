@@ -102,3 +102,29 @@ def test_an_exit_report_gets_the_next_job_in_its_reply(client, settings, job_fac
     listed = {s["job_id"] for s in reply["run"]}
     assert (waiting.pk in listed) is enabled
     assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_exit_report_places_a_job_once_the_scheduler_loop_is_stopped(
+    client, settings, job_factory
+):
+    """The embedded console stopping stops its scheduler loop first so nothing lands on the
+    node that is going away: an exit report then must not run a cycle of its own."""
+    from console.loops import stop_loops
+    from jobs.scheduler.cycle import resume_placements_here, run_cycle
+    from tests.web.conftest import submit
+
+    settings.CONSOLE_LOOPS = "inprocess"
+    settings.SCHEDULE_ON_AGENT_REPORT = True
+    node, token = register(client, gpus=2)
+    job, pods = job_factory([node], gpus=2, status=JobStatus.RUNNING, pod_status=PodStatus.RUNNING)
+    waiting = submit(job.owner, job.workspace, job.quota, gpus_per_worker=2)
+    run_cycle()
+    stop_loops(["scheduler"])  # as run_console's shutdown does (no loop was started here)
+    try:
+        done = {**running(pods[0]), "state": "exited", "exit_code": 0}
+        reply = heartbeat(client, token, workers=[done], gpus=2).json()
+        assert waiting.pk not in {s["job_id"] for s in reply["run"]}
+        assert Job.objects.get(pk=waiting.pk).status == JobStatus.INQUEUE
+    finally:
+        resume_placements_here()
