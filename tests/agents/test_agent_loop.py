@@ -139,9 +139,7 @@ def test_a_stop_for_a_pod_never_launched_ends_it_as_ordered(make_agent, job_on):
     assert agent.runtime.workers() == []
 
 
-def test_the_pods_of_one_reply_are_recorded_in_one_write_before_any_launch(
-    make_agent, job_on
-):
+def test_the_pods_of_one_reply_are_recorded_in_one_write_before_any_launch(make_agent, job_on):
     agent = make_agent()
     node = Node.objects.get(name="loop-node")
     _, (first,) = job_on(node)
