@@ -5,8 +5,8 @@ actions of the app that owns the rows:
 
 - node facts and GPUs: `cluster.actions` (a plain UPDATE by id: last writer wins; every
   heartbeat carries the full facts),
-- pod statuses: `jobs.actions.workers.apply_worker_state` (compare-and-set on the pod's
-  live status),
+- pod statuses: `jobs.actions.workers.apply_worker_states` (compare-and-set on the pod's
+  live status; a heartbeat's changes in one transaction, agents.applying),
 - log lines: `jobs.actions.logs.append_log_lines` (compare-and-set on the pod's next
   sequence number, plus the chunk, in one transaction).
 
@@ -24,6 +24,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from accounts.tokens import make_token, matches, split_prefix
+from agents.applying import FAILED, apply_reports, isolated
 from agents.auth import BOOTSTRAP_KIND, NODE_KIND, AgentApiError
 from agents.decisions import (
     PodFacts,
@@ -58,7 +59,6 @@ from jobs.actions.workers import (
 from jobs.models import Pod
 from jobs.scheduler.cycle import admit_now
 from jobs.statuses import ACTIVE_POD_STATUSES
-from protocol import limits
 from protocol.agent import (
     ClearHealthMark,
     HeartbeatReply,
@@ -71,7 +71,6 @@ from protocol.agent import (
     error_reason,
 )
 from protocol.batches import HeartbeatItems, LogItems
-from protocol.text import fit
 
 log = logging.getLogger(__name__)
 
@@ -289,43 +288,6 @@ def worker_spec(pod: Pod) -> WorkerSpec:
     )
 
 
-def _apply_report(node: Node, pod: Pod, report: WorkerReport, now: datetime) -> bool:
-    """One worker's change, in its own transaction (apply_worker_state)."""
-    return apply_worker_state(
-        pod,
-        running=report.state == "running",
-        exit_code=report.exit_code,
-        error=report.error,
-        container_id=report.container_id,
-        logs_delivered=report.logs_delivered,
-        now=now,
-    )
-
-
-_FAILED = object()
-
-
-def _isolated(
-    node: Node, pod_id: int, refused: dict[int, str], what: str, apply, *, atomic: bool = False
-) -> object:
-    """Apply one item alone. An item that cannot be applied is rolled back alone (`apply`
-    runs its writes in a transaction: its own, or `atomic=True` for one here) and refused
-    with a reason; it never fails the request (one bad row would take the whole node
-    NotReady). Its pod stays live, so the reply still lists it and the agent reports it
-    again."""
-    try:
-        if not atomic:
-            return apply()
-        with transaction.atomic():
-            return apply()
-    except Exception as exc:
-        log.exception("node %s: %s of pod %s failed", node.name, what, pod_id)
-        # The details stay in the console's log; the agent learns which item and what kind.
-        reason = f"the console could not apply the {what} ({type(exc).__name__})"
-        refused.setdefault(pod_id, fit(reason, limits.REASON))
-        return _FAILED
-
-
 def _heartbeat_lease() -> dict:
     timing = fence_timing()
     return {"lease_seconds": timing.lease_seconds, "fence_grace": timing.kill_grace}
@@ -357,7 +319,7 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
     # the exit reported in this same heartbeat restarts the job from it.
     for report in items.workers:
         if report.progress is not None or report.checkpoints:
-            _isolated(
+            isolated(
                 node,
                 report.pod_id,
                 refused,
@@ -365,24 +327,16 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 lambda report=report: store_worker_extras(pods, [report], now),
                 atomic=True,
             )
-    changed = freed = False
     fenced: dict[int, StopOrder] = {}
     samples: list[tuple[int, dict]] = []
+    applies: list[tuple[Pod, WorkerReport]] = []
     for report in items.workers:
         pod = pods.get(report.pod_id)
         verdict, why = judge_report(node.pk, _pod_facts(pod) if pod else None, report)
         if report.gpu is not None and verdict in (Verdict.START, Verdict.TOUCH):
             samples.append((pod.pk, report.gpu.model_dump()))
         if verdict in (Verdict.START, Verdict.EXIT):
-            applied = _isolated(
-                node,
-                pod.pk,
-                refused,
-                "worker report",
-                lambda pod=pod, report=report: _apply_report(node, pod, report, now),
-            )
-            changed |= applied is True
-            freed |= applied is True and verdict == Verdict.EXIT
+            applies.append((pod, report))
         elif verdict == Verdict.FENCE:
             log.warning("node %s: fencing pod %s: %s", node.name, report.pod_id, why)
             fenced[report.pod_id] = StopOrder(
@@ -391,6 +345,9 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 grace_seconds=settings.DEFAULT_STOP_GRACE,
                 reason=f"stale worker: {why}",
             )
+    applied = apply_reports(node, applies, refused, now)
+    changed = bool(applied)
+    freed = any(report.state != "running" for pod, report in applies if pod.pk in applied)
     record_gpu_samples(samples, now)  # only this node's current workers
     _record_refusals(node, pods, refused, "report", now)
     if freed:  # GPUs came free: admit what fits now, and send this node's share back
@@ -406,7 +363,7 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
         except ValidationError as exc:
             # The job's stored spec cannot be sent (e.g. a bad env name): fail the worker
             # with the reason instead of breaking the whole node's heartbeat.
-            _isolated(
+            isolated(
                 node,
                 pod.pk,
                 refused,
@@ -476,7 +433,7 @@ def store_logs(node: Node, items: LogItems, now: datetime) -> LogAck:
         if fresh:
             # Lines the agent cut at its length limit, by sequence number (raw log joins them).
             joins = [b.first_seq + i for i in b.continued if b.first_seq + i >= current]
-            stored = _isolated(
+            stored = isolated(
                 node,
                 pod.pk,
                 refused,
@@ -485,7 +442,7 @@ def store_logs(node: Node, items: LogItems, now: datetime) -> LogAck:
                     pod, current, fresh, now, joins=joins
                 ),
             )
-            if stored is _FAILED:
+            if stored is FAILED:
                 continue
             current = stored
         acks[pod.pk] = current

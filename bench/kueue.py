@@ -205,10 +205,15 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
             for i in range(agents):
                 state = work / f"agent-{i}"
                 subprocess.run(["rm", "-rf", str(state)], check=True)
+                # BENCH_AGENT_PROFILE=<dir>: each agent's main loop under cProfile
+                # (<dir>/agent-<i>.prof, written when the agent exits on SIGTERM).
+                profile = os.environ.get("BENCH_AGENT_PROFILE", "")
+                prof = ["-m", "cProfile", "-o", f"{profile}/agent-{i}.prof"] if profile else []
                 stack.enter_context(
                     process(
                         [
                             common.PYTHON,
+                            *prof,
                             "-m",
                             "agents.node",
                             "--server",

@@ -57,7 +57,7 @@ from agents.node.ledger import Ledger
 from agents.node.logship import LogShipper
 from agents.node.progress import BadCheckpointDir
 from agents.node.runtimes.base import LaunchError, worker_marker
-from agents.node.state import AgentConfigError, StateStore
+from agents.node.state import AgentConfigError, LaunchRecord, StateStore
 from agents.node.waking import Waking
 from protocol import limits
 from protocol.agent import (
@@ -321,6 +321,7 @@ class Agent(Waking):
         busy_indices = {
             i for s in held.values() if s.running and not s.gpu_uuids for i in s.gpu_indices
         }
+        todo: list[tuple[WorkerSpec, tuple[str, ...]]] = []
         for spec in reply.run:
             if spec.pod_id in self.launched:
                 continue
@@ -338,17 +339,28 @@ class Agent(Waking):
                     self._waiting.add(spec.pod_id)
                 continue
             self._waiting.discard(spec.pod_id)
-            self.launch(spec, uuids)
+            todo.append((spec, uuids))
             busy.update(uuids)
             changed = True
+        self.launch_all(todo)
         if changed:
             self.ledger.save()
             self.wake.set()  # report the new workers at once
 
+    def launch_all(self, batch: list[tuple[WorkerSpec, tuple[str, ...]]]) -> None:
+        """Launch these (spec, GPU UUIDs) after recording them all in one write-ahead
+        (one write of workers.json per reply, not per worker). Not recorded: not
+        launched (retried at the next heartbeat)."""
+        records = self.ledger.record_launches([(s.pod_id, s.attempt) for s, _ in batch])
+        for spec, gpu_uuids in batch:
+            record = records.get(spec.pod_id)
+            if record is not None:
+                self._start(spec, gpu_uuids, record)
+
     def launch(self, spec: WorkerSpec, gpu_uuids: tuple[str, ...] = ()) -> None:
-        record = self.ledger.record_launch(spec.pod_id, spec.attempt)
-        if record is None:
-            return  # not recorded: not launched (retried at the next heartbeat)
+        self.launch_all([(spec, gpu_uuids)])
+
+    def _start(self, spec: WorkerSpec, gpu_uuids: tuple[str, ...], record: LaunchRecord) -> None:
         self.shipper.open(spec.pod_id, spec.attempt, spec.log_next_seq)
         log.info("launching pod %s (job %s rank %s)", spec.pod_id, spec.job_id, spec.rank)
         try:

@@ -48,15 +48,28 @@ class Ledger:
     def record_launch(self, pod_id: int, attempt: int) -> LaunchRecord | None:
         """Write-ahead: record the pod before it is launched. None when the record could
         not be written (e.g. disk full): then it must not be launched now."""
-        record = LaunchRecord(attempt=attempt)
-        self.launched[pod_id] = record
+        return self.record_launches([(pod_id, attempt)]).get(pod_id)
+
+    def record_launches(self, pods: list[tuple[int, int]]) -> dict[int, LaunchRecord]:
+        """Write-ahead for a batch of (pod id, attempt): all recorded in one write before
+        any is launched. Empty when the write failed (e.g. disk full): then none of them
+        may be launched now (they are retried at the next heartbeat)."""
+        records = {pod_id: LaunchRecord(attempt=attempt) for pod_id, attempt in pods}
+        if not records:
+            return {}
+        self.launched.update(records)
         try:
             self.save()
         except OSError as exc:
-            del self.launched[pod_id]
-            log.error("cannot record pod %s before launching it (%s); will retry", pod_id, exc)
-            return None
-        return record
+            for pod_id in records:
+                del self.launched[pod_id]
+            log.error(
+                "cannot record pods %s before launching them (%s); will retry",
+                sorted(records),
+                exc,
+            )
+            return {}
+        return records
 
     def record_unlaunched(self, pod_id: int, attempt: int, error: str) -> None:
         """A pod this node will never run (no such GPU, stopped before it was launched):

@@ -11,6 +11,7 @@ lock its pod and then the job (to reconcile it): two such transactions deadlocke
 """
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
@@ -35,6 +36,18 @@ from protocol import limits
 from protocol.text import fit, fit_tail, last_line
 
 
+@dataclass(frozen=True)
+class WorkerChange:
+    """What an agent saw of one worker (apply_worker_state's arguments)."""
+
+    pod: Pod
+    running: bool
+    exit_code: int | None = None
+    error: str = ""
+    container_id: str = ""
+    logs_delivered: bool = False
+
+
 def apply_worker_state(
     pod: Pod,
     *,
@@ -51,39 +64,62 @@ def apply_worker_state(
     `final_pod_status`. Both are compare-and-set on a live status, so a re-sent report of an
     already final worker changes nothing.
     """
+    change = WorkerChange(pod, running, exit_code, error, container_id, logs_delivered)
+    return pod.pk in apply_worker_states([change], now=now)
+
+
+def apply_worker_states(changes: list[WorkerChange], *, now: datetime | None = None) -> set[int]:
+    """Several workers' changes (of one heartbeat) in ONE transaction: their jobs locked
+    at once (id order), each pod compare-and-set as in apply_worker_state, then each job
+    whose pods changed reconciled once, from jobs and pods read in two queries. Returns the
+    ids of the pods that changed. Raises on any failure, with nothing written: the caller
+    then applies the changes one by one, to refuse only the bad one."""
     now = now or timezone.now()
     with transaction.atomic():
-        lock_jobs([pod.job_id])
-        if running:
-            changed = Pod.objects.filter(
+        lock_jobs(c.pod.job_id for c in changes)
+        changed = [c for c in changes if _write_pod(c, now)]
+        for c in changed:
+            if c.running and c.pod.attempt > 1:
+                _async_restart_ran(c.pod, now)
+        if changed:
+            jobs = Job.objects.in_bulk({c.pod.job_id for c in changed})
+            pods = _current_pods_of(jobs)
+            for job_id in sorted(jobs):
+                reconcile_job(job_id, now=now, job=jobs[job_id], pods=pods[job_id])
+    return {c.pod.pk for c in changed}
+
+
+def _write_pod(change: WorkerChange, now: datetime) -> bool:
+    """The pod's compare-and-set on a live status (the caller holds its job's lock)."""
+    pod = change.pod
+    if change.running:
+        return bool(
+            Pod.objects.filter(
                 pk=pod.pk, status__in=[PodStatus.STARTING, PodStatus.UNKNOWN]
             ).update(
                 status=PodStatus.RUNNING,
                 started_at=pod.started_at or now,
-                container_id=container_id or pod.container_id,
+                container_id=change.container_id or pod.container_id,
                 last_report_at=now,
                 status_reason="",
             )
-        else:
-            final = final_pod_status(
-                pod.stop_as if pod.desired == PodDesired.STOP else "", exit_code
-            )
-            reason = pod.stop_reason if final != pod_status_from_exit(exit_code) else ""
-            changed = Pod.objects.filter(pk=pod.pk, status__in=list(ACTIVE_POD_STATUSES)).update(
-                status=final,
-                exit_code=exit_code,
-                error_message=fit_tail(error, limits.ERROR_STORED),
-                status_reason=reason or last_line(error),
-                container_id=container_id or pod.container_id,
-                finished_at=now,
-                last_report_at=now,
-                logs_delivered=logs_delivered,
-            )
-        if changed:
-            if running and pod.attempt > 1:
-                _async_restart_ran(pod, now)
-            reconcile_job(pod.job_id, now=now)
-    return bool(changed)
+        )
+    final = final_pod_status(
+        pod.stop_as if pod.desired == PodDesired.STOP else "", change.exit_code
+    )
+    reason = pod.stop_reason if final != pod_status_from_exit(change.exit_code) else ""
+    return bool(
+        Pod.objects.filter(pk=pod.pk, status__in=list(ACTIVE_POD_STATUSES)).update(
+            status=final,
+            exit_code=change.exit_code,
+            error_message=fit_tail(change.error, limits.ERROR_STORED),
+            status_reason=reason or last_line(change.error),
+            container_id=change.container_id or pod.container_id,
+            finished_at=now,
+            last_report_at=now,
+            logs_delivered=change.logs_delivered,
+        )
+    )
 
 
 def lock_jobs(job_ids: Iterable[int]) -> None:
@@ -104,22 +140,37 @@ def _async_restart_ran(pod: Pod, now: datetime) -> None:
 def current_pods(job: Job) -> list[Pod]:
     """The job's current copy of each worker: per rank, its newest pod of an attempt up to
     the job's. (Asynchronous restarts replace one rank at a time, so ranks may differ.)"""
-    newest: dict[int, Pod] = {}
-    for pod in Pod.objects.filter(job_id=job.pk, attempt__lte=job.attempt).select_related("node"):
-        if pod.rank not in newest or pod.attempt > newest[pod.rank].attempt:
-            newest[pod.rank] = pod
-    return [newest[rank] for rank in sorted(newest)]
+    return _current_pods_of({job.pk: job})[job.pk]
 
 
-def reconcile_job(job_id: int, *, now: datetime | None = None) -> list[JobChange]:
+def _current_pods_of(jobs: dict[int, Job]) -> dict[int, list[Pod]]:
+    """current_pods of several jobs, in one query."""
+    newest: dict[int, dict[int, Pod]] = {job_id: {} for job_id in jobs}
+    for pod in Pod.objects.filter(job_id__in=list(jobs)).select_related("node"):
+        if pod.attempt > jobs[pod.job_id].attempt:
+            continue
+        ranks = newest[pod.job_id]
+        if pod.rank not in ranks or pod.attempt > ranks[pod.rank].attempt:
+            ranks[pod.rank] = pod
+    return {job_id: [ranks[r] for r in sorted(ranks)] for job_id, ranks in newest.items()}
+
+
+def reconcile_job(
+    job_id: int,
+    *,
+    now: datetime | None = None,
+    job: Job | None = None,
+    pods: list[Pod] | None = None,
+) -> list[JobChange]:
     """Bring the job status in line with its current workers (idempotent).
 
     A failure or a lost worker of a job with Automatic Fault Tolerance is handed to
     `actions.restarts` instead of ending the job Failed; a job that just became
-    Preempted is restarted there too."""
+    Preempted is restarted there too. `job` and `pods` (its current_pods): already read
+    in this transaction, under the job's lock."""
     now = now or timezone.now()
-    job = Job.objects.get(pk=job_id)
-    pods = current_pods(job)
+    job = job if job is not None else Job.objects.get(pk=job_id)
+    pods = pods if pods is not None else current_pods(job)
     views = [
         PodView(
             p.rank,

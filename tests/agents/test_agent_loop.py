@@ -139,6 +139,45 @@ def test_a_stop_for_a_pod_never_launched_ends_it_as_ordered(make_agent, job_on):
     assert agent.runtime.workers() == []
 
 
+def test_the_pods_of_one_reply_are_recorded_in_one_write_before_any_launch(make_agent, job_on):
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    _, (first,) = job_on(node)
+    _, (second,) = job_on(node)
+    _, (third,) = job_on(node)
+    ids = {first.pk, second.pk, third.pk}
+    writes: list[tuple[set[int], set[int]]] = []  # (recorded, launched) at each write
+    save = agent.store.save_launched
+
+    def spy(launched):
+        writes.append((set(launched), {s.pod_id for s in agent.runtime.workers()}))
+        save(launched)
+
+    agent.store.save_launched = spy
+    step(agent)
+    assert {s.pod_id for s in agent.runtime.workers()} == ids
+    # The write-ahead: all three recorded, none launched yet; then their paths once more.
+    assert writes[0] == (ids, set())
+    assert len(writes) == 2
+
+
+def test_a_failed_write_ahead_launches_none_of_the_batch(make_agent, job_on):
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    job_on(node)
+    job_on(node)
+
+    def full(launched):
+        raise OSError(28, "No space left on device")
+
+    agent.store.save_launched = full
+    reply = agent.heartbeat()
+    with pytest.raises(OSError):  # the loop logs it and tries again at the next heartbeat
+        agent.converge(reply)
+    assert agent.runtime.workers() == []
+    assert agent.launched == {}  # nothing recorded: both are launched at a later heartbeat
+
+
 def test_a_pod_waits_for_gpus_an_old_worker_still_holds(make_agent, job_on):
     agent = make_agent()
     node = Node.objects.get(name="loop-node")

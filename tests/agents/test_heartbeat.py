@@ -397,17 +397,19 @@ def test_each_changed_worker_costs_a_constant_number_of_queries(
     _, pods = job_factory([node] * workers)
     heartbeat(client, token)
     # auth, node seen (the same facts: no GPU upsert), pods, re-reading the pods after the
-    # changes; per worker a savepoint around the job's row lock (a job before its pods:
-    # jobs.actions.workers), its compare-and-set Starting → Running and the job reconcile
-    # (read job, read pods); once for the job: Starting → Running with its event, in a
-    # savepoint, plus the look-up of notification rules that could want to hear of it.
-    with django_assert_num_queries(4 + PER_CHANGED_WORKER * workers + 5):
+    # changes; once for all the changes (one transaction: jobs.actions.workers.
+    # apply_worker_states): a savepoint around the jobs' row locks (jobs before their
+    # pods), then reading the changed jobs and their pods; per worker only its
+    # compare-and-set Starting → Running; once for the job: Starting → Running with its
+    # event, in a savepoint, plus the look-up of notification rules that could want to
+    # hear of it.
+    with django_assert_num_queries(4 + PER_HEARTBEAT_CHANGES + workers + 5):
         response = heartbeat(client, token, workers=[running(p) for p in pods])
     assert response.status_code == 200
     assert Pod.objects.filter(status=PodStatus.RUNNING).count() == workers
 
 
-PER_CHANGED_WORKER = 6
+PER_HEARTBEAT_CHANGES = 5  # savepoint, lock the jobs, read them, read their pods, release
 
 
 def test_gpu_samples_are_stored_for_the_nodes_current_workers_only(
@@ -428,3 +430,31 @@ def test_gpu_samples_are_stored_for_the_nodes_current_workers_only(
     bad = heartbeat(client, token, [{**running(mine), "gpu": {**usage, "utilization": 101}}])
     assert bad.status_code == 200  # the sample alone is dropped, with the reason
     assert bad.json()["refused"][str(mine.pk)].startswith("gpu dropped: utilization")
+
+
+def test_the_exits_of_one_heartbeat_share_one_transaction(client, job_factory):
+    """Each more exit (of its own job) costs its compare-and-set and its job's move to
+    Completed (savepoint, UPDATE, event, release, rules look-up): the locks, the reads of
+    jobs and pods and the transaction are shared (jobs.actions.workers.apply_worker_states)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    node, token = register(client)
+    heartbeat(client, token)  # the first one after registering writes the GPUs
+    counts = []
+    for jobs in (1, 4):
+        pods = [
+            job_factory([node], pod_status=PodStatus.RUNNING, status=JobStatus.RUNNING)[1][0]
+            for _ in range(jobs)
+        ]
+        with CaptureQueriesContext(connection) as queries:
+            response = heartbeat(client, token, workers=[exited(p, 0) for p in pods])
+        assert response.status_code == 200
+        assert Pod.objects.filter(status=PodStatus.SUCCEEDED).count() == sum(
+            (1, 4)[: len(counts) + 1]
+        )
+        counts.append(len(queries))
+    assert counts[1] - counts[0] == 3 * PER_EXITED_JOB
+
+
+PER_EXITED_JOB = 6
