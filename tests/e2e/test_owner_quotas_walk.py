@@ -1,7 +1,9 @@
 """A quota owner manages the tree in a real browser (Debian's Chromium, with HTMX): creates
 a child quota, resizes a quota below what runs with the preview (the job above the new
-guarantee named before anything is saved) and confirms, adds a member by e-mail, changes
-their role, removes them after the confirmation page, and deletes the child quota. Every
+guarantee named before anything is saved) and confirms, creates a second child and moves the
+first under it with a limit, a lending limit and a weight, creates a workspace bound to a
+quota, adds a member by e-mail, changes their role, removes them after the confirmation page,
+and deletes the child quotas. Every
 step is screenshotted into var/artifacts/browser/quota-owner-pages/ and checked by axe-core
 (docs/quota-tree.md "Owner pages")."""
 
@@ -64,6 +66,46 @@ def test_an_owner_changes_the_tree_and_the_members_in_a_browser(browser, owned):
     assert walk.values("tr[data-tree-quota='vision-h200']")["size"] == "2"
     walk.check("tree-resized")
 
+    # A second child, then vision-nlp moved under it with a limit, lending limit and weight.
+    page.click("a[aria-label='Add child of vision-h200']")
+    page.wait_for_load_state("networkidle")
+    page.fill("input[name=name]", "vision-cv")
+    page.fill("input[name=gpus]", "1")
+    page.click("button[name=preview]")
+    page.wait_for_selector("[data-section=preview]")
+    page.click("button[name=confirm]")
+    page.wait_for_selector("tr[data-tree-quota='vision-cv']")
+    page.click("a[aria-label='Edit vision-nlp']")
+    page.wait_for_load_state("networkidle")
+    page.select_option("select[name=parent]", label="vision-cv")
+    page.fill("input[name=max_gpus]", "1")
+    page.fill("input[name=lending_limit]", "0")
+    page.fill("input[name=weight]", "2")
+    walk.check("reparent-form")
+    page.click("button[name=preview]")
+    page.wait_for_selector("[data-section=preview]")
+    walk.check("reparent-preview")
+    page.click("button[name=confirm]")
+    page.wait_for_selector("text=Quota vision-nlp saved.")
+    moved = walk.values("tr[data-tree-quota='vision-nlp']")
+    assert (moved["max_gpus"], moved["lending_limit"]) == ("1", "0"), moved
+    assert moved["weight"].startswith("2"), moved
+    assert walk.values("tr[data-tree-quota='vision-cv']")["own"] == "0"
+    walk.check("tree-reparented")
+
+    # A new workspace bound to vision-h200.
+    page.click("a:text('New workspace')")
+    page.wait_for_load_state("networkidle")
+    page.fill("input[name=name]", "robotics")
+    page.get_by_label("vision-h200", exact=True).check()
+    walk.check("workspace-form")
+    page.click("button:text('Create workspace')")
+    page.wait_for_selector("text=Workspace robotics created.")
+    walk.check("workspace-created")
+    page.click("a:text('the tree of acme')")
+    page.wait_for_load_state("networkidle")
+    assert walk.values("tr[data-workspace='robotics']")["quotas"] == "1"
+
     # Members of speech: add the researcher by e-mail, then remove them.
     page.click("tr[data-workspace='speech'] a")
     page.wait_for_load_state("networkidle")
@@ -91,7 +133,7 @@ def test_an_owner_changes_the_tree_and_the_members_in_a_browser(browser, owned):
     assert page.locator("tr[data-member='researcher']").count() == 0
     walk.check("member-removed")
 
-    # Delete the (empty) child quota: its guarantee goes back to vision-h200.
+    # Delete the (empty) child quotas: their guarantees go back to vision-h200.
     page.click("a:text('the tree of acme')")
     page.wait_for_load_state("networkidle")
     page.click("a[aria-label='Delete vision-nlp']")
@@ -100,6 +142,10 @@ def test_an_owner_changes_the_tree_and_the_members_in_a_browser(browser, owned):
     page.click("button[name=confirm]")
     page.wait_for_selector("text=Quota vision-nlp deleted.")
     assert page.locator("tr[data-tree-quota='vision-nlp']").count() == 0
+    page.click("a[aria-label='Delete vision-cv']")
+    page.wait_for_selector("[data-effect=own]")
+    page.click("button[name=confirm]")
+    page.wait_for_selector("text=Quota vision-cv deleted.")
     assert walk.values("tr[data-tree-quota='vision-h200']")["own"] == "2"
     walk.check("tree-after-delete")
     walk.close()
