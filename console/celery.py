@@ -50,9 +50,15 @@ _running: dict[str, tuple] = {}
 
 @signals.task_prerun.connect
 def _task_started(task_id: str, task, **kwargs) -> None:
+    from django.db import close_old_connections
     from django.utils import timezone
 
     from console.requestid import set_request_id
+
+    if not getattr(task.request, "is_eager", False):
+        # Connections are kept between tasks (settings.CELERY_DB_REUSE_MAX): drop one past
+        # CONN_MAX_AGE or broken by an earlier task, as Django does at each request.
+        close_old_connections()
 
     request_id = getattr(task.request, "request_id", None) or f"task-{task_id}"
     _running[task_id] = (timezone.now(), time.monotonic(), set_request_id(request_id))

@@ -300,6 +300,11 @@ if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
     raise ImproperlyConfigured("CELERY_TASK_TIME_LIMIT must be above CELERY_TASK_SOFT_TIME_LIMIT")
 # Recycle worker processes now and then (memory growth in long-lived processes).
 CELERY_WORKER_MAX_TASKS_PER_CHILD = env_int("CELERY_WORKER_MAX_TASKS_PER_CHILD", 1000, minimum=1)
+# Celery's Django fix-up closes the database connection after every task unless this is set
+# (then only every 2 x this many tasks): a new PostgreSQL session per scheduling cycle was a
+# tenth of the worker's CPU. console.celery applies CONN_MAX_AGE and drops a broken
+# connection before each task instead, as Django does per request (docs/processes.md).
+CELERY_DB_REUSE_MAX = CELERY_WORKER_MAX_TASKS_PER_CHILD
 # Celery logs through the LOGGING below (JSON in production) instead of its own handlers.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
