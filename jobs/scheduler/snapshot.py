@@ -6,44 +6,34 @@ Rows are read as named rows (`values_list(named=True)`) and summed into small na
 accumulators; nothing is unpacked by position.
 """
 
-import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db.models import (
-    Case,
-    DateTimeField,
     F,
     Max,
     OuterRef,
     Q,
     Subquery,
-    TextField,
-    Value,
-    When,
 )
-from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster.models import GpuDevice, Node, NodeState
 from jobs.models import Checkpoint, Job, Pod, QuotaDecayedUsage
 from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.rows import WaitingRow
+from jobs.scheduler.waiting import read_waiting
 from jobs.statuses import (
     ACTIVE_POD_STATUSES,
     PLACED_JOB_STATUSES,
-    WAITING_JOB_STATUSES,
     IdleResources,
-    JobStatus,
     PodStatus,
 )
 from jobs.usage_history import average_gpus, decayed_on
 from quotas.models import Quota
 
-_JOB_STATUS = {s.value: s for s in JobStatus}
 _IDLE = {i.value: i for i in IdleResources}
-_NO_JSON_LIST = (None, "", "[]", "null")
 
 # The quota columns copied into QuotaSnap as they are (same names): add a column here and a
 # field to QuotaSnap, and the snapshot carries it.
@@ -228,85 +218,19 @@ def _history_gpus(on: bool, half_life_h, seconds, at, now: datetime) -> float:
     return average_gpus(decayed_on(seconds, at, now, half_life), half_life)
 
 
-def _waiting_rows(now: datetime):
-    # A fault-tolerance restart backing off after a crash (restart_not_before) waits.
-    return (
-        Job.objects.filter(
-            Q(restart_not_before__isnull=True) | Q(restart_not_before__lte=now),
-            status__in=list(WAITING_JOB_STATUSES),
-            stop_requested_at__isnull=True,
-        )
-        .annotate(
-            # Decoded only where there is something to decode: ten thousand datetimes and JSON
-            # lists are a measurable part of a cycle (bench/scheduler.py --db --profile).
-            restart_waiting_since=Case(
-                When(attempt__gt=1, status=JobStatus.PENDING, then=F("updated_at")),
-                default=Value(None),
-                output_field=DateTimeField(),
-            ),
-            excluded_text=Cast("excluded_nodes", TextField()),
-        )
-        .values_list(
-            "id",
-            "quota_id",
-            "workers",
-            "gpus_per_worker",
-            "cpus_per_worker",
-            "memory_gb_per_worker",
-            "priority",
-            "created_at",
-            "status",
-            "idle_resources",
-            "attempt",
-            "status_reason",
-            "queue_position",
-            "name",
-            "restart_waiting_since",
-            "excluded_text",
-            named=True,
-        )
-    )
-
-
 def _load_waiting(
     now: datetime, use: LiveUse, reclaimed_by: dict[int, tuple]
 ) -> tuple[tuple[JobSnap, ...], dict[int, WaitingRow]]:
+    """The waiting jobs (`jobs.scheduler.waiting`: incremental on PostgreSQL), with what
+    other tables say of them: live pods of an earlier attempt, recent reclaims."""
     jobs, rows = [], {}
-    for row in _waiting_rows(now):
-        text = row.excluded_text
-        excluded = json.loads(text) if text not in _NO_JSON_LIST else None
-        jobs.append(
-            JobSnap(
-                id=row.id,
-                quota_id=row.quota_id,
-                workers=row.workers,
-                gpus_per_worker=row.gpus_per_worker,
-                cpus_per_worker=row.cpus_per_worker,
-                memory_gb_per_worker=row.memory_gb_per_worker,
-                priority=row.priority,
-                submitted_at=row.created_at,
-                status=_JOB_STATUS[row.status],
-                idle_resources=_IDLE[row.idle_resources],
-                active_pods=use.pods_per_job.get(row.id, 0),
-                name=row.name,
-                # A restart attempt waits from when it went back to Pending.
-                waiting_since=row.restart_waiting_since,
-                excluded_node_ids=(
-                    frozenset(e["id"] for e in excluded) if excluded else frozenset()
-                ),
-                reclaimed_by=reclaimed_by.get(row.id, ()),
-            )
-        )
-        rows[row.id] = WaitingRow(
-            id=row.id,
-            status=row.status,
-            attempt=row.attempt,
-            status_reason=row.status_reason,
-            queue_position=row.queue_position,
-            gpus_per_worker=row.gpus_per_worker,
-            cpus_per_worker=row.cpus_per_worker,
-            memory_gb_per_worker=row.memory_gb_per_worker,
-        )
+    for waiting in read_waiting(now):
+        job, row = waiting.job, waiting.row
+        pods, lenders = use.pods_per_job.get(row.id, 0), reclaimed_by.get(row.id, ())
+        if pods or lenders:
+            job = replace(job, active_pods=pods, reclaimed_by=lenders)
+        jobs.append(job)
+        rows[row.id] = row
     return tuple(jobs), rows
 
 
