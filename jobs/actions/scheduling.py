@@ -50,7 +50,11 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     with the number of jobs on PostgreSQL (on SQLite, beyond one statement per batch).
     """
     moves = _status_moves(decided, rows)
-    won = _lock_unchanged(rows, list(moves))
+    # Victims and jobs whose charge moves are locked too, in the same id-ordered statement:
+    # a heartbeat locks its jobs in id order before their pods (jobs.actions.workers), and
+    # a cycle that took them one by one later could deadlock with it.
+    also = [p.job_id for p in decided.preemptions] + [m.job_id for m in decided.charges_home]
+    won = _lock_unchanged(rows, list(moves), also=also)
     conflicts = tuple(job_id for job_id in moves if job_id not in won)
     changed = [change for change in moves.values() if change[0] in won]
     if changed:
@@ -211,15 +215,22 @@ def _preempt(decided: Plan) -> tuple[int, ...]:
     return tuple(done)
 
 
-def _lock_unchanged(rows: dict[int, WaitingRow], job_ids: list[int]) -> set[int]:
-    """Lock the jobs' rows (ordered by id, so two lockers of overlapping sets cannot
-    deadlock); return those still in the status the snapshot saw."""
+def _lock_unchanged(
+    rows: dict[int, WaitingRow], job_ids: list[int], also: Sequence[int] = ()
+) -> set[int]:
+    """Lock the jobs' rows and those of `also` (ordered by id, so two lockers of overlapping
+    sets cannot deadlock); return the `job_ids` still in the status the snapshot saw."""
     table = connection.ops.quote_name(Job._meta.db_table)
+    moving = set(job_ids)
     won: set[int] = set()
-    for condition, params in bulk.id_conditions("id", job_ids):
+    for condition, params in bulk.id_conditions("id", sorted(moving.union(also))):
         sql = f"SELECT id, status FROM {table} WHERE {condition} ORDER BY id"  # noqa: S608
         current = bulk.fetch(sql + bulk.for_update(), params)
-        won.update(job_id for job_id, status in current if status == rows[job_id].status)
+        won.update(
+            job_id
+            for job_id, status in current
+            if job_id in moving and status == rows[job_id].status
+        )
     return won
 
 
