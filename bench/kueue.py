@@ -185,6 +185,8 @@ def _turnover(pods) -> dict:
         if to_running
         else None,
         "gpu_idle_between_pods_s": mean(gaps),
+        "p50_gpu_idle_between_pods_s": round(common.percentile(gaps, 50), 3) if gaps else None,
+        "p90_gpu_idle_between_pods_s": round(common.percentile(gaps, 90), 3) if gaps else None,
         "gpu_handovers": len(gaps),
     }
 
@@ -411,7 +413,8 @@ def main(argv: list[str] | None = None) -> None:
         f"all final in {result['total_seconds']} s; min quota usage {result['min_quota_usage']}; "
         f"admitted -> Running {t['admitted_to_running_s']} s (p95 "
         f"{t['p95_admitted_to_running_s']}); a GPU idles {t['gpu_idle_between_pods_s']} s "
-        f"between two pods ({t['gpu_handovers']} handovers)"
+        f"between two pods (p50 {t['p50_gpu_idle_between_pods_s']}, p90 "
+        f"{t['p90_gpu_idle_between_pods_s']}; {t['gpu_handovers']} handovers)"
     )
     scale = ""
     if (tenants, per_tenant) != (5, QUOTAS_PER_TENANT):

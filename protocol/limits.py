@@ -72,6 +72,10 @@ WAIT_TIMEOUT = 60.0  # the longest an agent may ask the console to hold a wait
 # --- what a page or the API shows of one job ----------------------------------------
 EVENTS_SHOWN = 200  # newest events of a job (the job page, GET /api/v1/jobs/{id})
 
+# --- the scheduler's queue (docs/scheduling.md, "Reasons and positions") ------------------
+QUEUE_EXACT_POSITIONS = 20  # the head of each quota's queue: reason and position always current
+QUEUE_REFRESH_S = 10  # behind it: a changed reason or position is written at most this often
+
 # --- JSON bodies ---------------------------------------------------------------------------
 # Deeper nesting than any real request needs; deeper bodies are refused before they can
 # exhaust the parser's recursion (protocol.text.load_json).

@@ -29,9 +29,10 @@ from jobs.actions.transitions import IllegalTransition, TransitionConflict
 from jobs.actions.usage import record_charge_moves
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, JobEvent, Pod
-from jobs.scheduler.model import Admission, Plan
+from jobs.scheduler.model import Admission, Plan, QueueDecision
 from jobs.scheduler.rows import CycleResult, WaitingRow
 from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus, is_allowed
+from protocol import limits
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +71,13 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     if pods:
         insert_pods(pods)
 
-    # Jobs already Inqueue: refresh reason and position only when they changed. Not a
-    # status change, so no JobEvent (or every cycle would spam the timeline).
+    # Jobs already Inqueue: refresh reason and position when they changed (the deep part of
+    # a queue at most every QUEUE_REFRESH_S). Not a status change, so no JobEvent (or every
+    # cycle would spam the timeline).
     refreshed = [
         (d.job_id, JobStatus.INQUEUE, JobStatus.INQUEUE, d.reason, d.position)
         for d in decided.queued
-        if d.job_id not in moves
-        and (rows[d.job_id].status_reason, rows[d.job_id].queue_position) != (d.reason, d.position)
+        if d.job_id not in moves and refresh_due(rows[d.job_id], d, now)
     ]
     # Compare-and-set on status: a job stopped meanwhile is left alone.
     reasons_updated = update_waiting(refreshed, now) if refreshed else 0
@@ -90,6 +91,19 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
         reasons_updated=reasons_updated,
         conflicts=conflicts,
     )
+
+
+def refresh_due(row: WaitingRow, decided: QueueDecision, now: datetime) -> bool:
+    """Whether a waiting job's new reason or position is written now (docs/scheduling.md,
+    "Reasons and positions"): at once in the head of its quota's queue, where people watch
+    and the next admissions come from; behind it at most every QUEUE_REFRESH_S, since each
+    admission moves everyone behind it up by one and rewriting a deep queue every cycle
+    was most of a busy cycle's writes (and, PostgreSQL, of the next one's reads)."""
+    if (row.status_reason, row.queue_position) == (decided.reason, decided.position):
+        return False
+    if decided.position <= limits.QUEUE_EXACT_POSITIONS or row.updated_at is None:
+        return True
+    return (now - row.updated_at).total_seconds() >= limits.QUEUE_REFRESH_S
 
 
 def _status_moves(decided: Plan, rows: dict[int, WaitingRow]) -> dict[int, StatusChange]:

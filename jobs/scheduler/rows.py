@@ -3,6 +3,7 @@ pure `Snapshot`, and what `run_cycle` reports. Plain frozen dataclasses, no Djan
 scheduler owns them, and `jobs.actions.scheduling` (the writes) imports them from here."""
 
 from dataclasses import asdict, dataclass
+from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +18,7 @@ class WaitingRow:
     gpus_per_worker: int
     cpus_per_worker: int
     memory_gb_per_worker: int
+    updated_at: datetime | None = None  # the row's last write (reasons refreshed: apply_plan)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ _COLUMNS = (
     "name",
     "restart_waiting_since",
     "excluded_text",
+    "updated_at",
 )
 
 
@@ -126,6 +127,7 @@ def _decode(row) -> Waiting:
         gpus_per_worker=row.gpus_per_worker,
         cpus_per_worker=row.cpus_per_worker,
         memory_gb_per_worker=row.memory_gb_per_worker,
+        updated_at=row.updated_at,
     )
     return Waiting(job, waiting_row)
 

@@ -11,6 +11,7 @@ from jobs.actions.transitions import transition
 from jobs.models import Job, JobEvent, Pod
 from jobs.scheduler.cycle import load_snapshot, run_cycle
 from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
+from protocol import limits
 from quotas.models import Quota
 from tests.conftest import make_node
 from tests.scheduler.conftest import finish_pods, live_gpus
@@ -217,7 +218,9 @@ def _cycle_queries(submit, waiting_jobs: int, first_ctx, second_ctx) -> tuple[in
     with second_ctx as second:
         result = run_cycle()
     assert len(result.admitted) == 1
-    assert result.reasons_updated == waiting_jobs - 1
+    # Everyone behind moved up one; the head of the queue is written at once (the rest
+    # within QUEUE_REFRESH_S: test_deep_queue_positions_are_refreshed_at_most_every_interval).
+    assert result.reasons_updated == min(waiting_jobs - 1, limits.QUEUE_EXACT_POSITIONS)
     return len(first), len(second)
 
 
@@ -233,6 +236,38 @@ def test_cycle_query_count_does_not_grow_with_the_queue(submit, node, django_ass
     assert first <= 18
     assert second <= 18
     _cycle_queries(submit, 40, django_assert_num_queries(first), django_assert_num_queries(second))
+
+
+def test_deep_queue_positions_are_refreshed_at_most_every_interval(submit, node):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    head = limits.QUEUE_EXACT_POSITIONS
+    runner = submit(name="runner", gpus=8)
+    queued = [submit(name=f"w{i}", gpus=8) for i in range(head + 5)]
+    start = timezone.now()
+    run_cycle(start)
+    finish_pods(runner)
+    # w0 starts; the 24 behind it move up one. The first `head` are written at once…
+    result = run_cycle(start + timedelta(seconds=1))
+    assert result.admitted == (queued[0].id,)
+    assert result.reasons_updated == head
+    positions = dict(
+        Job.objects.filter(status=JobStatus.INQUEUE).values_list("id", "queue_position")
+    )
+    assert [positions[j.id] for j in queued[1 : head + 1]] == list(range(1, head + 1))
+    # …the 4 behind keep their old positions (one too deep) for a while…
+    assert [positions[j.id] for j in queued[head + 1 :]] == list(range(head + 2, head + 6))
+    assert run_cycle(start + timedelta(seconds=2)).reasons_updated == 0
+    # …and are written once QUEUE_REFRESH_S has passed since their last write.
+    later = start + timedelta(seconds=limits.QUEUE_REFRESH_S + 0.5)
+    assert run_cycle(later).reasons_updated == 4
+    positions = dict(
+        Job.objects.filter(status=JobStatus.INQUEUE).values_list("id", "queue_position")
+    )
+    assert [positions[j.id] for j in queued[1:]] == list(range(1, head + 5))
+    assert run_cycle(later + timedelta(seconds=30)).reasons_updated == 0
 
 
 def test_submit_and_finish_trigger_a_cycle(
