@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Hashable
 from functools import cache
+from types import EllipsisType
 
 from django.conf import settings
 from django.db import transaction
@@ -78,8 +79,17 @@ class VersionedCache[T]:
         self._entries: dict[Hashable, tuple[bytes, T]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, load: Callable[[], T]) -> T:
-        version = current(self.name)
+    def version(self) -> bytes | None:
+        """The shared version now (read it before the rows it covers), or None: no cache."""
+        return current(self.name)
+
+    def get(
+        self, key: Hashable, load: Callable[[], T], version: bytes | EllipsisType | None = ...
+    ) -> T:
+        """The value of `key`: cached under the shared version, else `load()`. `version`:
+        one read by `version()` for several gets of one request (else read here)."""
+        if version is ...:
+            version = current(self.name)
         if version is None:
             return load()
         hit = self._entries.get(key)
