@@ -172,3 +172,40 @@ def test_a_change_committed_by_another_connection_is_seen(api, quota, node, sett
     other.start()
     other.join()
     error_of(post(api, "/api/v1/jobs", big), 400, "validation_error")
+
+
+def _kube_gpus(count: int) -> list[dict]:
+    return [{"index": i, "uuid": f"k-{i}", "name": "NVIDIA H200"} for i in range(count)]
+
+
+def test_a_kubernetes_node_tells_admission_only_when_its_kind_or_size_changes():
+    from cluster.actions import pool_changed, sync_cluster_node
+
+    heard = []
+
+    def hear(**kwargs) -> None:
+        heard.append(kwargs["sender"])
+
+    now = timezone.now()
+    facts = {
+        "resource_type": "Lingjun",
+        "gpu_type": "H200",
+        "gpus": 8,
+        "cpus": 64,
+        "memory_gb": 512,
+    }
+    pool_changed.connect(hear, weak=False, dispatch_uid="test-kube-pool")
+    try:
+        sync_cluster_node("k1", facts, _kube_gpus(8), alive=True, now=now, deadline=now)
+        sync_cluster_node("k1", facts, _kube_gpus(8), alive=True, now=now, deadline=now)
+        assert heard == []  # created (post_save tells), then the same facts: nothing
+        smaller = facts | {"gpus": 4}
+        sync_cluster_node("k1", smaller, _kube_gpus(4), alive=True, now=now, deadline=now)
+        assert len(heard) == 1
+        Node.objects.filter(name="k1").update(state="Lost")
+        sync_cluster_node("k1", smaller, _kube_gpus(4), alive=False, now=now, deadline=now)
+        assert len(heard) == 1  # still Lost: nothing admission reads changed
+        sync_cluster_node("k1", smaller, _kube_gpus(4), alive=True, now=now, deadline=now)
+        assert len(heard) == 2  # back
+    finally:
+        pool_changed.disconnect(dispatch_uid="test-kube-pool")
