@@ -20,7 +20,7 @@ class AccountsConfig(AppConfig):
 
         from accounts.actions import TOKENS_VERSION
         from accounts.models import ApiToken
-        from accounts.versions import bump
+        from accounts.versions import begin_request, bump, end_request
 
         def stale(**kwargs) -> None:
             bump(TOKENS_VERSION)
@@ -28,3 +28,9 @@ class AccountsConfig(AppConfig):
         for model in (ApiToken, get_user_model()):
             post_save.connect(stale, sender=model, weak=False, dispatch_uid=f"tokens-{model}")
             post_delete.connect(stale, sender=model, weak=False, dispatch_uid=f"tokens-d-{model}")
+
+        # The caches' versions: read once per request (accounts.versions).
+        from django.core.signals import request_finished, request_started
+
+        request_started.connect(begin_request, dispatch_uid="versions-begin")
+        request_finished.connect(end_request, dispatch_uid="versions-end")

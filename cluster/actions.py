@@ -7,10 +7,16 @@ from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet
+from django.dispatch import Signal
 
-from cluster.models import GpuDevice, Node, NodeState
+from cluster.models import POOL_FIELDS, POOL_STATES, GpuDevice, Node, NodeState
 from protocol import limits
 from protocol.text import fit
+
+# Sent inside the transaction of an UPDATE that changed what admission reads of the nodes
+# (a node's kind or size, or Lost <-> Ready; saves and deletes send Django's post_save and
+# post_delete): jobs.admission.cache listens (docs/processes.md, "Caches").
+pool_changed = Signal()
 
 MISSING_GPU = "not reported by the agent (missing from NVML)"
 _GPU_FIELDS = [
@@ -61,6 +67,7 @@ def save_registration(name: str, fields: dict) -> tuple[Node, bool]:
         raise NameTaken(name)
     fields = {**fields, "reregistration_allowed_at": None}
     Node.objects.filter(pk=node.pk).update(**fields)
+    pool_changed.send(sender=Node)
     node.refresh_from_db()
     return node, False
 
@@ -77,24 +84,31 @@ def record_node_alive(
 ) -> None:
     """A heartbeat was received at `now`: the node is Ready, its facts as reported (and
     their digest), and it must be heard from again before `deadline`. A plain UPDATE by id
-    (last writer wins: every heartbeat carries the full facts)."""
-    Node.objects.filter(pk=node_id).update(
+    (last writer wins: every heartbeat carries the full facts). Where the node's kind, size
+    or pool membership changes (rarely) a second UPDATE writes it and tells admission."""
+    values = {
         **fields,
-        report_digest=digest,
-        state=NodeState.READY,
-        last_heartbeat_at=now,
-        heartbeat_deadline=deadline,
-    )
+        "report_digest": digest,
+        "state": NodeState.READY,
+        "last_heartbeat_at": now,
+        "heartbeat_deadline": deadline,
+    }
+    same = {name: fields[name] for name in POOL_FIELDS if name in fields}
+    if Node.objects.filter(pk=node_id, state__in=POOL_STATES, **same).update(**values):
+        return
+    if Node.objects.filter(pk=node_id).update(**values):
+        pool_changed.send(sender=Node)
 
 
 def note_node_seen(node_id: int, digest: str, *, now: datetime, deadline: datetime) -> bool:
     """The heartbeat of a node whose facts and GPUs are as last recorded: Ready, seen at
     `now`, one UPDATE. The digest is compared in SQL, so a registration or a heartbeat
-    that recorded other facts meanwhile makes it miss (False): then record them."""
+    that recorded other facts meanwhile makes it miss (False): then record them. So does a
+    Lost node: its return changes admission's pool (`record_node_alive` tells it)."""
     if not digest:
         return False
     return bool(
-        Node.objects.filter(pk=node_id, report_digest=digest).update(
+        Node.objects.filter(pk=node_id, report_digest=digest, state__in=POOL_STATES).update(
             state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline
         )
     )
@@ -113,15 +127,17 @@ def note_node_seen_quietly(
     or replaced token misses) and the caller's `condition` holds on the row (SQL over
     `agents_node`, with its parameters: the quiet heartbeat's "its live pods are exactly the
     ones reported", agents.quiet). One raw UPDATE: the ORM's compiler would cost more than
-    the statement on this, the most frequent request."""
+    the statement on this, the most frequent request. A Lost node misses, as in
+    `note_node_seen`."""
     where, params = condition
     table = connection.ops.quote_name(Node._meta.db_table)
     with connection.cursor() as cursor:  # names from the models, every value a parameter
         cursor.execute(
             f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "  # noqa: S608
             "heartbeat_deadline = %s WHERE id = %s AND report_digest = %s "
+            "AND state IN (%s, %s) "
             f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})",
-            [NodeState.READY, now, deadline, node_id, digest, token_digest, *params],
+            [NodeState.READY, now, deadline, node_id, digest, *POOL_STATES, token_digest, *params],
         )
         return cursor.rowcount == 1
 
@@ -189,11 +205,14 @@ def mark_node_not_ready(node_id: int, now: datetime) -> bool:
 
 def mark_node_lost(node_id: int, cutoff: datetime) -> bool:
     """NotReady → Lost when it has been silent since before `cutoff`."""
-    return bool(
+    lost = bool(
         Node.objects.filter(
             pk=node_id, state=NodeState.NOT_READY, last_heartbeat_at__lt=cutoff
         ).update(state=NodeState.LOST)
     )
+    if lost:
+        pool_changed.send(sender=Node)
+    return lost
 
 
 def set_cordoned(nodes: QuerySet[Node] | Iterable[int], cordoned: bool) -> int:
@@ -245,5 +264,9 @@ def sync_cluster_node(
             state = {"state": NodeState.READY} if alive else {}
             Node.objects.filter(pk=node.pk).update(**fields, **seen, **state)
             known = node.gpus
+            # The row is locked: its old values hold until this commits.
+            back = alive and node.state not in POOL_STATES
+            if back or any(getattr(node, k) != v for k, v in fields.items() if k in POOL_FIELDS):
+                pool_changed.send(sender=Node)
         upsert_gpus(node.pk, list(gpus), known_count=known)
     return node.pk

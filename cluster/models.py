@@ -16,6 +16,12 @@ class NodeState(models.TextChoices):
     LOST = "Lost", "Lost"
 
 
+# The nodes a job's admission counts (jobs.admission.facts): Ready or NotReady, not Lost.
+POOL_STATES = (NodeState.READY, NodeState.NOT_READY)
+# What admission reads of each such node: a change of any makes its cached facts stale.
+POOL_FIELDS = ("resource_type", "gpu_type", "gpus", "cpus", "memory_gb")
+
+
 class Node(models.Model):
     name = models.CharField(max_length=200, unique=True)
     resource_type = models.CharField(

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
+from jobs.actions.insert import insert_row
 from jobs.actions.transitions import record_decision
 from jobs.hooks import JobNotice, Notice, announce, announce_one
 from jobs.models import Checkpoint, Job, JobEvent
@@ -75,11 +76,16 @@ def _new_job(user, workspace, quota, spec: JobSpec) -> Job:
 
 def create_job(*, user, workspace, quota, spec: JobSpec) -> Job:
     with transaction.atomic():
-        job = _new_job(user, workspace, quota, spec)
-        job.save(force_insert=True)
+        job = insert_row(_new_job(user, workspace, quota, spec))
         # Kept on the job: the response to the submission shows it without reading it back.
-        job.submitted_event = job.events.create(
-            to_status=JobStatus.PENDING, reason="submitted", actor=Actor.USER, user=user
+        job.submitted_event = insert_row(
+            JobEvent(
+                job=job,
+                to_status=JobStatus.PENDING,
+                reason="submitted",
+                actor=Actor.USER,
+                user=user,
+            )
         )
         announce_one(
             Notice.SUBMITTED,

@@ -11,9 +11,10 @@ from typing import Any
 
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery, Sum
 
-from cluster.models import Node, NodeState
+from cluster.models import POOL_STATES, Node
 from jobs.actions.submit import JobSpec
 from jobs.admission import rules
+from jobs.admission.cache import Versioned
 from jobs.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
 from jobs.folders import folder_owner
 from jobs.scheduler.model import QuotaSnap
@@ -105,7 +106,7 @@ def _pool(quota: Quota, values: Mapping[str, Any]) -> PoolFacts:
         Node.objects.filter(
             gpu_type=quota.gpu_type,
             resource_type=quota.resource_type,
-            state__in=[NodeState.READY, NodeState.NOT_READY],
+            state__in=POOL_STATES,
         )
         .values("gpus")
         .annotate(
@@ -146,16 +147,18 @@ def quota_facts(quota: Quota) -> QuotaFacts:
 class FactsLoader:
     """The database facts of admission, each loaded once per loader: a batch of jobs checks
     every item with one loader, so items of the same quota and worker size cost no more
-    queries than one (the batch boundary rule still judges each item alone)."""
+    queries than one (the batch boundary rule still judges each item alone). With a
+    version store they are also cached per process (jobs.admission.cache)."""
 
     def __init__(self, user, workspaces: QuerySet | None = None) -> None:
         self.user = user
         self.workspaces = workspaces
         self._memo: dict[tuple, Any] = {}
+        self._cache = Versioned()
 
-    def _once(self, key: tuple, load):
+    def _once(self, key: tuple, load, shared: bool = True):
         if key not in self._memo:
-            self._memo[key] = load()
+            self._memo[key] = self._cache.get(key, load) if shared else load()
         return self._memo[key]
 
     def quota(self, ref: str) -> Quota | None:
@@ -166,11 +169,14 @@ class FactsLoader:
             mine = self.workspaces if self.workspaces is not None else member_workspaces(self.user)
             return list(quota.workspaces.filter(pk__in=mine).order_by("name"))
 
-        return self._once(("bound", quota.pk), load)
+        # The caller's own workspaces queryset (the page's) is not a key the cache can hold.
+        key = ("bound", quota.pk, self.user.pk)
+        return self._once(key, load, shared=self.workspaces is None)
 
     def pool(self, quota: Quota, values: Mapping[str, Any]) -> PoolFacts:
         size = tuple(values.get(name) for name in rules.WORKER_SIZE)
-        return self._once(("pool", quota.pk, size), lambda: _pool(quota, values))
+        key = ("pool", quota.resource_type, quota.gpu_type, size)
+        return self._once(key, lambda: _pool(quota, values))
 
     def tree(self, quota: Quota) -> tuple[QuotaSnap, ...]:
         return self._once(("tree", quota.pk), lambda: _tree(quota))

@@ -81,6 +81,33 @@ def test_the_quiet_path_still_brings_a_not_ready_node_back(client, job_factory):
     assert Node.objects.get(pk=node.pk).state == "Ready"
 
 
+@pytest.mark.parametrize("state", ["NotReady", "Lost"])
+def test_only_a_lost_node_back_tells_admission(
+    client, job_factory, state, django_capture_on_commit_callbacks
+):
+    """Admission counts Ready and NotReady nodes, not Lost ones (jobs.admission.cache): a
+    Lost node's heartbeat misses the quiet UPDATE, and the full path announces its return;
+    a NotReady node's comes back quietly, announcing nothing."""
+    from cluster.actions import pool_changed
+
+    node, token, _, _, reports = _steady(client, job_factory)
+    assert heartbeat(client, token, workers=reports).status_code == 200  # quiet
+    Node.objects.filter(pk=node.pk).update(state=state)
+    heard = []
+
+    def hear(**kwargs) -> None:
+        heard.append(kwargs["sender"])
+
+    pool_changed.connect(hear, weak=False, dispatch_uid="test-pool-changed")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert heartbeat(client, token, workers=reports).status_code == 200
+    finally:
+        pool_changed.disconnect(dispatch_uid="test-pool-changed")
+    assert Node.objects.get(pk=node.pk).state == "Ready"
+    assert len(heard) == (1 if state == "Lost" else 0)
+
+
 # --- event-driven admission: an exit's GPUs go to a waiting job in the same reply ---
 
 

@@ -61,3 +61,24 @@ def test_a_revoked_token_stops_working_at_once(
         else:
             ApiToken.objects.filter(user=researcher).delete()
     assert api.get("/api/v1/me").status_code == 401
+
+
+def test_a_request_reads_the_versions_once_and_the_next_sees_a_bump():
+    """Every cache's version is read at a request's first use of any and kept until it
+    ends (accounts.versions): a bump landing meanwhile is seen by the next request."""
+    from accounts.actions import TOKENS_VERSION
+    from accounts.versions import _incr, begin_request, current, end_request
+
+    begin_request()
+    try:
+        before = current(TOKENS_VERSION)
+        _incr(TOKENS_VERSION)
+        assert current(TOKENS_VERSION) == before
+    finally:
+        end_request()
+    assert current(TOKENS_VERSION) != before
+    begin_request()
+    try:
+        assert current(TOKENS_VERSION) == current(TOKENS_VERSION) != before
+    finally:
+        end_request()
