@@ -21,7 +21,7 @@ def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str
     if limited:
         deferred.pop(job.id)
         return limited
-    idle = _borrow(job, quota, state)
+    idle = _borrow_or_known_refusal(job, quota, state)
     guaranteed = deferred.pop(job.id)
     if isinstance(idle, Admission):
         return idle
@@ -31,6 +31,26 @@ def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str
     if guaranteed is None:
         return idle
     return _Both(_wait_guaranteed(job, quota, guaranteed, state), idle)
+
+
+def _borrow_or_known_refusal(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
+    """`_borrow`, except that a job the same shape as one refused since the plan's last
+    change gets that refusal again. A borrowing try reads the job's quota and shape, its
+    cool-downs and excluded nodes (those jobs are always tried) and the plan's state, never
+    its id or age; so on an unchanged state the answer is the same. A long queue of
+    same-sized jobs on a full cluster is then one try per shape, not one per job."""
+    if job.reclaimed_by or job.excluded_node_ids:
+        return _borrow(job, quota, state)
+    key = (job.quota_id, job.workers, job.gpus_per_worker, job.cpus_per_worker,
+           job.memory_gb_per_worker)  # fmt: skip
+    changes = state.changes()
+    known = state.borrow_refusals.get(key)
+    if known is not None and known[0] == changes:
+        return known[1]
+    result = _borrow(job, quota, state)
+    if isinstance(result, str):
+        state.borrow_refusals[key] = (changes, result)
+    return result
 
 
 def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaSnap]]):

@@ -125,6 +125,23 @@ class _Working:
     # Borrowers re-charged to another lender so a lender gets its GPUs back unpreempted.
     charge_moves: list = field(default_factory=list)
     scopes: dict[int, list[QuotaSnap]] = field(default_factory=dict)  # scope_of's memo
+    booked: int = 0  # admissions booked so far (`_book`): part of `changes()`
+    # The borrowing pass's refusals by job shape, with `changes()` when refused.
+    borrow_refusals: dict[tuple, tuple[tuple, str]] = field(default_factory=dict)
+
+    def changes(self) -> tuple:
+        """Changes so far to what a borrowing try reads. Every collection here only grows
+        within a plan, so equal counts mean nothing changed in between."""
+        return (
+            self.booked,
+            len(self.preemptions),
+            len(self.reclaiming),
+            len(self.claims),
+            len(self.holds),
+            len(self.reserved_for),
+            len(self.moved),
+            len(self.charge_moves),
+        )
 
 
 def scope_of(quota: QuotaSnap, state: "_Working") -> list[QuotaSnap]:
@@ -219,6 +236,7 @@ def _claim_demand(order: list[JobSnap], state: _Working) -> None:
 
 
 def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
+    state.booked += 1
     if job.id in state.claimants:  # admitted (in quota or borrowing): no longer a claim
         state.claimants.discard(job.id)
         claimed = state.demand.get(job.quota_id, 0)
