@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 from django.db import close_old_connections, connection
 from django.utils import timezone
@@ -78,7 +79,7 @@ def start_loops() -> dict[str, Loop]:
                 Loop("monitor", run_node_monitor, settings.MONITOR_INTERVAL),
                 Loop("job-monitor", run_job_monitor, settings.MONITOR_INTERVAL),
                 Loop("notifications", deliver_due, settings.NOTIFY_INTERVAL),
-                Loop("usage", roll_up_usage, settings.USAGE_ROLLUP_INTERVAL),
+                Loop("usage", partial(roll_up_usage, paced=True), settings.USAGE_ROLLUP_INTERVAL),
             ):
                 _loops[loop.loop_name] = loop
                 loop.start()

@@ -84,4 +84,4 @@ def usage_rollup_tick() -> dict:
     """Roll pods' intervals up into usage history's buckets (jobs.actions.usage)."""
     from jobs.actions.usage import roll_up_usage
 
-    return roll_up_usage().as_dict()
+    return roll_up_usage(paced=True).as_dict()

@@ -122,6 +122,8 @@ class UsageRollup(models.Model):
 
     rolled_until = models.DateTimeField(null=True, blank=True)
     ran_at = models.DateTimeField(null=True, blank=True)
+    # How long the last run took: the periodic runs are paced by it (docs/usage-history.md).
+    last_seconds = models.FloatField(default=0.0)
 
     def __str__(self) -> str:
         return f"usage rolled until {self.rolled_until}"

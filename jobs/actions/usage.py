@@ -7,6 +7,7 @@ first hour not yet final up to now. It holds the one `UsageRollup` row's lock, s
 run one after the other and the second rewrites the same numbers.
 """
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -76,21 +77,28 @@ class RollupResult:
     until: datetime | None = None
     buckets: int = 0
     rolled_until: datetime | None = None
+    paced: bool = False  # skipped: the last run was too recent for its cost
 
     def as_dict(self) -> dict:
         return {k: str(v) if isinstance(v, datetime) else v for k, v in self._items()}
 
     def _items(self):
-        return ((n, getattr(self, n)) for n in ("since", "until", "buckets", "rolled_until"))
+        names = ("since", "until", "buckets", "rolled_until", "paced")
+        return ((n, getattr(self, n)) for n in names)
 
 
-def roll_up_usage(now: datetime | None = None) -> RollupResult:
+def roll_up_usage(now: datetime | None = None, *, paced: bool = False) -> RollupResult:
     """Rewrite the hours from the first one not final up to now (at most
-    USAGE_ROLLUP_MAX_HOURS per run), their days, and the final totals."""
+    USAGE_ROLLUP_MAX_HOURS per run), their days, and the final totals. `paced` (the
+    periodic runs): skip while the last run took more than USAGE_ROLLUP_MAX_SHARE of the
+    time since it ran (`roll_up_due`)."""
     now = now or timezone.now()
+    started = time.monotonic()
     _ensure_state_row()
     with transaction.atomic():
         state = UsageRollup.objects.select_for_update().get(pk=1)
+        if paced and not roll_up_due(state.ran_at, state.last_seconds, now):
+            return RollupResult(rolled_until=state.rolled_until, paced=True)
         lo = state.rolled_until or _first_hour(now)
         hi = min(ceil_hour(now), lo + HOUR * settings.USAGE_ROLLUP_MAX_HOURS)
         if lo >= hi:
@@ -103,10 +111,20 @@ def roll_up_usage(now: datetime | None = None) -> RollupResult:
         _write_months(*days)
         final = max(lo, min(hi, floor_hour(now - GRACE)))
         _add_totals(lo, final)
-        UsageRollup.objects.filter(pk=1).update(rolled_until=final, ran_at=now)
+        UsageRollup.objects.filter(pk=1).update(
+            rolled_until=final, ran_at=now, last_seconds=time.monotonic() - started
+        )
         _forget(now - timedelta(days=settings.USAGE_RETENTION_DAYS))
         write_decayed_usage(now)
     return RollupResult(since=lo, until=hi, buckets=written, rolled_until=final)
+
+
+def roll_up_due(ran_at: datetime | None, last_seconds: float, now: datetime) -> bool:
+    """Whether a periodic roll-up runs now: the last one's cost is at most
+    USAGE_ROLLUP_MAX_SHARE of the time since it ran (docs/usage-history.md)."""
+    if ran_at is None:
+        return True
+    return last_seconds <= settings.USAGE_ROLLUP_MAX_SHARE * (now - ran_at).total_seconds()
 
 
 def _ensure_state_row() -> None:

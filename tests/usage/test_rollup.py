@@ -81,3 +81,22 @@ def test_a_second_run_changes_nothing_and_totals_count_final_hours_once(history)
     }
     final = sums("h", workspace_id=0, start__lt=final_hour)
     assert totals == final
+
+
+def test_periodic_runs_are_paced_by_the_last_runs_cost(history, settings):
+    # The periodic roll-up (beat's task, the embedded loop) skips while the last run took
+    # more than USAGE_ROLLUP_MAX_SHARE of the time since it ran; a direct run never does.
+    settings.USAGE_ROLLUP_MAX_SHARE = 0.1
+    at = history["until"]
+    first = roll_up_usage(now=at, paced=True)
+    assert not first.paced and first.buckets
+    state = UsageRollup.objects.get(pk=1)
+    assert state.ran_at == at and state.last_seconds > 0
+    UsageRollup.objects.filter(pk=1).update(last_seconds=30.0)  # as if it had taken 30 s
+    UsageBucket.objects.filter(span="h").delete()
+    assert roll_up_usage(now=at + timedelta(seconds=299), paced=True).paced
+    assert not UsageBucket.objects.filter(span="h").exists()  # skipped: nothing rewritten
+    assert not roll_up_usage(now=at + timedelta(seconds=299)).paced  # a direct run runs
+    assert UsageBucket.objects.filter(span="h").exists()
+    UsageRollup.objects.filter(pk=1).update(last_seconds=30.0, ran_at=at)
+    assert not roll_up_usage(now=at + timedelta(seconds=300), paced=True).paced  # 10 % of 300 s
