@@ -38,9 +38,11 @@ def want_cycle() -> None:
             client.set(WANTED, 1, ex=60)
 
 
-def run_coalesced(*, wait: bool = True) -> dict:
-    """Cycles while one is wanted (see WANTED). Without Redis: one cycle, waiting for the
-    lock unless `wait` is False."""
+def run_coalesced(*, wait: bool = True, rounds: int = MAX_ROUNDS) -> dict:
+    """Cycles while one is wanted (see WANTED), at most `rounds`. Without Redis: one cycle,
+    waiting for the lock unless `wait` is False. A caller that runs fewer rounds than a
+    task would (an agent's report, `admit_now`: one) hands a cycle still wanted to a task
+    instead of running it in its request."""
     from jobs.scheduler.cycle import run_cycle
 
     client = _redis()
@@ -51,13 +53,18 @@ def run_coalesced(*, wait: bool = True) -> dict:
 
     result = None
     try:
-        for _ in range(MAX_ROUNDS):
+        for _ in range(rounds):
             ran = run_cycle(wait=False, when_locked=lambda: client.delete(WANTED))
             if ran is None:  # another cycle runs: it sees the mark after its commit
                 break
             result = ran
             if not client.exists(WANTED):
                 break
+        else:
+            if rounds < MAX_ROUNDS:
+                from jobs.triggers import request_scheduling_now
+
+                request_scheduling_now()  # the trigger whose task found this cycle running
     except redis.RedisError:
         ran = run_cycle(wait=wait)
         return ran.as_dict() if ran is not None else {"skipped": "a cycle was running"}

@@ -29,3 +29,13 @@ def request_scheduling() -> None:
     send = _senders.get(SCHEDULER)
     if send is not None:
         transaction.on_commit(send, robust=True)
+
+
+def request_scheduling_now() -> None:
+    """Ask for a scheduling cycle now (outside a transaction: nothing to wait for)."""
+    send = _senders.get(SCHEDULER)
+    if send is not None:
+        try:
+            send()
+        except Exception:  # a trigger is an optimisation: beat repeats it
+            log.exception("scheduling trigger failed")

@@ -139,7 +139,9 @@ def admit_now() -> None:
     from jobs.tasks import run_coalesced
 
     try:
-        run_coalesced(wait=False)  # and again for the triggers it coalesced (jobs.tasks)
+        # One cycle: the reply waits for it. One still wanted after it (a trigger whose
+        # task found it running) goes to a task, not to this agent's request (jobs.tasks).
+        run_coalesced(wait=False, rounds=1)
     except Exception:
         log.exception("scheduling cycle after a change that freed GPUs failed")
 

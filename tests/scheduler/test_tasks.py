@@ -3,6 +3,7 @@
 import json
 from datetime import timedelta
 
+import pytest
 from django.utils import timezone
 
 from agents.tasks import node_monitor_tick
@@ -111,3 +112,37 @@ def test_a_tick_leaves_the_cycle_to_the_running_one_which_runs_again(submit, nod
     summary = tasks.run_coalesced()
     assert list(summary["admitted"]) == [job.pk]
     assert not tasks._redis().exists(tasks.WANTED)
+
+
+@pytest.mark.django_db(transaction=True)  # admit_now runs outside any transaction
+def test_an_agents_report_runs_one_cycle_and_hands_a_wanted_one_to_a_task(
+    submit, node, settings, monkeypatch
+):
+    """`admit_now` (an exit report's cycle, in the agent's request) runs one cycle; a
+    trigger that arrived meanwhile (its task found the cycle running and left its mark)
+    is handed to a task, not run in the agent's request, which would wait for it."""
+    import pytest
+    import redis
+
+    from jobs import tasks, triggers
+    from jobs.scheduler import cycle
+    from tests.scheduler.seams import after_plan
+
+    url = settings.REDIS_URL or "redis://127.0.0.1:6379/14"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        pytest.skip(f"no Redis at {url}")
+    settings.REDIS_URL = url
+    settings.SCHEDULE_ON_AGENT_REPORT = True
+    submit(gpus=2)
+    cycles = []
+    after_plan(monkeypatch, lambda decided: (cycles.append(decided), tasks.want_cycle()))
+    sent = []
+    monkeypatch.setitem(triggers._senders, triggers.SCHEDULER, lambda: sent.append(1))
+    cycle.admit_now()
+    assert (len(cycles), len(sent)) == (1, 1)  # one cycle here, the wanted one handed over
+    assert tasks._redis().exists(tasks.WANTED)  # …for the task to take
+    # A task runs cycles while one is wanted (here: each of its cycles wants another).
+    assert tasks.run_coalesced()
+    assert len(cycles) == 1 + tasks.MAX_ROUNDS and len(sent) == 1
