@@ -95,7 +95,7 @@ def run_cycle(
             return None
         if when_locked is not None:
             when_locked()
-        snapshot, rows = load_snapshot(now)
+        snapshot, rows = load_snapshot(now, incremental=True)
         decided = plan(snapshot, now, plan_options())
         result = apply_plan(decided, rows, now)
     if result.admitted or result.conflicts:

@@ -94,13 +94,18 @@ class LiveUse:
     nodes: dict[int, NodeUse] = field(default_factory=lambda: defaultdict(NodeUse))
 
 
-def load_snapshot(now: datetime | None = None) -> tuple[Snapshot, dict[int, WaitingRow]]:
+def load_snapshot(
+    now: datetime | None = None, *, incremental: bool = False
+) -> tuple[Snapshot, dict[int, WaitingRow]]:
     """Read everything plan() needs in eight queries, whatever the number of jobs. `now`
-    is the cycle's (restart back-offs and recent preemptions are judged at it)."""
+    is the cycle's (restart back-offs and recent preemptions are judged at it).
+    `incremental` (the cycle): waiting rows this process decoded at the same row version
+    are not read again (`jobs.scheduler.waiting`; one more query for the others on
+    PostgreSQL). Pages and the forecast read them whole, as before."""
     now = now or timezone.now()
     use = _live_use()
     preempted_at, reclaimed_by = _recent_preemptions(now)
-    jobs, rows = _load_waiting(now, use, reclaimed_by)
+    jobs, rows = _load_waiting(now, use, reclaimed_by, incremental)
     snapshot = Snapshot(
         nodes=_load_nodes(use),
         quotas=_load_quotas(use, now),
@@ -219,12 +224,12 @@ def _history_gpus(on: bool, half_life_h, seconds, at, now: datetime) -> float:
 
 
 def _load_waiting(
-    now: datetime, use: LiveUse, reclaimed_by: dict[int, tuple]
+    now: datetime, use: LiveUse, reclaimed_by: dict[int, tuple], incremental: bool
 ) -> tuple[tuple[JobSnap, ...], dict[int, WaitingRow]]:
     """The waiting jobs (`jobs.scheduler.waiting`: incremental on PostgreSQL), with what
     other tables say of them: live pods of an earlier attempt, recent reclaims."""
     jobs, rows = [], {}
-    for waiting in read_waiting(now):
+    for waiting in read_waiting(now, incremental=incremental):
         job, row = waiting.job, waiting.row
         pods, lenders = use.pods_per_job.get(row.id, 0), reclaimed_by.get(row.id, ())
         if pods or lenders:

@@ -154,9 +154,10 @@ def forget() -> None:
         _seen.forget()
 
 
-def read_waiting(now: datetime) -> list[Waiting]:
-    """The jobs the cycle may admit now: Pending or Inqueue, not stopping, not backing off."""
-    if connection.vendor != "postgresql":
+def read_waiting(now: datetime, *, incremental: bool = False) -> list[Waiting]:
+    """The jobs the cycle may admit now: Pending or Inqueue, not stopping, not backing off.
+    `incremental` (the cycle, on PostgreSQL): only the rows not seen at their version."""
+    if not incremental or connection.vendor != "postgresql":
         return [_decode(row) for row in _rows(_queue(now), versions=False)]
     try:
         return _read_incrementally(now)

@@ -15,11 +15,11 @@ from jobs.scheduler.cycle import load_snapshot, run_cycle
 
 def fresh_snapshot():
     waiting.forget()
-    return load_snapshot()
+    return load_snapshot(incremental=True)
 
 
 def assert_same_as_fresh():
-    snapshot, rows = load_snapshot()
+    snapshot, rows = load_snapshot(incremental=True)
     again, fresh_rows = fresh_snapshot()
     assert sorted(snapshot.jobs, key=lambda j: j.id) == sorted(again.jobs, key=lambda j: j.id)
     assert rows == fresh_rows
@@ -42,7 +42,7 @@ def test_every_kind_of_write_is_seen_by_the_next_snapshot(submit, node, research
     assert {j.id: j.priority for j in snapshot.jobs}[queued[0].id] == 9
     # Twice in a row on the same job, each read in between.
     Job.objects.filter(id=queued[1].id).update(name="renamed")
-    snapshot, _ = load_snapshot()
+    snapshot, _ = load_snapshot(incremental=True)
     assert {j.id: j.name for j in snapshot.jobs}[queued[1].id] == "renamed"
     Job.objects.filter(id=queued[1].id).update(name="renamed again", status_reason="by hand")
     snapshot, rows = assert_same_as_fresh()
@@ -64,10 +64,10 @@ def test_every_kind_of_write_is_seen_by_the_next_snapshot(submit, node, research
 def test_a_second_read_decodes_only_the_rows_that_changed(submit, node):
     jobs = [submit(name=f"j{i}", gpus=8) for i in range(6)]
     waiting.forget()
-    load_snapshot()
+    load_snapshot(incremental=True)
     Job.objects.filter(id=jobs[3].id).update(priority=5)
     with CaptureQueriesContext(connection) as queries:
-        snapshot, _ = load_snapshot()
+        snapshot, _ = load_snapshot(incremental=True)
     assert {j.id: j.priority for j in snapshot.jobs}[jobs[3].id] == 5
     row_reads = [q["sql"] for q in queries.captured_queries if "status_reason" in q["sql"]]
     if connection.vendor == "postgresql":
