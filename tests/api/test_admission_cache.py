@@ -3,12 +3,10 @@ cached reads none of them, and every change of what they are read from (a quota 
 a member removed, a workspace unbound, a node lost, smaller or gone) is seen by the next
 submission once it commits, including one committed by another connection."""
 
-import os
 import threading
 from datetime import timedelta
 
 import pytest
-import redis
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -20,18 +18,15 @@ from jobs.admission.cache import FACTS
 from quotas import actions
 from quotas.models import Membership
 from tests.api.conftest import GOOD, error_of, post
+from tests.redis_store import URL, redis_or_skip
 
 pytestmark = pytest.mark.django_db
-URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/14"
 FACT_TABLES = ('FROM "quotas_quota"', 'FROM "quotas_workspace"', 'FROM "agents_node"')
 
 
 @pytest.fixture(autouse=True)
 def version_store(settings):
-    try:
-        redis.Redis.from_url(URL, socket_connect_timeout=1).ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis at {URL} for the version store")
+    redis_or_skip(URL, " for the version store")
     settings.VERSION_STORE_URL = URL
     FACTS.clear()
     TOKENS.clear()

@@ -1,25 +1,19 @@
 """API tokens cached per process (accounts.versions): a cached token costs no query, and a
 revoked token, a deactivated user or a deleted token stops working at once."""
 
-import os
-
 import pytest
-import redis
 
 from accounts.actions import revoke_api_tokens
 from accounts.api_auth import TOKENS
 from accounts.models import ApiToken
+from tests.redis_store import URL, redis_or_skip
 
 pytestmark = pytest.mark.django_db
-URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/14"
 
 
 @pytest.fixture(autouse=True)
 def version_store(settings):
-    try:
-        redis.Redis.from_url(URL, socket_connect_timeout=1).ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis at {URL} for the version store")
+    redis_or_skip(URL, " for the version store")
     settings.VERSION_STORE_URL = URL
     TOKENS.clear()
     yield

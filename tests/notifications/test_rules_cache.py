@@ -1,28 +1,22 @@
 """Notification rules cached per process (accounts.versions): a cached look-up costs no
 query, and a rule added, disabled or deleted is heard at the next change."""
 
-import os
-
 import pytest
-import redis
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from notifications.models import Delivery, NotificationRule
 from notifications.outbox import RULES
 from tests.notifications.conftest import webhook
+from tests.redis_store import URL, redis_or_skip
 from tests.web.conftest import submit
 
 pytestmark = pytest.mark.django_db
-URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/14"
 
 
 @pytest.fixture(autouse=True)
 def version_store(settings):
-    try:
-        redis.Redis.from_url(URL, socket_connect_timeout=1).ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis at {URL} for the version store")
+    redis_or_skip(URL, " for the version store")
     settings.VERSION_STORE_URL = URL
     settings.CONSOLE_LOOPS = "inprocess"  # commits trigger nothing
     RULES.clear()

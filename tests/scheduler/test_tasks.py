@@ -12,6 +12,7 @@ from console.celery import app
 from jobs.models import Job
 from jobs.statuses import JobStatus
 from jobs.tasks import job_monitor_tick, schedule_tick
+from tests.redis_store import URL, redis_or_skip
 
 
 def test_schedule_tick_runs_a_cycle(submit, node):
@@ -79,17 +80,10 @@ def test_a_tick_leaves_the_cycle_to_the_running_one_which_runs_again(submit, nod
     mark; the next cycle takes the mark and admits."""
     import threading
 
-    import pytest
-    import redis
-
     from jobs import tasks
     from jobs.scheduler import cycle
 
-    url = settings.REDIS_URL or "redis://127.0.0.1:6379/14"
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis at {url}")
+    url = redis_or_skip(settings.REDIS_URL or URL)
     if cycle.connection.vendor != "sqlite":
         pytest.skip("a running cycle is simulated by holding SQLite's process lock")
     settings.REDIS_URL = url
@@ -121,18 +115,11 @@ def test_an_agents_report_runs_one_cycle_and_hands_a_wanted_one_to_a_task(
     """`admit_now` (an exit report's cycle, in the agent's request) runs one cycle; a
     trigger that arrived meanwhile (its task found the cycle running and left its mark)
     is handed to a task, not run in the agent's request, which would wait for it."""
-    import pytest
-    import redis
-
     from jobs import tasks, triggers
     from jobs.scheduler import cycle
     from tests.scheduler.seams import after_plan
 
-    url = settings.REDIS_URL or "redis://127.0.0.1:6379/14"
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis at {url}")
+    url = redis_or_skip(settings.REDIS_URL or URL)
     settings.REDIS_URL = url
     settings.SCHEDULE_ON_AGENT_REPORT = True
     submit(gpus=2)
