@@ -30,6 +30,7 @@ from agents.decisions import (
     PodFacts,
     Verdict,
     desired_state,
+    desired_version,
     desired_version_of,
     judge_report,
     log_reject_reason,
@@ -291,6 +292,16 @@ def worker_spec(pod: Pod) -> WorkerSpec:
 def _heartbeat_lease() -> dict:
     timing = fence_timing()
     return {"lease_seconds": timing.lease_seconds, "fence_grace": timing.kill_grace}
+
+
+def idle_node_reply() -> HeartbeatReply:
+    """`record_heartbeat`'s reply to a node with no live pod whose report changed nothing:
+    nothing to run or stop, the lease (agents.quiet answers such a node without a query)."""
+    return HeartbeatReply(
+        heartbeat_interval=heartbeat_interval(),
+        desired_version=desired_version(0, 0, 0),
+        **_heartbeat_lease(),
+    )
 
 
 def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> HeartbeatReply:

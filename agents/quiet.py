@@ -2,7 +2,9 @@
 
 Most heartbeats repeat the last one: the same facts and GPUs, the same workers running as
 known, nothing refused. For those the console writes one statement and sends the reply it
-sent last time to this node (kept per process, keyed by the token's prefix):
+sent last time to this node (kept per process, keyed by the token's prefix). A node with
+no workers needs no such memory: its reply is the same for every idle node, so its first
+heartbeat to a process is quiet too, the UPDATE finding the node by its token's prefix.
 
     UPDATE agents_node SET state, last_heartbeat_at, heartbeat_deadline
      WHERE id = <node> AND report_digest = <digest of these facts>
@@ -31,10 +33,10 @@ from dataclasses import dataclass
 from django.db import connection
 
 from accounts.tokens import digest_of, split_prefix
-from agents.actions import fact_fields, gpu_rows
+from agents.actions import fact_fields, gpu_rows, idle_node_reply
 from agents.auth import NODE_KIND
 from agents.decisions import report_digest
-from cluster.actions import note_node_seen_quietly
+from cluster.actions import note_node_seen_by_token, note_node_seen_quietly
 from cluster.models import Node
 from jobs.models import Pod, PodDesired
 from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
@@ -146,9 +148,11 @@ def quiet_reply(plain: str, items: HeartbeatItems, now, deadline, raw: bytes = b
     """The reply to a heartbeat where nothing changed, after its one UPDATE; None when the
     full path must answer (nothing was written then)."""
     prefix = split_prefix(plain, NODE_KIND)
-    entry = _replies.get(prefix) if prefix else None
-    if entry is None or not _is_plain(items):
+    if prefix is None or not _is_plain(items):
         return None
+    entry = _replies.get(prefix)
+    if entry is None:
+        return _first_idle_reply(prefix, plain, items, now, deadline, raw)
     workers = frozenset((w.pod_id, w.attempt) for w in items.workers)
     token = digest_of(plain)
     if workers != entry.workers or not hmac.compare_digest(token, entry.token_digest):
@@ -162,6 +166,28 @@ def quiet_reply(plain: str, items: HeartbeatItems, now, deadline, raw: bytes = b
     if raw:
         _replies[prefix] = dataclasses.replace(entry, body=_hash(raw))
     return entry.reply
+
+
+def _first_idle_reply(prefix: str, plain: str, items: HeartbeatItems, now, deadline, raw: bytes):
+    """A node without workers that this process has not answered yet (a new process, or
+    another of the server's processes answered it last): its reply needs nothing from the
+    database, so the UPDATE alone (found by the token's prefix) answers it, and is kept."""
+    if items.workers:
+        return None  # the reply lists the workers' specs: the full path reads them once
+    token, digest = digest_of(plain), _digest_of_facts(items)
+    node_id = note_node_seen_by_token(
+        prefix, digest, token, _pods_are_exactly(frozenset()), now=now, deadline=deadline
+    )
+    if node_id is None:
+        return None
+    body = idle_node_reply().model_dump_json().encode()
+    with _lock:
+        if len(_replies) >= MAX_ENTRIES:
+            _replies.clear()
+        _replies[prefix] = _Quiet(
+            node_id, token, digest, frozenset(), body, _hash(raw) if raw else b""
+        )
+    return body
 
 
 def remember(

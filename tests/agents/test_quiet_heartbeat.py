@@ -155,3 +155,68 @@ def test_no_exit_report_places_a_job_once_the_scheduler_loop_is_stopped(
         assert Job.objects.get(pk=waiting.pk).status == JobStatus.INQUEUE
     finally:
         resume_placements_here()
+
+
+# --- an idle node: quiet without this process having answered it before ---
+
+
+def _idle(client, name: str = "n1"):
+    """A registered node without workers, its facts recorded by one full heartbeat; then
+    this process forgets it (as another gunicorn process, or a restarted one, has)."""
+    from agents import quiet
+
+    node, token = register(client, name)
+    full = heartbeat(client, token)
+    assert full.status_code == 200
+    quiet.forget_all()
+    return node, token, full
+
+
+def test_an_idle_nodes_first_heartbeat_in_a_process_is_one_statement(
+    client, django_assert_num_queries
+):
+    node, token, full = _idle(client)
+    before = Node.objects.get(pk=node.pk).last_heartbeat_at
+    with django_assert_num_queries(1) as queries:
+        response = heartbeat(client, token)
+    assert response.status_code == 200
+    assert response.content == full.content  # the full path's reply, byte for byte
+    assert queries.captured_queries[0]["sql"].startswith('UPDATE "agents_node"')
+    assert Node.objects.get(pk=node.pk).last_heartbeat_at > before
+    with django_assert_num_queries(1):  # and it is kept: the same bytes are not parsed
+        assert heartbeat(client, token).content == full.content
+
+
+def test_an_idle_node_with_a_revoked_or_replaced_token_misses(client):
+    node, token, _ = _idle(client)
+    revoke_node_tokens(Node.objects.filter(pk=node.pk), timezone.now())
+    response = heartbeat(client, token)
+    assert (response.status_code, response.json()["error"]["code"]) == (403, "token_revoked")
+    other, other_token, _ = _idle(client, "n2")
+    Node.objects.filter(pk=other.pk).update(token_digest="0" * 64)
+    assert heartbeat(client, other_token).status_code == 401
+
+
+def test_an_idle_node_gets_a_pod_placed_on_it_and_other_facts_recorded(client, job_factory):
+    node, token, _ = _idle(client)
+    _, (pod,) = job_factory([node])
+    reply = heartbeat(client, token).json()  # a live pod on the node: the UPDATE misses
+    assert [s["pod_id"] for s in reply["run"]] == [pod.pk]
+    idle, idle_token, _ = _idle(client, "n2")
+    assert heartbeat(client, idle_token, cpus=64).status_code == 200  # another digest
+    assert Node.objects.get(pk=idle.pk).cpus == 64
+
+
+def test_a_lost_idle_node_takes_the_full_path(client, django_capture_on_commit_callbacks):
+    from cluster.actions import pool_changed
+
+    node, token, _ = _idle(client)
+    Node.objects.filter(pk=node.pk).update(state="Lost")
+    heard = []
+    pool_changed.connect(lambda **kw: heard.append(1), weak=False, dispatch_uid="test-idle-lost")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert heartbeat(client, token).status_code == 200
+    finally:
+        pool_changed.disconnect(dispatch_uid="test-idle-lost")
+    assert Node.objects.get(pk=node.pk).state == "Ready" and heard == [1]
