@@ -300,6 +300,7 @@ def idle_node_reply() -> HeartbeatReply:
     return HeartbeatReply(
         heartbeat_interval=heartbeat_interval(),
         desired_version=desired_version(0, 0, 0),
+        takes_logs=True,
         **_heartbeat_lease(),
     )
 
@@ -326,6 +327,11 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
     refused = dict(items.refused)
 
     pods = _load_pods(node.pk, [*(w.pod_id for w in items.workers), *refused])
+    # Log lines riding along first: an exit's last lines are stored before it is applied.
+    log_ack = None
+    if items.logs is not None:
+        log_ack = store_logs(node, items.logs, now)
+        items.workers = _delivered_only_if_stored(items.workers, items.logs, log_ack)
     # Progress and checkpoints first: a checkpoint saved on SIGTERM must be known before
     # the exit reported in this same heartbeat restarts the job from it.
     for report in items.workers:
@@ -395,8 +401,26 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
         clear_health_marks=_marks_to_clear(node.pk, items.facts),
         refused=refused,
         desired_version=desired_version_of(node.pk, pods.values()),
+        takes_logs=True,
+        logs=log_ack,
         **_heartbeat_lease(),
     )
+
+
+def _delivered_only_if_stored(
+    reports: list[WorkerReport], logs: LogItems, ack: LogAck
+) -> list[WorkerReport]:
+    """An exit report says its logs are delivered when the agent sent the last of them in
+    this heartbeat; true only if the console stored them all (not refused, not cut)."""
+    ends = {b.pod_id: b.first_seq + len(b.lines) for b in logs.batches}
+    short = set(logs.refused) | set(ack.refused) | set(ack.rejected)
+    short |= {pod for pod, end in ends.items() if ack.acks.get(pod, -1) < end}
+    return [
+        r.model_copy(update={"logs_delivered": False})
+        if r.logs_delivered and r.pod_id in short
+        else r
+        for r in reports
+    ]
 
 
 def _marks_to_clear(node_id: int, facts: NodeFacts) -> list[ClearHealthMark]:

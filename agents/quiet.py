@@ -75,7 +75,7 @@ def _digest_of_facts(items: HeartbeatItems) -> str:
 def _is_plain(items: HeartbeatItems) -> bool:
     """A heartbeat the cached reply can answer: nothing refused, no health mark, and every
     worker reported running with nothing but that to say."""
-    if items.refused or items.refused_gpus or items.unnamed:
+    if items.refused or items.refused_gpus or items.unnamed or items.logs is not None:
         return False
     if any(g.health_mark for g in items.facts.gpus):
         return False

@@ -20,8 +20,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
+    model_serializer,
     model_validator,
 )
 
@@ -198,6 +200,18 @@ class WorkerReport(_FromAgent):
 class Heartbeat(_FromAgent):
     facts: NodeFacts
     workers: Annotated[list[WorkerReport], Field(max_length=limits.WORKERS)] = []
+    # Additive (logs ride along): the last lines of workers that exited, sent only to a
+    # console whose reply said `takes_logs`; stored before the reports, acked in
+    # `HeartbeatReply.logs`. Same limits as a `LogBatch`.
+    logs: Annotated[list["LogLines"], Field(max_length=limits.STREAMS_PER_REQUEST)] = []
+
+    @model_serializer(mode="wrap")
+    def _no_empty_logs(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """Sent only when there are some: an older console refuses an unknown field."""
+        data = handler(self)
+        if not data.get("logs"):
+            data.pop("logs", None)
+        return data
 
     @model_validator(mode="after")
     def _unique_pods(self) -> "Heartbeat":
@@ -230,6 +244,9 @@ class LogLines(_FromAgent):
         ):
             raise ValueError("continued must be increasing indices of this batch's lines")
         return self
+
+
+Heartbeat.model_rebuild()
 
 
 class LogBatch(_FromAgent):
@@ -413,6 +430,11 @@ class HeartbeatReply(_FromConsole):
     desired_version: Annotated[str, StringConstraints(max_length=limits.DESIRED_VERSION)] | None = (
         None
     )
+    # Additive (logs ride along): this console stores log lines sent in a heartbeat
+    # (`Heartbeat.logs`), and `logs` acknowledges the ones this heartbeat carried (None:
+    # it carried none). An older console sends neither: the agent ships them alone.
+    takes_logs: bool = False
+    logs: "LogAck | None" = None
     # Filled while parsing (never sent): run items this agent cannot use.
     unusable: Annotated[list[UnusableSpec], Field(exclude=True)] = []
 
@@ -472,6 +494,9 @@ class LogAck(_FromConsole):
     # (a malformed item). The agent sends them again, and sets them aside (a marker line
     # takes their place) after limits.REFUSALS_BEFORE_SET_ASIDE refusals.
     refused: dict[int, str] = {}
+
+
+HeartbeatReply.model_rebuild()
 
 
 class ErrorBody(_FromConsole):

@@ -49,6 +49,8 @@ class HeartbeatItems:
     refused_gpus: dict[int, str] = field(default_factory=dict)
     # Refused items that name no pod or GPU (logged by the console).
     unnamed: list[str] = field(default_factory=list)
+    # Log lines riding along (`Heartbeat.logs`); None: the heartbeat carried none.
+    logs: "LogItems | None" = None
 
 
 @dataclass
@@ -82,7 +84,7 @@ def _envelope(data: Any, allowed: set[str]) -> dict:
 
 
 def parse_heartbeat(data: Any) -> HeartbeatItems:
-    data = _envelope(data, {"facts", "workers"})
+    data = _envelope(data, {"facts", "workers", "logs"})
     raw_facts = data.get("facts")
     if not isinstance(raw_facts, dict):
         raise RequestRefused("facts must be an object", "facts")
@@ -124,6 +126,8 @@ def parse_heartbeat(data: Any) -> HeartbeatItems:
         items.workers.append(report)
         if problems:
             items.refused[report.pod_id] = fit("; ".join(problems), limits.REASON)
+    if data.get("logs"):
+        items.logs = _log_items(_list(data, "logs", limits.STREAMS_PER_REQUEST), "logs")
     return items
 
 
@@ -168,7 +172,11 @@ def _worker(raw: Any) -> tuple[WorkerReport | None, list[str]]:
 
 def parse_log_batch(data: Any) -> LogItems:
     data = _envelope(data, {"batches"})
-    raw_batches = _list(data, "batches", limits.STREAMS_PER_REQUEST, required=True)
+    return _log_items(_list(data, "batches", limits.STREAMS_PER_REQUEST, required=True), "batches")
+
+
+def _log_items(raw_batches: list, key: str) -> LogItems:
+    """Each worker's lines alone: a malformed item is refused by its pod id (or logged)."""
     items = LogItems()
     total = 0
     for position, raw in enumerate(raw_batches):
@@ -178,12 +186,16 @@ def parse_log_batch(data: Any) -> LogItems:
         except ValidationError as exc:
             reason = error_reason(exc)
             if pod_id is None:
-                items.unnamed.append(f"batches.{position}: {reason}")
+                items.unnamed.append(f"{key}.{position}: {reason}")
             else:
                 items.refused.setdefault(pod_id, reason)
             continue
         total += len(batch.lines)
         if total > limits.LINES_PER_REQUEST:
-            raise RequestRefused(f"at most {limits.LINES_PER_REQUEST} lines per request")
+            why = f"at most {limits.LINES_PER_REQUEST} lines per request"
+            if key == "batches":
+                raise RequestRefused(why)
+            items.refused.setdefault(batch.pod_id, why)  # a heartbeat is never refused whole
+            continue
         items.batches.append(batch)
     return items

@@ -211,17 +211,22 @@ class Agent(Waking):
 
     def heartbeat(self, *, attempts: int = 2) -> HeartbeatReply | None:
         bare = self._bare_left > 0
+        # A console that takes logs in heartbeats gets an exit's last lines with the exit
+        # itself (stored first); an older one, or while heartbeats fail, by the shipper.
+        ride = self.shipper.exits_ride and not bare
         _, exited = self._reports(bare)
-        if exited:  # let the console have their last lines before it sees them finish
+        if exited and not ride:  # let the console have their last lines before it sees them
             self.shipper.wake()
             self.shipper.wait_drained(exited, timeout=min(EXIT_LOG_WAIT, self.interval * 2))
         facts = self.facts()
         reports, exited = self._reports(bare)
-        reports = self.shipper.mark_delivered(reports)
+        riding = self.shipper.ride(exited) if ride and exited else []
+        reports = self.shipper.mark_delivered(reports, riding)
         sent_at = boottime()  # the lease counts from here: the console's clock starts later
+        reply = None
         try:
             reply = self.client.heartbeat(
-                Heartbeat(facts=facts, workers=reports), attempts=attempts
+                Heartbeat(facts=facts, workers=reports, logs=riding), attempts=attempts
             )
         except TransportError as exc:
             log.warning("heartbeat failed: %s", exc)
@@ -232,6 +237,9 @@ class Agent(Waking):
             if exc.status == 400:
                 self._console_failed(reports, bare)
             raise
+        finally:
+            self.shipper.rode(riding, reply.logs if reply is not None else None)
+        self.shipper.exits_ride = reply.takes_logs
         self._renew_lease(reply, sent_at)
         with self._beat:
             self._beats += 1

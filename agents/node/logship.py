@@ -5,7 +5,9 @@ Every line gets the next sequence number of its worker, starting at the console'
 `log_next_seq` for that pod. Unacknowledged lines stay buffered and are re-sent from the
 first unacknowledged one; the console stores each sequence once, so re-sending is safe.
 A batch goes out when a worker has `limits.LINES_PER_BATCH` pending lines or its oldest
-pending line is FLUSH_AFTER seconds old (or at once when the worker has exited).
+pending line is FLUSH_AFTER seconds old (or at once when the worker has exited, unless the
+console takes an exit's last lines in the heartbeat that reports it: `ride`). A worker's
+lines are in one request at a time, so their acks come back in order.
 
 The buffer is bounded per worker, and so is each worker's rate (a token bucket of lines).
 Lines over either limit are counted and dropped, and a marker line saying how many were
@@ -85,6 +87,12 @@ class LogShipper:
         # Workers whose lines are sent alone, one request each, after a request carrying
         # them failed as a whole: so only the bad one is retried (and set aside).
         self._suspects: deque[int] = deque()
+        # Workers whose lines are in a request now (a batch, or a heartbeat they ride in):
+        # one request at a time per worker, so acks never arrive out of order.
+        self._sending: set[int] = set()
+        # The console takes an exited worker's last lines in the heartbeat that reports the
+        # exit (`ride`): the shipping thread no longer sends them the moment it exits.
+        self.exits_ride = False
 
     # --- producers ---
 
@@ -172,7 +180,9 @@ class LogShipper:
                 s.settle(now, force=s.closed)
             if not s.lines:
                 continue
-            if s.closed or len(s.lines) >= self.max_lines:
+            if s.pod_id in self._sending:
+                continue
+            if (s.closed and not self.exits_ride) or len(s.lines) >= self.max_lines:
                 return True
             if s.pending_since is not None and now - s.pending_since >= self.flush_after:
                 return True
@@ -199,32 +209,60 @@ class LogShipper:
         return None
 
     def take_batch(self) -> LogBatch | None:
-        """Every stream's unacknowledged lines, oldest first, within the request limits."""
+        """Every stream's unacknowledged lines, oldest first, within the request limits
+        (not those of a stream already in a request)."""
         with self._cond:
-            budget = self.max_request_bytes
-            batches = []
             solo = self._solo()
-            for s in solo if solo is not None else self._streams.values():
-                lines = []
-                for text, size, _src in s.lines:
-                    if len(lines) >= self.max_lines or (size > budget and (lines or batches)):
-                        break
-                    lines.append(text)
-                    budget -= size
-                if lines:
-                    continued = [i for i, t in enumerate(lines) if isinstance(t, ContinuedLine)]
-                    batches.append(
-                        LogLines(
-                            pod_id=s.pod_id,
-                            attempt=s.attempt,
-                            first_seq=s.base,
-                            lines=[str(t) for t in lines],
-                            continued=continued,
-                        )
-                    )
-                if budget <= 0 or len(batches) >= 256:
-                    break
+            batches = self._lines_of(solo if solo is not None else self._streams.values())
             return LogBatch(batches=batches) if batches else None
+
+    def _lines_of(self, streams: Iterable[LogStream]) -> list[LogLines]:
+        """Up to a request's worth of these streams' pending lines; caller holds the lock."""
+        budget = self.max_request_bytes
+        batches: list[LogLines] = []
+        for s in streams:
+            if s.pod_id in self._sending:
+                continue
+            lines = []
+            for text, size, _src in s.lines:
+                if len(lines) >= self.max_lines or (size > budget and (lines or batches)):
+                    break
+                lines.append(text)
+                budget -= size
+            if lines:
+                continued = [i for i, t in enumerate(lines) if isinstance(t, ContinuedLine)]
+                batches.append(
+                    LogLines(
+                        pod_id=s.pod_id,
+                        attempt=s.attempt,
+                        first_seq=s.base,
+                        lines=[str(t) for t in lines],
+                        continued=continued,
+                    )
+                )
+            if budget <= 0 or len(batches) >= limits.STREAMS_PER_REQUEST:
+                break
+        return batches
+
+    def ride(self, pod_ids: Iterable[int]) -> list[LogLines]:
+        """These (exited) workers' pending lines, to send in the heartbeat that reports
+        them; they are in that request until `rode` (none of a stream in a batch now)."""
+        with self._cond:
+            streams = [self._streams[p] for p in pod_ids if p in self._streams]
+            batches = self._lines_of(streams)
+            self._sending.update(b.pod_id for b in batches)
+            return batches
+
+    def rode(self, batches: list[LogLines], ack: LogAck | None) -> None:
+        """The heartbeat carrying `batches` is answered (`ack`: the console's ack of them)
+        or failed (None: they are sent again, by the shipping thread or the next one)."""
+        if not batches:
+            return
+        with self._cond:
+            self._sending.difference_update(b.pod_id for b in batches)
+            if ack is not None:
+                self.apply_ack(ack, LogBatch(batches=batches))
+            self._cond.notify_all()
 
     def apply_ack(self, ack: LogAck, batch: LogBatch | None = None) -> None:
         now = self._clock()
@@ -292,9 +330,12 @@ class LogShipper:
 
     def ship_once(self) -> bool:
         """Send one batch if there is anything unacknowledged. Raises what `send` raises."""
-        batch = self.take_batch()
-        if batch is None:
-            return False
+        with self._cond:
+            batch = self.take_batch()
+            if batch is None:
+                return False
+            pods = {b.pod_id for b in batch.batches}
+            self._sending |= pods
         try:
             ack = self._send(batch)
         except ServerFailed as exc:
@@ -304,7 +345,12 @@ class LogShipper:
             if exc.status not in (401, 403):  # a credential problem is no poisoned batch
                 self._failed(batch, exc)
             raise
-        self.apply_ack(ack, batch)
+        else:
+            self.apply_ack(ack, batch)
+        finally:
+            with self._cond:
+                self._sending -= pods
+                self._cond.notify_all()
         return True
 
     def run(self, stop: threading.Event, *, retry_cap: float = 30.0) -> None:
@@ -356,15 +402,29 @@ class LogShipper:
             stream = self._streams.get(pod_id)
             return stream is None or (stream.closed and stream.drained)
 
-    def mark_delivered(self, reports: list) -> list:
-        """Exit reports of workers whose lines are all acknowledged say so (logs_delivered):
-        a follower of their logs can stop at once."""
-        return [
-            r.model_copy(update={"logs_delivered": True})
-            if r.state == "exited" and self.delivered(r.pod_id)
-            else r
-            for r in reports
-        ]
+    def mark_delivered(self, reports: list, riding: Iterable[LogLines] = ()) -> list:
+        """Exit reports of workers whose lines are all acknowledged, or all `riding` in the
+        same heartbeat, say so (logs_delivered): a follower of their logs can stop at once
+        (the console takes it back for lines it did not store)."""
+        sent = {b.pod_id: len(b.lines) for b in riding}
+        with self._cond:
+
+            def delivered(pod_id: int) -> bool:
+                stream = self._streams.get(pod_id)
+                if stream is None:
+                    return True
+                return (
+                    stream.closed
+                    and not stream.dropped
+                    and len(stream.lines) == sent.get(pod_id, 0)
+                )
+
+            return [
+                r.model_copy(update={"logs_delivered": True})
+                if r.state == "exited" and delivered(r.pod_id)
+                else r
+                for r in reports
+            ]
 
     def wait_drained(self, pod_ids: Iterable[int] | None, timeout: float) -> bool:
         """Wait until these workers' lines are all acknowledged (used before reporting an

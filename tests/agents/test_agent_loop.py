@@ -224,6 +224,28 @@ def test_exit_is_reported_after_the_last_log_lines(make_agent, job_on):
     assert agent.launched[pod.pk].finished
 
 
+def test_an_exits_last_lines_ride_in_the_heartbeat_that_reports_it(make_agent, job_on):
+    """This console takes logs in heartbeats: no log request and no wait before the exit
+    is reported, and the exit says its log is delivered."""
+    agent = make_agent()
+    node = Node.objects.get(name="loop-node")
+    _, (pod,) = job_on(node, command="echo one; echo two; exit 4")
+    step(agent)
+    assert agent.shipper.exits_ride  # the reply said `takes_logs`
+    wait_exit(agent, pod)
+
+    def no_log_request(batch):
+        raise AssertionError(f"a log request was sent: {batch}")
+
+    agent._log_client.send_logs = no_log_request
+    step(agent)
+    pod.refresh_from_db()
+    assert (pod.status, pod.exit_code, pod.log_next_seq) == (PodStatus.FAILED, 4, 3)
+    assert pod.logs_delivered
+    assert agent.shipper._streams == {}  # acked in the reply: nothing left to send
+    assert agent.launched[pod.pk].finished
+
+
 def test_an_exit_the_console_did_not_take_is_reported_again(make_agent, job_on):
     agent = make_agent()
     node = Node.objects.get(name="loop-node")

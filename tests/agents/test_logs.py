@@ -263,3 +263,56 @@ def test_a_line_cut_by_the_agent_downloads_whole(client, setup, researcher):
     response = viewer.get(reverse("jobs:logs-raw", args=[pod.job_id]))
     body = b"".join(response.streaming_content).decode()
     assert body == "first\n" + "a" * 16384 + "b" * 16384 + "c" * 7232 + "\nlast\ntail\n"
+
+
+# --- lines riding in a heartbeat (the exit's last lines, docs/agent-protocol.md) ---
+
+
+def _ride(pod, first_seq: int, text_lines: list[str]) -> dict:
+    return {"pod_id": pod.pk, "attempt": pod.attempt, "first_seq": first_seq, "lines": text_lines}
+
+
+def test_an_exits_last_lines_ride_in_its_heartbeat(client, setup):
+    from tests.agents.conftest import facts
+
+    _, token, pod = setup
+    done = {"pod_id": pod.pk, "attempt": pod.attempt, "state": "exited", "exit_code": 0}
+    body = {
+        "facts": facts(),
+        "workers": [{**done, "logs_delivered": True}],
+        "logs": [_ride(pod, 0, ["last words", "bye"])],
+    }
+    reply = post(client, "heartbeat/", body, token).json()
+    assert reply["takes_logs"] is True
+    assert reply["logs"] == {"acks": {str(pod.pk): 2}, "rejected": {}, "refused": {}}
+    pod.refresh_from_db()
+    assert (pod.status, pod.log_next_seq, pod.logs_delivered) == (PodStatus.SUCCEEDED, 2, True)
+    assert stored(pod) == ["last words", "bye"]
+    # sent again (the reply was lost): stored once, acked the same
+    again = post(client, "heartbeat/", body, token).json()
+    assert again["logs"]["acks"] == {str(pod.pk): 2} and stored(pod) == ["last words", "bye"]
+
+
+def test_a_bad_log_item_in_a_heartbeat_is_refused_alone(client, setup, job_factory):
+    from tests.agents.conftest import facts
+
+    node, token, pod = setup
+    _, (other,) = job_factory([node], pod_status=PodStatus.RUNNING, status=JobStatus.RUNNING)
+    exits = [
+        {"pod_id": p.pk, "attempt": p.attempt, "state": "exited", "exit_code": 0,
+         "logs_delivered": True}
+        for p in (pod, other)
+    ]  # fmt: skip
+    bad = {**_ride(other, 0, ["x"]), "continued": [5]}  # an index outside its lines
+    body = {"facts": facts(), "workers": exits, "logs": [_ride(pod, 0, ["fine"]), bad]}
+    response = post(client, "heartbeat/", body, token)
+    assert response.status_code == 200
+    reply = response.json()
+    assert reply["logs"]["acks"] == {str(pod.pk): 1}
+    assert set(reply["logs"]["refused"]) == {str(other.pk)}
+    pod.refresh_from_db()
+    other.refresh_from_db()
+    assert pod.status == other.status == PodStatus.SUCCEEDED  # both exits applied
+    # the console did not store the other's last line: its log is not delivered
+    assert (pod.logs_delivered, other.logs_delivered) == (True, False)
+    assert stored(pod) == ["fine"] and stored(other) == []

@@ -281,3 +281,30 @@ def test_an_exit_report_says_its_log_is_delivered_only_once_every_line_is_acked(
     assert shipper.ship_once()
     (report,) = shipper.mark_delivered([exited])
     assert report.logs_delivered and stored(pod) == ["last line"]
+
+
+def test_a_workers_lines_are_in_one_request_at_a_time(env):
+    """Lines riding in a heartbeat are not also in a batch (and the other way round), so
+    the acks of one worker's lines never come back out of order."""
+    shipper, console, _, pod = env
+    shipper.exits_ride = True
+    shipper.append(pod.pk, "last line")
+    shipper.close(pod.pk)
+    riding = shipper.ride([pod.pk])
+    assert [b.lines for b in riding] == [["last line"]]
+    assert shipper.take_batch() is None and shipper.ride([pod.pk]) == []
+    shipper.rode(riding, None)  # the heartbeat failed: the lines are still buffered
+    assert shipper.take_batch() is not None
+    riding = shipper.ride([pod.pk])
+    shipper.rode(riding, LogAck(acks={pod.pk: 1}))
+    assert shipper._streams == {} and console.requests == []
+
+
+def test_with_exits_riding_a_closed_stream_waits_for_its_heartbeat(env):
+    shipper, _, clock, pod = env
+    shipper.exits_ride = True
+    shipper.append(pod.pk, "bye")
+    shipper.close(pod.pk)
+    assert not shipper._due(clock())  # the heartbeat that reports the exit carries it
+    clock.now += 1.0
+    assert shipper._due(clock())  # unless it does not come: then the shipper sends it
