@@ -193,6 +193,8 @@ class LogShipper:
         worker is FLUSH_AFTER old (at most 0.25 s; an append wakes it sooner)."""
         soonest = 0.25
         for s in self._streams.values():
+            if s.pod_id in self._sending:
+                continue  # in a heartbeat now: `rode` wakes this thread when it is answered
             if s.dropped:
                 soonest = min(soonest, 0.05)
             if s.lines and s.pending_since is not None:

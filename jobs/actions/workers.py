@@ -76,13 +76,15 @@ def apply_worker_states(changes: list[WorkerChange], *, now: datetime | None = N
     then applies the changes one by one, to refuse only the bad one."""
     now = now or timezone.now()
     with transaction.atomic():
-        lock_jobs(c.pod.job_id for c in changes)
+        # The jobs are read as they are locked (one statement): they change only under
+        # their lock, so these rows are current when the pods' changes are reconciled.
+        locked = lock_jobs(c.pod.job_id for c in changes)
         changed = [c for c in changes if _write_pod(c, now)]
         for c in changed:
             if c.running and c.pod.attempt > 1:
                 _async_restart_ran(c.pod, now)
         if changed:
-            jobs = Job.objects.in_bulk({c.pod.job_id for c in changed})
+            jobs = {c.pod.job_id: locked[c.pod.job_id] for c in changed}
             pods = _current_pods_of(jobs)
             for job_id in sorted(jobs):
                 reconcile_job(job_id, now=now, job=jobs[job_id], pods=pods[job_id])
@@ -122,12 +124,16 @@ def _write_pod(change: WorkerChange, now: datetime) -> bool:
     )
 
 
-def lock_jobs(job_ids: Iterable[int]) -> None:
+def lock_jobs(job_ids: Iterable[int]) -> dict[int, Job]:
     """Lock these jobs' rows, in id order, before any of their pods (the module's lock
-    order). A no-op outside PostgreSQL (SQLite serialises writers)."""
+    order), and return them by id. The lock is a no-op outside PostgreSQL (SQLite
+    serialises writers)."""
     ids = sorted(set(job_ids))
-    if ids:
-        list(Job.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk"))
+    if not ids:
+        return {}
+    return {
+        job.pk: job for job in Job.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+    }
 
 
 def _async_restart_ran(pod: Pod, now: datetime) -> None:

@@ -399,7 +399,7 @@ def test_each_changed_worker_costs_a_constant_number_of_queries(
     # auth, node seen (the same facts: no GPU upsert), pods, re-reading the pods after the
     # changes; once for all the changes (one transaction: jobs.actions.workers.
     # apply_worker_states): a savepoint around the jobs' row locks (jobs before their
-    # pods), then reading the changed jobs and their pods; per worker only its
+    # pods, read as they are locked), then reading their pods; per worker only its
     # compare-and-set Starting → Running; once for the job: Starting → Running with its
     # event, in a savepoint, plus the look-up of notification rules that could want to
     # hear of it.
@@ -409,7 +409,7 @@ def test_each_changed_worker_costs_a_constant_number_of_queries(
     assert Pod.objects.filter(status=PodStatus.RUNNING).count() == workers
 
 
-PER_HEARTBEAT_CHANGES = 5  # savepoint, lock the jobs, read them, read their pods, release
+PER_HEARTBEAT_CHANGES = 4  # savepoint, lock and read the jobs, read their pods, release
 
 
 def test_gpu_samples_are_stored_for_the_nodes_current_workers_only(
