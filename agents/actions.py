@@ -326,11 +326,12 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
         log.warning("node %s: refused a heartbeat item: %s", node.name, problem)
     refused = dict(items.refused)
 
-    pods = _load_pods(node.pk, [*(w.pod_id for w in items.workers), *refused])
+    riding = [b.pod_id for b in items.logs.batches] if items.logs is not None else []
+    pods = _load_pods(node.pk, [*(w.pod_id for w in items.workers), *refused, *riding])
     # Log lines riding along first: an exit's last lines are stored before it is applied.
     log_ack = None
     if items.logs is not None:
-        log_ack = store_logs(node, items.logs, now)
+        log_ack = store_logs(node, items.logs, now, pods=pods)
         items.workers = _delivered_only_if_stored(items.workers, items.logs, log_ack)
     # Progress and checkpoints first: a checkpoint saved on SIGTERM must be known before
     # the exit reported in this same heartbeat restarts the job from it.
@@ -445,11 +446,17 @@ def _record_refusals(
 # --- logs --------------------------------------------------------------------------------
 
 
-def store_logs(node: Node, items: LogItems, now: datetime) -> LogAck:
+def store_logs(
+    node: Node, items: LogItems, now: datetime, *, pods: dict[int, Pod] | None = None
+) -> LogAck:
     """Store each sequence number once and acknowledge the next expected one per pod; a
-    stream that cannot be read or stored is refused alone."""
+    stream that cannot be read or stored is refused alone. `pods`: already loaded with
+    their jobs (a heartbeat's), read again only for the ids it lacks."""
     ids = {b.pod_id for b in items.batches} | set(items.refused)
-    pods = {p.pk: p for p in Pod.objects.filter(pk__in=ids).select_related("job")}
+    pods = dict(pods or {})
+    missing = ids - pods.keys()
+    if missing:
+        pods |= {p.pk: p for p in Pod.objects.filter(pk__in=missing).select_related("job")}
     for problem in items.unnamed:
         log.warning("node %s: refused a log item: %s", node.name, problem)
     acks: dict[int, int] = {}

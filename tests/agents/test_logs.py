@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from jobs.models import LogChunk, Pod
 from jobs.statuses import JobStatus, PodStatus
@@ -282,7 +284,11 @@ def test_an_exits_last_lines_ride_in_its_heartbeat(client, setup):
         "workers": [{**done, "logs_delivered": True}],
         "logs": [_ride(pod, 0, ["last words", "bye"])],
     }
-    reply = post(client, "heartbeat/", body, token).json()
+    with CaptureQueriesContext(connection) as queries:
+        reply = post(client, "heartbeat/", body, token).json()
+    # the pods the lines are for are read with the heartbeat's pods, not again
+    loads = [q for q in queries.captured_queries if 'FROM "jobs_pod" INNER JOIN' in q["sql"]]
+    assert len(loads) == 2  # the heartbeat's pods, and again after the exit changed them
     assert reply["takes_logs"] is True
     assert reply["logs"] == {"acks": {str(pod.pk): 2}, "rejected": {}, "refused": {}}
     pod.refresh_from_db()
