@@ -141,7 +141,10 @@ def note_node_seen_by_token(
 ) -> int | None:
     """`note_node_seen_quietly` for a node this process has not answered yet: found by its
     token's prefix (unique) in the same one UPDATE, which returns its id (None: a miss,
-    nothing written). A heartbeat needs no memory of earlier ones to be quiet."""
+    nothing written). A heartbeat needs no memory of earlier ones to be quiet. A database
+    without UPDATE … RETURNING (SQLite before 3.35) always misses: the full path answers."""
+    if not connection.features.can_return_columns_from_insert:
+        return None
     return _seen_where("token_prefix", prefix, digest, token_digest, condition, now, deadline)
 
 
@@ -160,14 +163,18 @@ def _seen_where(
         return None
     where, params = condition
     table = connection.ops.quote_name(Node._meta.db_table)
+    by_id = column == "id"  # then the row count says it all (any SQLite has that)
     with connection.cursor() as cursor:  # names from the models, every value a parameter
         cursor.execute(
             f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "  # noqa: S608
             f"heartbeat_deadline = %s WHERE {column} = %s AND report_digest = %s "
             "AND state IN (%s, %s) "
-            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where}) RETURNING id",
+            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})"
+            + ("" if by_id else " RETURNING id"),
             [NodeState.READY, now, deadline, key, digest, *POOL_STATES, token_digest, *params],
         )
+        if by_id:
+            return int(key) if cursor.rowcount == 1 else None
         row = cursor.fetchone()
         return row[0] if row else None
 
