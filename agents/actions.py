@@ -364,13 +364,15 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
                 reason=f"stale worker: {why}",
             )
     applied = apply_reports(node, applies, refused, now)
-    changed = bool(applied)
     freed = any(report.state != "running" for pod, report in applies if pod.pk in applied)
     record_gpu_samples(samples, now)  # only this node's current workers
     _record_refusals(node, pods, refused, "report", now)
     if freed:  # GPUs came free: admit what fits now, and send this node's share back
         admit_now()
-    if changed:  # a report may have ended the job and ordered its other workers stopped
+    # An exit may have ended the job and ordered its other workers stopped, and the cycle
+    # above may have placed pods here: read the node's pods again. Workers that only
+    # started change nothing the reply says (the same pods to run, the same version).
+    if freed:
         pods = _load_pods(node.pk, ())
 
     run_pods, stop = desired_state(node.pk, pods.values(), fenced)

@@ -17,8 +17,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     StringConstraints,
@@ -28,48 +26,23 @@ from pydantic import (
 )
 
 from protocol import limits
-from protocol.text import clean_log_line, fit, fit_tail, text_problem
-
-# Mirrors quotas.models.ResourceType (kept Django-free; a test checks they agree).
-ResourceTypeName = Literal["General-purpose", "Lingjun"]
-# "simulated": workers are timers (agents.node.runtimes.simulated), for benchmarks.
-RuntimeName = Literal["process", "docker", "simulated"]
-
-NodeName = Annotated[
-    str,
-    StringConstraints(
-        pattern=rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{limits.NODE_NAME - 1}}}$",
-        max_length=limits.NODE_NAME,
-    ),
-]
-
-
-def Text(limit: int):
-    """Text an agent reports: repaired, never refused (NUL → ␀, lone surrogates → U+FFFD, cut
-    to `limit` with "…"), so it always fits the column it is stored in."""
-    return Annotated[str, AfterValidator(lambda value: fit(value, limit))]
-
-
-def Tail(limit: int):
-    """Like Text, but keeps the end (an error tail: its last lines say why)."""
-    return Annotated[str, AfterValidator(lambda value: fit_tail(value, limit))]
-
-
-EnvName = Annotated[str, StringConstraints(pattern=limits.ENV_NAME_PATTERN)]
-EnvValue = Annotated[str, StringConstraints(max_length=limits.ENV_VALUE)]
-PodId = Annotated[int, Field(ge=1, le=2**62)]
-Attempt = Annotated[int, Field(ge=1, le=1_000_000)]
-Seq = Annotated[int, Field(ge=0, le=2**62)]
-ExitCode = Annotated[int, Field(ge=-1024, le=1024)]
-
-
-class _FromAgent(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _FromConsole(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
+from protocol.base import (
+    Attempt,
+    EnvName,
+    EnvValue,
+    ExitCode,
+    NodeName,
+    PodId,
+    ResourceTypeName,
+    RuntimeName,
+    Seq,
+    Tail,
+    Text,
+    _FromAgent,
+    _FromConsole,
+)
+from protocol.logs import LogAck, LogBatch, LogLine, LogLines  # noqa: F401 - re-exported
+from protocol.text import fit, text_problem
 
 # --- agent → console ---------------------------------------------------------------------
 
@@ -203,7 +176,7 @@ class Heartbeat(_FromAgent):
     # Additive (logs ride along): the last lines of workers that exited, sent only to a
     # console whose reply said `takes_logs`; stored before the reports, acked in
     # `HeartbeatReply.logs`. Same limits as a `LogBatch`.
-    logs: Annotated[list["LogLines"], Field(max_length=limits.STREAMS_PER_REQUEST)] = []
+    logs: Annotated[list[LogLines], Field(max_length=limits.STREAMS_PER_REQUEST)] = []
 
     @model_serializer(mode="wrap")
     def _no_empty_logs(self, handler: SerializerFunctionWrapHandler) -> dict:
@@ -218,44 +191,6 @@ class Heartbeat(_FromAgent):
         ids = [w.pod_id for w in self.workers]
         if len(ids) != len(set(ids)):
             raise ValueError("each pod may be reported once per heartbeat")
-        return self
-
-
-# A log line is repaired, never refused: NUL → ␀, a newline inside → ␤, cut at limits.LOG_LINE.
-LogLine = Annotated[str, AfterValidator(clean_log_line)]
-
-
-class LogLines(_FromAgent):
-    """Consecutive lines of one worker: line i has sequence number first_seq + i."""
-
-    pod_id: PodId
-    attempt: Attempt
-    first_seq: Seq
-    lines: Annotated[list[LogLine], Field(min_length=1, max_length=limits.LINES_PER_BATCH)]
-    # Indices of lines that continue on the next one: the worker wrote them as one line,
-    # longer than the agent's line limit, and the agent cut it (additive: older agents send
-    # none). The raw log joins them again without a newline.
-    continued: Annotated[list[int], Field(max_length=limits.LINES_PER_BATCH)] = []
-
-    @model_validator(mode="after")
-    def _continued_indices(self) -> "LogLines":
-        if self.continued != sorted(set(self.continued)) or any(
-            not 0 <= i < len(self.lines) for i in self.continued
-        ):
-            raise ValueError("continued must be increasing indices of this batch's lines")
-        return self
-
-
-Heartbeat.model_rebuild()
-
-
-class LogBatch(_FromAgent):
-    batches: Annotated[list[LogLines], Field(min_length=1, max_length=limits.STREAMS_PER_REQUEST)]
-
-    @model_validator(mode="after")
-    def _bounded(self) -> "LogBatch":
-        if sum(len(b.lines) for b in self.batches) > limits.LINES_PER_REQUEST:
-            raise ValueError(f"at most {limits.LINES_PER_REQUEST} lines per request")
         return self
 
 
@@ -434,7 +369,7 @@ class HeartbeatReply(_FromConsole):
     # (`Heartbeat.logs`), and `logs` acknowledges the ones this heartbeat carried (None:
     # it carried none). An older console sends neither: the agent ships them alone.
     takes_logs: bool = False
-    logs: "LogAck | None" = None
+    logs: LogAck | None = None
     # Filled while parsing (never sent): run items this agent cannot use.
     unusable: Annotated[list[UnusableSpec], Field(exclude=True)] = []
 
@@ -486,21 +421,6 @@ class WaitReply(_FromConsole):
     # agent whose latest heartbeat reply already carries it has nothing new to learn (the
     # change was that heartbeat's own), so it waits again instead of heartbeating.
     version: Annotated[str, StringConstraints(max_length=limits.DESIRED_VERSION)] | None = None
-
-
-class LogAck(_FromConsole):
-    # pod_id → the next sequence number the console expects (everything below is stored).
-    acks: dict[int, int] = {}
-    # pod_id → why the console will never accept lines for it (not this node's pod, stale
-    # attempt, unknown pod): the agent drops them instead of re-sending forever.
-    rejected: dict[int, str] = {}
-    # Additive (isolation): pod_id → why the console refused this request's lines of it
-    # (a malformed item). The agent sends them again, and sets them aside (a marker line
-    # takes their place) after limits.REFUSALS_BEFORE_SET_ASIDE refusals.
-    refused: dict[int, str] = {}
-
-
-HeartbeatReply.model_rebuild()
 
 
 class ErrorBody(_FromConsole):

@@ -396,17 +396,30 @@ def test_each_changed_worker_costs_a_constant_number_of_queries(
     node, token = register(client)
     _, pods = job_factory([node] * workers)
     heartbeat(client, token)
-    # auth, node seen (the same facts: no GPU upsert), pods, re-reading the pods after the
-    # changes; once for all the changes (one transaction: jobs.actions.workers.
-    # apply_worker_states): a savepoint around the jobs' row locks (jobs before their
-    # pods, read as they are locked), then reading their pods; per worker only its
+    # auth, node seen (the same facts: no GPU upsert), pods (not read again: workers that
+    # started change nothing the reply says; an exit does); once for all the changes (one
+    # transaction: jobs.actions.workers.apply_worker_states): a savepoint around the jobs'
+    # row locks (jobs before their pods, read as they are locked), then reading their
+    # pods; per worker only its
     # compare-and-set Starting → Running; once for the job: Starting → Running with its
     # event, in a savepoint, plus the look-up of notification rules that could want to
     # hear of it.
-    with django_assert_num_queries(4 + PER_HEARTBEAT_CHANGES + workers + 5):
+    with django_assert_num_queries(3 + PER_HEARTBEAT_CHANGES + workers + 5):
         response = heartbeat(client, token, workers=[running(p) for p in pods])
     assert response.status_code == 200
     assert Pod.objects.filter(status=PodStatus.RUNNING).count() == workers
+
+
+def test_the_reply_to_workers_that_started_is_the_one_a_fresh_read_gives(client, job_factory):
+    """Starting → Running does not read the node's pods again: the reply from the pods read
+    before the change is what a heartbeat reading them after it answers."""
+    node, token = register(client)
+    _, pods = job_factory([node] * 2)
+    started = heartbeat(client, token, workers=[running(p) for p in pods])
+    assert Pod.objects.filter(status=PodStatus.RUNNING).count() == 2
+    quiet.forget_all()  # the full path, reading them now
+    again = heartbeat(client, token, workers=[running(p) for p in pods])
+    assert started.json() == again.json() and len(started.json()["run"]) == 2
 
 
 PER_HEARTBEAT_CHANGES = 4  # savepoint, lock and read the jobs, read their pods, release
