@@ -181,13 +181,15 @@ def _first_idle_reply(prefix: str, plain: str, items: HeartbeatItems, now, deadl
     if node_id is None:
         return None
     body = idle_node_reply().model_dump_json().encode()
+    _keep(prefix, _Quiet(node_id, token, digest, frozenset(), body, _hash(raw) if raw else b""))
+    return body
+
+
+def _keep(prefix: str, entry: _Quiet) -> None:
     with _lock:
         if len(_replies) >= MAX_ENTRIES:
             _replies.clear()
-        _replies[prefix] = _Quiet(
-            node_id, token, digest, frozenset(), body, _hash(raw) if raw else b""
-        )
-    return body
+        _replies[prefix] = entry
 
 
 def remember(
@@ -210,13 +212,10 @@ def remember(
         and not reply.clear_health_marks
         and listed == workers
     )
-    with _lock:
-        if not quiet:
+    if not quiet:
+        with _lock:
             _replies.pop(prefix, None)
-        else:
-            if len(_replies) >= MAX_ENTRIES:
-                _replies.clear()
-            _replies[prefix] = _Quiet(
-                node_id, digest_of(plain), digest, workers, body, _hash(raw) if raw else b""
-            )
+    else:
+        entry = _Quiet(node_id, digest_of(plain), digest, workers, body, _hash(raw) if raw else b"")
+        _keep(prefix, entry)
     return body
