@@ -322,3 +322,24 @@ def test_a_bad_log_item_in_a_heartbeat_is_refused_alone(client, setup, job_facto
     # the console did not store the other's last line: its log is not delivered
     assert (pod.logs_delivered, other.logs_delivered) == (True, False)
     assert stored(pod) == ["fine"] and stored(other) == []
+
+
+def test_hostile_lines_riding_in_a_heartbeat_are_repaired_not_refused(client, setup):
+    from tests.agents.conftest import facts
+
+    _, token, pod = setup
+    lines = ["a\x00b", "x" * 40000, "one\ntwo", "\ud800"]
+    done = {"pod_id": pod.pk, "attempt": pod.attempt, "state": "exited", "exit_code": 0}
+    body = json.dumps({"facts": facts(), "workers": [done], "logs": [_ride(pod, 0, lines)]})
+    assert "\\ud800" in body
+    response = post(client, "heartbeat/", body, token)
+    assert response.status_code == 200, response.content
+    assert response.json()["logs"]["acks"] == {str(pod.pk): 4}
+    stored = LogChunk.objects.get(pod=pod).text.split("\n")[:-1]
+    assert stored[0] == "a\u2400b" and stored[2:] == ["one\u2424two", "\ufffd"]
+    assert len(stored[1]) == 32 * 1024
+    assert Pod.objects.get(pk=pod.pk).status == PodStatus.SUCCEEDED
+    # a wrong type for the whole list is the envelope's error, as for `workers`
+    wrong = json.dumps({"facts": facts(), "logs": "not a list"})
+    refused = post(client, "heartbeat/", wrong, token)
+    assert (refused.status_code, refused.json()["error"]["field"]) == (400, "logs")
