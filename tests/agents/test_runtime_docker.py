@@ -221,3 +221,25 @@ def test_a_worker_stopped_while_its_image_is_prepared_never_starts(engine, monke
         "stopped before the container started",
     )
     assert client.containers.list(all=True, filters={"label": f"io.gpu-console.node={node}"}) == []
+
+
+def test_a_follow_stream_that_ends_early_loses_no_line(engine, monkeypatch):
+    """An engine may end a follow stream before the container's last lines (podman's
+    compat API under load): the stored log is read once more, and each line comes once."""
+    rt, rec, _, _ = engine
+    real, real_wait = rt.stream_api.logs, rt.stream_api.wait
+    follows = []
+
+    def cut_short(container, **kwargs):
+        stream = real(container, **kwargs)
+        follows.append(kwargs["follow"])
+        if not kwargs["follow"]:
+            return stream
+        real_wait(container)  # every line written; then the stream ends after the first
+        return iter(list(stream)[:1])  # (read to its end: its connection is closed)
+
+    monkeypatch.setattr(rt.stream_api, "logs", cut_short)
+    rt.launch(spec(command='for i in $(seq 1 50); do echo "line $i"; done', gpu_indices=()))
+    rec.wait_exit(11)  # reported once the output is read to its end
+    assert rec.lines[11] == [f"line {i}" for i in range(1, 51)]
+    assert follows == [True, False]

@@ -215,8 +215,11 @@ class DockerRuntime(WorkerTable):
 
     def _follow(self, worker: _Container) -> None:
         """Stream the container's output to its end. An interrupted stream is opened again
-        from the start and the lines already seen are skipped."""
+        from the start and the lines already seen are skipped. A stream that ends is read
+        once more without following, the same way: an engine may end a follow stream
+        before the container's last lines (podman's compat API under load does)."""
         seen = 0
+        follow = True
         while True:
             index = 0
 
@@ -230,12 +233,14 @@ class DockerRuntime(WorkerTable):
             splitter = LineSplitter(emit)
             try:
                 stream = self.stream_api.logs(
-                    worker.container_id, stdout=True, stderr=True, stream=True, follow=True
+                    worker.container_id, stdout=True, stderr=True, stream=True, follow=follow
                 )
                 for chunk in stream:
                     splitter.feed(chunk)
                 splitter.finish()
-                return
+                if not follow:
+                    return
+                follow = False  # once more, to its end as stored
             except NotFound:
                 return
             except (DockerException, requests.RequestException) as exc:
