@@ -398,12 +398,6 @@ class LogShipper:
             ids = self._streams.keys() if pod_ids is None else pod_ids
             return all(self._streams.get(p) is None or self._streams[p].drained for p in list(ids))
 
-    def delivered(self, pod_id: int) -> bool:
-        """Whether this exited worker's log is all acknowledged: nothing more will come."""
-        with self._cond:
-            stream = self._streams.get(pod_id)
-            return stream is None or (stream.closed and stream.drained)
-
     def mark_delivered(self, reports: list, riding: Iterable[LogLines] = ()) -> list:
         """Exit reports of workers whose lines are all acknowledged, or all `riding` in the
         same heartbeat, say so (logs_delivered): a follower of their logs can stop at once
