@@ -281,7 +281,7 @@ def end_pods_of_dead_nodes(pods: QuerySet[Pod], now: datetime, *, reason: str = 
     rows = list(pods.filter(status__in=list(ACTIVE_POD_STATUSES)).values_list("id", "job_id"))
     if not rows:
         return 0
-    lock_jobs(job_id for _, job_id in rows)
+    jobs = lock_jobs(job_id for _, job_id in rows)
     ordered_stop = Q(desired=PodDesired.STOP) & ~Q(stop_as="")
     ended = Pod.objects.filter(
         pk__in=[pk for pk, _ in rows], status__in=list(ACTIVE_POD_STATUSES)
@@ -290,8 +290,8 @@ def end_pods_of_dead_nodes(pods: QuerySet[Pod], now: datetime, *, reason: str = 
         status_reason=Case(When(ordered_stop, then=F("stop_reason")), default=Value(reason)),
         finished_at=now,
     )
-    for job_id in sorted({job_id for _, job_id in rows}):
-        reconcile_job(job_id, now=now)
+    for job_id in sorted(jobs):  # as read under their lock: the pods' update leaves them
+        reconcile_job(job_id, now=now, job=jobs[job_id])
     return ended
 
 
@@ -300,7 +300,7 @@ def requeue_refused_pod(pod: Pod, reason: str, now: datetime) -> bool:
     worker never ran, so its job is placed again as a new attempt (Pending), spending no
     restart budget; the rest of the attempt is stopped. Returns whether anything changed."""
     with transaction.atomic():
-        lock_jobs([pod.job_id])
+        job = lock_jobs([pod.job_id])[pod.job_id]
         ended = Pod.objects.filter(pk=pod.pk, status__in=list(ACTIVE_POD_STATUSES)).update(
             status=PodStatus.FAILED,
             status_reason=fit(reason, limits.REASON),
@@ -311,7 +311,6 @@ def requeue_refused_pod(pod: Pod, reason: str, now: datetime) -> bool:
         )
         if not ended:
             return False
-        job = Job.objects.get(pk=pod.job_id)
         placed = job.status in (JobStatus.STARTING, JobStatus.RUNNING)
         if not placed or job.attempt != pod.attempt or job.stop_requested_at is not None:
             reconcile_job(job.pk, now=now)
