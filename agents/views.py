@@ -155,10 +155,10 @@ def wait(request: HttpRequest) -> HttpResponse:
     req = _parse(request, WaitRequest)
     timeout = min(req.timeout, float(settings.AGENT_WAIT_TIMEOUT))
     try:
-        seen = watcher().wait(node.pk, req.known, timeout)
+        changed = watcher().wait(node.pk, req.known, timeout)
     except NoSlot:
         return _ok(WaitReply(changed=False, retry_after=actions.heartbeat_interval()))
-    return _ok(WaitReply(changed=seen is not None, version=seen))
+    return _ok(WaitReply(changed=changed))
 
 
 _ENDPOINTS = ("register", "heartbeat", "logs", "wait")

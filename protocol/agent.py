@@ -417,10 +417,6 @@ class WaitReply(_FromConsole):
     # Set when the console cannot hold the request now (all its wait slots taken): the
     # agent waits this long, or for its next heartbeat, before asking again.
     retry_after: Annotated[float, Field(ge=0, le=3600)] | None = None
-    # Additive: the desired-state token the console saw when it answered `changed`. An
-    # agent whose latest heartbeat reply already carries it has nothing new to learn (the
-    # change was that heartbeat's own), so it waits again instead of heartbeating.
-    version: Annotated[str, StringConstraints(max_length=limits.DESIRED_VERSION)] | None = None
 
 
 class ErrorBody(_FromConsole):

@@ -2,9 +2,7 @@
 
 A second thread holds the console's `wait/` open with the desired-state token of the last
 heartbeat reply and wakes the agent's loop as soon as the console answers that the state
-changed; then it waits for the heartbeat that learns the change before waiting again. A
-change the agent's latest heartbeat already learnt (an exit it reported, pods its reply
-placed) wakes nothing: the console says which state it saw.
+changed; then it waits for the heartbeat that learns the change before waiting again.
 """
 
 import logging
@@ -49,10 +47,6 @@ class Waking:
             self._next_beat(beats, self.interval)
             return
         if reply.changed:
-            with self._beat:
-                learnt = reply.version is not None and reply.version == self._desired_version
-            if learnt:  # a heartbeat since has this state (its own change): wait again
-                return
             self.wake.set()
             self._next_beat(beats, self.interval * 2)
         elif reply.retry_after is not None:  # no slot free on the console: back off
