@@ -59,7 +59,7 @@ from jobs.actions.workers import (
 )
 from jobs.models import Pod
 from jobs.scheduler.cycle import admit_now
-from jobs.statuses import ACTIVE_POD_STATUSES
+from policy.statuses import ACTIVE_POD_STATUSES
 from protocol.agent import (
     ClearHealthMark,
     HeartbeatReply,

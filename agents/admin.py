@@ -19,7 +19,7 @@ from cluster.actions import clear_health_marks, revoke_node_tokens, set_cordoned
 from cluster.actions import drain as drain_nodes
 from cluster.models import GpuDevice, Node
 from jobs.models import Pod
-from jobs.statuses import ACTIVE_POD_STATUSES
+from policy.statuses import ACTIVE_POD_STATUSES
 from quotas.admin import TenantScopedAdmin, owned_by
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]

@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from jobs.models import PodDesired
-from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
+from policy.statuses import ACTIVE_POD_STATUSES, PodStatus
 from protocol.agent import StopOrder, WorkerReport
 
 

@@ -28,7 +28,7 @@ from cluster.actions import mark_node_lost, mark_node_not_ready
 from cluster.models import Node, NodeState
 from jobs.actions.workers import end_pods_of_dead_nodes, mark_pods_unknown
 from jobs.models import Pod, PodDesired
-from jobs.statuses import ACTIVE_POD_STATUSES
+from policy.statuses import ACTIVE_POD_STATUSES
 
 log = logging.getLogger(__name__)
 

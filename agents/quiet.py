@@ -39,7 +39,7 @@ from agents.decisions import report_digest
 from cluster.actions import note_node_seen_by_token, note_node_seen_quietly
 from cluster.models import Node
 from jobs.models import Pod, PodDesired
-from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
+from policy.statuses import ACTIVE_POD_STATUSES, PodStatus
 from protocol.agent import HeartbeatReply
 from protocol.batches import HeartbeatItems
 

@@ -25,7 +25,7 @@ from django.db.models import Count, Q, Sum
 
 from agents.decisions import desired_version
 from jobs.models import Pod, PodDesired
-from jobs.statuses import ACTIVE_POD_STATUSES
+from policy.statuses import ACTIVE_POD_STATUSES
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from api.serializers import node_json
 from api.usage import my_positions, usage_json, waiting_gpus, waiting_jobs
 from cluster.models import Node
 from jobs.access import member_workspace_ids
-from jobs.accounting import account
 from jobs.forecast import current_snapshot
-from jobs.statuses import ACTIVE_POD_STATUSES
+from policy.accounting import account
+from policy.statuses import ACTIVE_POD_STATUSES
 from quotas.models import Quota, Workspace
 
 router = Router()

@@ -24,10 +24,10 @@ from api.serializers import (
 from api.usage import usage_json
 from jobs import logview
 from jobs.access import get_job_for_user
-from jobs.accounting import account
 from jobs.forecast import current_snapshot
 from jobs.models import Job, Pod, WorkerGpuSample
-from jobs.statuses import FINAL_POD_STATUSES, WAITING_JOB_STATUSES
+from policy.accounting import account
+from policy.statuses import FINAL_POD_STATUSES, WAITING_JOB_STATUSES
 
 router = Router()
 

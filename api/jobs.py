@@ -26,12 +26,12 @@ from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
 from jobs.actions.submit import create_job as submit_job
 from jobs.actions.transitions import TransitionConflict
 from jobs.admission.facts import Checked, FactsLoader, check_job
-from jobs.admission.rules import ALL, CHOICES, add_problem, fields_of_job
 from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
 from jobs.folders import FolderTaken, array_folders
 from jobs.models import Job, Pod
 from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
-from jobs.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
+from policy.admission.rules import ALL, CHOICES, add_problem, fields_of_job
+from policy.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
 from protocol import limits
 
 router = Router()

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from jobs.faulttolerance.policy import HangAction, RestartPolicy, RunType
-from jobs.statuses import IdleResources, JobStatus
+from policy.faulttolerance.policy import HangAction, RestartPolicy, RunType
+from policy.statuses import IdleResources, JobStatus
 from protocol import limits
 
 

@@ -8,12 +8,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from jobs.display import display_reason, display_status
 from jobs.forecast import Estimate, cached_expected_starts
 from jobs.logview import LogLine
 from jobs.models import Job, Pod
-from jobs.scheduler.model import Snapshot
-from jobs.statuses import WAITING_JOB_STATUSES
+from policy.display import display_reason, display_status
+from policy.scheduler.model import Snapshot
+from policy.statuses import WAITING_JOB_STATUSES
 
 
 def _time(value: datetime | None) -> str | None:
@@ -99,7 +99,7 @@ def event_json(event) -> dict[str, Any]:
 
 
 def ft_json(job: Job) -> dict[str, Any]:
-    from jobs.faulttolerance.policy import FtConfig
+    from policy.faulttolerance.policy import FtConfig
 
     config = FtConfig.from_job(job.fault_tolerance, job.ft_config or {})
     return {"enabled": config.enabled, **config.to_dict()}

@@ -1,6 +1,6 @@
 """Quota usage and queues as the API shows them, from the scheduler's own numbers.
 
-Every number comes from `jobs.accounting.account` over the snapshot `plan()` itself uses
+Every number comes from `policy.accounting.account` over the snapshot `plan()` itself uses
 (`jobs.forecast.current_snapshot`), like the dashboard and the Quotas page: what a
 researcher reads is what the scheduler decides on.
 """
@@ -9,9 +9,9 @@ from collections import defaultdict
 
 from django.db.models import F
 
-from jobs.accounting import QuotaUsage
 from jobs.models import Job
-from jobs.statuses import WAITING_JOB_STATUSES
+from policy.accounting import QuotaUsage
+from policy.statuses import WAITING_JOB_STATUSES
 
 
 def usage_json(usage: QuotaUsage | None, size: int) -> dict:

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from audit.actions import Entry, record, record_many
 from jobs.hooks import JobNotice, Notice
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from quotas.hooks import QuotaChange
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 from bench.common import report  # noqa: E402
 from bench.scheduler import NOW, SIZES, synthetic_snapshot  # noqa: E402
 from jobs.forecast import MAX_EVENTS, Held, forecast  # noqa: E402
-from jobs.scheduler.plan import plan  # noqa: E402
+from policy.scheduler.plan import plan  # noqa: E402
 
 
 def held_of(snapshot, rng: random.Random) -> list[Held]:

@@ -205,7 +205,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
         from cluster.models import Node
         from console.models import LoopRun
         from jobs.models import Job, Pod
-        from jobs.statuses import FINAL_JOB_STATUSES
+        from policy.statuses import FINAL_JOB_STATUSES
 
         token, quotas = fixtures(tenants, per_tenant)
         _, boot = issue_bootstrap_token(None, "kueue bench", single_use=False)

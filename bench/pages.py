@@ -50,7 +50,7 @@ def seed(jobs: int, nodes: int, lines: int) -> dict:
     from accounts.actions import issue_api_token
     from cluster.models import GpuDevice, Node
     from jobs.models import Job, LogChunk, Pod
-    from jobs.statuses import JobStatus
+    from policy.statuses import JobStatus
     from quotas.models import Membership, Quota, ResourceType, Tenant, Workspace
 
     tenant = Tenant.objects.create(name="bench")

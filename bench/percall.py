@@ -70,7 +70,7 @@ def fixtures(workers: int) -> tuple[Callable[[], None], Callable[[], None]]:
 
     from agents.actions import issue_bootstrap_token
     from jobs.models import Job, Pod
-    from jobs.statuses import JobStatus, PodStatus
+    from policy.statuses import JobStatus, PodStatus
 
     user, workspace, quota, api_token = common.researcher_with_quota()
 

@@ -49,7 +49,7 @@ BINS = 300
 
 
 def scenario(limit: int, idle_fraction: float, scale: float) -> dict:
-    from jobs.simulator.trace import philly_scenario
+    from simulator.trace import philly_scenario
 
     trace = Path(os.environ.get("PHILLY_TRACE", TRACE))
     return philly_scenario(
@@ -89,7 +89,7 @@ def as_tree(raw: dict) -> dict:
 
 def utilisation(events: list[dict], total_gpus: int, end: float) -> list[float]:
     """Busy GPUs / all GPUs, time-averaged over BINS equal bins of [0, end]."""
-    from jobs.statuses import FINAL_POD_STATUSES
+    from policy.statuses import FINAL_POD_STATUSES
 
     held: dict[tuple, int] = {}
     changes: list[tuple[float, int]] = []
@@ -119,9 +119,9 @@ def utilisation(events: list[dict], total_gpus: int, end: float) -> list[float]:
 def run(
     limit: int, idle_fraction: float, scale: float, tree: bool = False
 ) -> tuple[dict, list[dict], int, float]:
-    from jobs.simulator.engine import Simulation
-    from jobs.simulator.scenario import parse
-    from jobs.simulator.trace import offered_load
+    from simulator.engine import Simulation
+    from simulator.scenario import parse
+    from simulator.trace import offered_load
 
     raw = scenario(limit, idle_fraction, scale)
     if tree:

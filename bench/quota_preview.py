@@ -1,4 +1,4 @@
-"""The owner pages' what-if (docs/quota-tree.md "Owner pages"): `jobs.quota_preview.preview`
+"""The owner pages' what-if (docs/quota-tree.md "Owner pages"): `policy.quota_preview.preview`
 of a resize on 2,000 nodes with 10,000 waiting jobs (target <= 1 s), pure: two `plan()`s of
 the edited quota's pool and their diff.
 
@@ -28,9 +28,9 @@ if str(ROOT) not in sys.path:
 
 from bench.common import report  # noqa: E402
 from bench.synthetic import NOW, SIZES, Size, synthetic_snapshot, with_tree  # noqa: E402
-from jobs.quota_preview import QuotaEdit, only_pool, preview  # noqa: E402
-from jobs.scheduler.model import Snapshot  # noqa: E402
-from jobs.scheduler.plan import plan  # noqa: E402
+from policy.quota_preview import QuotaEdit, only_pool, preview  # noqa: E402
+from policy.scheduler.model import Snapshot  # noqa: E402
+from policy.scheduler.plan import plan  # noqa: E402
 
 TARGET_S = 1.0
 

@@ -37,8 +37,8 @@ from bench.synthetic import (  # noqa: E402  (re-exported: bench/forecast.py)
     synthetic_snapshot,
     with_tree,
 )
-from jobs.scheduler.plan import plan  # noqa: E402
-from jobs.statuses import JobStatus  # noqa: E402
+from policy.scheduler.plan import plan  # noqa: E402
+from policy.statuses import JobStatus  # noqa: E402
 
 
 def bench_plan(names: list[str], repeat: int, seed: int) -> list[dict]:

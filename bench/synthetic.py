@@ -5,8 +5,8 @@ import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
-from jobs.statuses import IdleResources, JobStatus
+from policy.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
+from policy.statuses import IdleResources, JobStatus
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 POOLS = [("Lingjun", "H200"), ("Lingjun", "H100"), ("General-purpose", "A100")]

@@ -129,7 +129,7 @@ def _time_rollups() -> dict:
 
     from jobs.actions.usage import roll_up_usage
     from jobs.models import UsageRollup
-    from jobs.usage_history import floor_hour
+    from policy.usage_history import floor_hour
 
     now = timezone.now()
     times = {}

@@ -9,7 +9,7 @@ per scrape, whatever the number of jobs), over indexed columns where the table i
 - GPUs per quota: used (held by live workers charged to it), lent (of those, idle-resource
   workers: Not in Quota), borrowed (its jobs' idle-resource workers, wherever charged),
   and its guarantee; on a quota tree also its own guarantee, its limit, and what its
-  subtree uses, lends and borrows (the roll-up of `jobs.accounting.roll_up`);
+  subtree uses, lends and borrows (the roll-up of `policy.accounting.roll_up`);
 - background loops (scheduler cycle, monitors): runs, failures, duration (a summary: _sum
   and _count), last duration and last run, recorded by the loops in `LoopRun`;
 - preemptions by reason (reclaim by a lending quota, priority, other) and fault-tolerance
@@ -43,13 +43,13 @@ from prometheus_client.core import (
 from accounts.api_auth import error_response
 from cluster.models import Node
 from console.models import LoopRun
-from jobs.accounting import roll_up
 from jobs.models import Job, JobEvent, Pod, RestartKind, RestartRecord
-from jobs.scheduler.model import QuotaSnap
-from jobs.scheduler.tree import QuotaTree
-from jobs.statuses import ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES, JobStatus
-from jobs.usage_history import FIELDS
 from jobs.usage_report import usage_totals
+from policy.accounting import roll_up
+from policy.scheduler.model import QuotaSnap
+from policy.scheduler.tree import QuotaTree
+from policy.statuses import ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES, JobStatus
+from policy.usage_history import FIELDS
 from quotas.models import Quota
 
 PREFIX = "gpu_console"
@@ -58,7 +58,7 @@ _ACTIVE_PODS = sorted(s.value for s in ACTIVE_POD_STATUSES)
 
 
 def preemption_reason(text: str) -> str:
-    """The scheduler's wording (jobs.scheduler.plan): "reclaimed by <quota> for <job>" when
+    """The scheduler's wording (policy.scheduler.plan): "reclaimed by <quota> for <job>" when
     a lending quota takes its GPUs back, "preempted by higher-priority <job> …" inside a
     quota; anything else (an admin, a future rule) is "other"."""
     if "reclaimed by" in text:

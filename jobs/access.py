@@ -9,7 +9,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404
 
 from jobs.models import Job, Pod
-from jobs.statuses import PodStatus
+from policy.statuses import PodStatus
 from quotas.models import Membership
 
 

@@ -11,10 +11,10 @@ from django.utils.html import format_html, format_html_join
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import TransitionConflict
 from jobs.models import Job, JobEvent, Pod
-from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
+from policy.statuses import ACTIVE_POD_STATUSES, JobStatus
+from policy.tree_rules import overcommitted
 from quotas.admin import QuotaWritesAdmin, TenantScopedAdmin
 from quotas.models import Quota
-from quotas.tree_rules import overcommitted
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
 
@@ -129,9 +129,9 @@ def _gpus(**extra) -> Coalesce:
 
 def overcommitted_pools() -> list[str]:
     """Warnings for GPU types whose quotas guarantee more GPUs than the cluster's nodes have
-    (the scheduler's own accounting, jobs.accounting)."""
-    from jobs.accounting import account
+    (the scheduler's own accounting, policy.accounting)."""
     from jobs.forecast import current_snapshot
+    from policy.accounting import account
 
     return [
         overcommitted(pool.guaranteed, pool.total, pool.resource_type, pool.gpu_type)

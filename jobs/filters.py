@@ -26,7 +26,7 @@ from django.db.models.functions import Coalesce
 
 from jobs.models import Job, Pod
 from jobs.paging import DEFAULT_SORT, SORTS, BadPageRequest, parse_statuses
-from jobs.statuses import (
+from policy.statuses import (
     ACTIVE_JOB_STATUSES,
     ACTIVE_POD_STATUSES,
     FINAL_JOB_STATUSES,

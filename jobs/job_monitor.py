@@ -37,10 +37,10 @@ from jobs.actions.restarts import handle_hang
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import TransitionConflict
 from jobs.actions.workers import current_pods
-from jobs.faulttolerance import hang
-from jobs.faulttolerance.policy import config_of
 from jobs.models import Job, Pod
-from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
+from policy.faulttolerance import hang
+from policy.faulttolerance.policy import config_of
+from policy.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
 
 log = logging.getLogger(__name__)
 

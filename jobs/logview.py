@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from jobs.display import clean_log_line
 from jobs.models import Job, LogChunk, Pod
-from jobs.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES
+from policy.display import clean_log_line
+from policy.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES
 
 MAX_LIMIT = 5000
 DEFAULT_LIMIT = 1000

@@ -1,7 +1,7 @@
 """Jobs, their pods (one per worker per attempt), events, logs and checkpoints (docs/domain.md).
 
 Only `Job.status` and `Pod.status` are stored state machines; everything a user sees beyond
-them ("Stopping…", "Unknown (node not reachable)") is derived in `jobs.display`.
+them ("Stopping…", "Unknown (node not reachable)") is derived in `policy.display`.
 """
 
 from django.conf import settings
@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from jobs.fields import CleanTextField, FittedCharField
-from jobs.statuses import (
+from policy.statuses import (
     ACTIVE_JOB_STATUSES,
     ACTIVE_POD_STATUSES,
     Actor,
@@ -187,7 +187,7 @@ class Pod(models.Model):
     progress_rate = models.FloatField(null=True, blank=True)  # steps/s between the last two
     # The worker's own clock at progress_step (ProgressReport.at), when its agent sends it.
     progress_clock = models.FloatField(null=True, blank=True)
-    # Hashes of the last distinct log lines (jobs.faulttolerance.hang.distinct_lines): a
+    # Hashes of the last distinct log lines (policy.faulttolerance.hang.distinct_lines): a
     # repeated identical line is not progress.
     recent_line_hashes = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -7,7 +7,7 @@ from datetime import datetime
 from django.db.models import F, Q, QuerySet
 
 from jobs.models import Job
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 200

@@ -2,7 +2,7 @@
 
 from django.db import models
 
-_FIELDS = ("in_quota", "borrowed", "lent", "idle_held", "waiting")  # jobs.usage_history.FIELDS
+_FIELDS = ("in_quota", "borrowed", "lent", "idle_held", "waiting")  # policy.usage_history.FIELDS
 
 
 class ChargeMove(models.Model):

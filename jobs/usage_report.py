@@ -3,7 +3,7 @@ request asks for, and the rows the Usage page, the API, the CLI and CSV show.
 
 Reads only, a constant number of queries whatever the history's size: one aggregate over
 the buckets, one for the names. The quota tree is rolled up by the pure
-`jobs.usage_history.roll_up_tree` over `quota_parents()`.
+`policy.usage_history.roll_up_tree` over `quota_parents()`.
 """
 
 from collections.abc import Mapping
@@ -19,8 +19,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 from jobs.access import member_workspace_ids
 from jobs.actions.usage import COLUMNS
 from jobs.models import Job, JobUsageBucket, UsageBucket
-from jobs.usage_history import roll_up_tree
 from jobs.usage_query import Epoch, covering, fetch, from_epoch, month_period, pieces, sums
+from policy.usage_history import roll_up_tree
 from protocol import limits
 from quotas.access import owned_tenant_ids, visible_quota_ids
 from quotas.models import Quota, Workspace
@@ -162,7 +162,7 @@ class UsageRow:
     group: str
     group_id: int | str
     start: datetime
-    values: tuple[int, ...]  # GPU-microseconds, in jobs.usage_history.FIELDS order
+    values: tuple[int, ...]  # GPU-microseconds, in policy.usage_history.FIELDS order
 
     def seconds(self) -> tuple[float, ...]:
         a, b, c, d, e = self.values  # (no generator: thousands of rows per response)

@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from cluster.actions import KUBERNETES
 from jobs.models import Pod, PodDesired
-from jobs.statuses import ACTIVE_POD_STATUSES
 from kube import actions
 from kube.client import KubeClient, KubeError
 from kube.config import KubeConfig
@@ -41,6 +40,7 @@ from kube.objects import (
 from kube.permissions import check_permissions
 from kube.volumes import job_checkpoints, worker_progress
 from kube.watch import Watched
+from policy.statuses import ACTIVE_POD_STATUSES
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from jobs.hooks import JobNotice, Notice
-from jobs.statuses import JobStatus
 from notifications.models import Event
+from policy.statuses import JobStatus
 
 _STATUS_EVENTS = {
     JobStatus.RUNNING: Event.STARTED,

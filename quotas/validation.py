@@ -1,4 +1,4 @@
-"""The quota tree's rules (`quotas.tree_rules`) over the database: one read, no writes.
+"""The quota tree's rules (`policy.tree_rules`) over the database: one read, no writes.
 
 `validate_quota_change` is what `Quota.clean` (the admin's form) and `quotas.actions` call
 before saving, so every way of changing a quota refuses the same things with the same field
@@ -11,8 +11,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 
+from policy.tree_rules import QuotaFacts, problems
 from quotas.models import Quota
-from quotas.tree_rules import QuotaFacts, problems
 
 _FIELDS = (
     "id",

@@ -15,11 +15,11 @@ from django.utils.choices import CallableChoiceIterator
 from django.utils.functional import cached_property
 
 from jobs.actions.submit import JobSpec, create_job
-from jobs.admission import rules
 from jobs.admission.facts import Checked, check_job, member_workspaces
-from jobs.faulttolerance.policy import HangAction, RestartPolicy, RunType
 from jobs.models import Job
-from jobs.statuses import IdleResources
+from policy.admission import rules
+from policy.faulttolerance.policy import HangAction, RestartPolicy, RunType
+from policy.statuses import IdleResources
 from protocol import limits
 from quotas.models import Quota, Workspace
 

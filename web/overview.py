@@ -1,7 +1,7 @@
 """The dashboard (home after login) and the Quotas page: usage at a glance.
 
 Both read the scheduler's own snapshot once (`jobs.forecast.current_snapshot`, i.e.
-`jobs.scheduler.cycle.load_snapshot`) and turn it into numbers with `jobs.accounting`, so
+`jobs.scheduler.cycle.load_snapshot`) and turn it into numbers with `policy.accounting`, so
 what they show is what the scheduler plans with. Query counts are constant: the snapshot's
 reads plus a handful of bounded queries, whatever the number of jobs.
 """
@@ -15,10 +15,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from jobs.access import member_workspace_ids
-from jobs.accounting import Accounting, QuotaUsage, account, tree_order
 from jobs.forecast import cached_expected_starts, current_snapshot
 from jobs.models import Job, JobEvent, Pod, RestartRecord
-from jobs.statuses import ACTIVE_JOB_STATUSES, WAITING_JOB_STATUSES, JobStatus, PodStatus
+from policy.accounting import Accounting, QuotaUsage, account, tree_order
+from policy.statuses import ACTIVE_JOB_STATUSES, WAITING_JOB_STATUSES, JobStatus, PodStatus
 from quotas.access import owned_tenant_ids, visible_quota_ids, workspace_quotas
 from quotas.models import Tenant
 from web.charts import idle_holders

@@ -12,7 +12,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from jobs.quota_preview import QuotaEdit
+from policy.quota_preview import QuotaEdit
 from quotas.actions import quota_refusals
 from quotas.models import Membership, Quota, Role, Tenant, Workspace
 
@@ -92,7 +92,7 @@ class QuotaForm(forms.Form):
         return {name: self.cleaned_data.get(name) for name in QUOTA_FIELDS}
 
     def edit(self) -> QuotaEdit:
-        """The change as the what-if sees it (`jobs.quota_preview`)."""
+        """The change as the what-if sees it (`policy.quota_preview`)."""
         q = self.proposed
         assert q is not None
         values = {

@@ -12,7 +12,6 @@ from django.db.models.functions import Cast
 
 from cluster.models import Node
 from jobs.models import UsageBucket
-from jobs.usage_history import BORROWED, IN_QUOTA, LENT
 from jobs.usage_query import Epoch, covering, fetch, from_epoch, pieces
 from jobs.usage_report import (
     GROUPS,
@@ -25,6 +24,7 @@ from jobs.usage_report import (
     grouped,
     usage_buckets,
 )
+from policy.usage_history import BORROWED, IN_QUOTA, LENT
 from protocol import limits
 from quotas.models import Quota
 

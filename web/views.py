@@ -26,12 +26,12 @@ from jobs.access import get_job_for_user, member_workspace_ids, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, resubmit_job
 from jobs.actions.transitions import TransitionConflict
-from jobs.display import is_live
 from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_resources
 from jobs.forecast import cached_expected_starts
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
-from jobs.statuses import FINAL_JOB_STATUSES, WAITING_JOB_STATUSES, IdleResources, JobStatus
+from policy.display import is_live
+from policy.statuses import FINAL_JOB_STATUSES, WAITING_JOB_STATUSES, IdleResources, JobStatus
 from protocol import limits
 from web import charts as metrics
 from web.forms import JobForm, initial_from_job

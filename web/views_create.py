@@ -2,7 +2,7 @@
 
 The page lays `web.forms.JobForm` out in sections (basics, resources, Idle Resources,
 Automatic Fault Tolerance behind "Modify Configuration", advanced); the quota picker says how
-much of each quota is used and free (the scheduler's numbers, `jobs.accounting`). While the
+much of each quota is used and free (the scheduler's numbers, `policy.accounting`). While the
 user types, HTMX posts the form to `job_plan_hint`, which validates it without saving and
 asks the scheduler's own `plan()` what it would do with this job now: start (In Quota),
 start on borrowed idle capacity (Not in Quota), or queue, and why, plus the expected start
@@ -19,12 +19,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from jobs.access import get_job_for_user
-from jobs.accounting import QuotaUsage, account
 from jobs.forecast import current_snapshot, expected_starts
 from jobs.scheduler.cycle import plan_options
-from jobs.scheduler.model import JobSnap
-from jobs.scheduler.plan import plan
-from jobs.statuses import IdleResources, JobStatus
+from policy.accounting import QuotaUsage, account
+from policy.scheduler.model import JobSnap
+from policy.scheduler.plan import plan
+from policy.statuses import IdleResources, JobStatus
 from web.forms import JobForm, initial_from_job
 
 SECTIONS = [

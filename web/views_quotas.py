@@ -1,7 +1,7 @@
 """The owner pages of a tenant's quota tree, mounted under /quotas/ (docs/quota-tree.md
 "Owner pages").
 
-Function views, thin over `web.quota_forms`, `jobs.quota_preview` and `quotas.actions`.
+Function views, thin over `web.quota_forms`, `policy.quota_preview` and `quotas.actions`.
 Owners (role quota owner or admin in a workspace of the tenant) and staff change; the
 tenant's other members see the tree read-only (403 on a change); anyone else gets a 404.
 A change is previewed first: a valid POST shows what `plan()` would do with it, and only a
@@ -25,13 +25,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs.accounting import account, tree_order
 from jobs.forecast import current_snapshot
 from jobs.models import Job, Pod
-from jobs.quota_preview import QuotaEdit, pool_of, preview, state_token
 from jobs.scheduler.cycle import plan_options
-from jobs.scheduler.model import Plan, Snapshot
-from jobs.scheduler.plan import plan
+from policy.accounting import account, tree_order
+from policy.quota_preview import QuotaEdit, pool_of, preview, state_token
+from policy.scheduler.model import Plan, Snapshot
+from policy.scheduler.plan import plan
 from quotas import actions
 from quotas.access import MAX_ID, get_tenant_for_user
 from quotas.models import Quota, Tenant, Workspace

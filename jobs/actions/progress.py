@@ -19,10 +19,10 @@ from datetime import datetime
 
 from django.db.models import Q
 
-from jobs.faulttolerance.hang import deadline_after, distinct_lines
-from jobs.faulttolerance.policy import config_of
 from jobs.models import Checkpoint, Job, Pod, PodDesired, ProgressSample
-from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
+from policy.faulttolerance.hang import deadline_after, distinct_lines
+from policy.faulttolerance.policy import config_of
+from policy.statuses import ACTIVE_POD_STATUSES, JobStatus
 from protocol import limits
 
 

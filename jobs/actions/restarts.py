@@ -26,7 +26,9 @@ from django.utils import timezone
 
 from jobs.actions.stop import request_stop, stop_pods
 from jobs.actions.transitions import record_decision, transition
-from jobs.faulttolerance.policy import (
+from jobs.hooks import Notice, announce_one
+from jobs.models import Checkpoint, Job, Pod, RestartKind, RestartRecord
+from policy.faulttolerance.policy import (
     Action,
     Counters,
     Decision,
@@ -35,10 +37,8 @@ from jobs.faulttolerance.policy import (
     FtConfig,
     config_of,
 )
-from jobs.faulttolerance.policy import decide as decide_policy
-from jobs.hooks import Notice, announce_one
-from jobs.models import Checkpoint, Job, Pod, RestartKind, RestartRecord
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.faulttolerance.policy import decide as decide_policy
+from policy.statuses import Actor, JobStatus, PodStatus
 
 TAIL_CHARS = 600  # log tail quoted in a final Failed reason
 

@@ -29,9 +29,9 @@ from jobs.actions.transitions import IllegalTransition, TransitionConflict
 from jobs.actions.usage import record_charge_moves
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, JobEvent, Pod
-from jobs.scheduler.model import Admission, Plan, QueueDecision
 from jobs.scheduler.rows import CycleResult, WaitingRow
-from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus, is_allowed
+from policy.scheduler.model import Admission, Plan, QueueDecision
+from policy.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus, is_allowed
 from protocol import limits
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from jobs.actions.transitions import TransitionConflict, record_decision, transition
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, Pod, PodDesired
-from jobs.statuses import (
+from policy.statuses import (
     ACTIVE_POD_STATUSES,
     FINAL_JOB_STATUSES,
     WAITING_JOB_STATUSES,
@@ -130,7 +130,7 @@ def stop_for_shutdown(node_id: int, *, reason: str = SHUTDOWN_REASON) -> list[in
     A job without Automatic Fault Tolerance ends Stopped with `reason`, not Failed; one with
     it is preempted and so resumes from its last checkpoint as a new attempt when the
     console starts again (preemptions never use the failure budget). Returns the job ids."""
-    from jobs.faulttolerance.policy import config_of
+    from policy.faulttolerance.policy import config_of
 
     jobs = Job.objects.filter(
         status__in=[JobStatus.STARTING, JobStatus.RUNNING],

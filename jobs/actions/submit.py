@@ -13,13 +13,13 @@ from jobs.actions.insert import insert_row
 from jobs.actions.transitions import record_decision
 from jobs.hooks import JobNotice, Notice, announce, announce_one
 from jobs.models import Checkpoint, Job, JobEvent
-from jobs.statuses import (
+from jobs.triggers import request_scheduling
+from policy.statuses import (
     FINAL_JOB_STATUSES,
     Actor,
     IdleResources,
     JobStatus,
 )
-from jobs.triggers import request_scheduling
 
 
 class JobStillActive(Exception):
@@ -41,7 +41,7 @@ class JobSpec:
     idle_resources: str = IdleResources.OFF
     env: dict[str, str] = field(default_factory=dict)
     max_runtime_seconds: int | None = None
-    # Automatic Fault Tolerance (jobs.faulttolerance.policy.FtConfig.to_dict()).
+    # Automatic Fault Tolerance (policy.faulttolerance.policy.FtConfig.to_dict()).
     fault_tolerance: bool = False
     ft_config: dict = field(default_factory=dict)
     checkpoint_dir: str = ""

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, JobEvent
-from jobs.statuses import FINAL_JOB_STATUSES, Actor, JobStatus, is_allowed
 from jobs.triggers import request_scheduling
+from policy.statuses import FINAL_JOB_STATUSES, Actor, JobStatus, is_allowed
 
 
 class IllegalTransition(Exception):

@@ -31,8 +31,9 @@ from jobs.models import (
     UsageTotal,
     WorkerGpuSample,
 )
-from jobs.statuses import ACTIVE_JOB_STATUSES, ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES
-from jobs.usage_history import (
+from jobs.usage_query import month_floor, next_month
+from policy.statuses import ACTIVE_JOB_STATUSES, ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES
+from policy.usage_history import (
     FIELDS,
     HOUR,
     Cells,
@@ -46,7 +47,6 @@ from jobs.usage_history import (
     job_cells,
     waiting_spans,
 )
-from jobs.usage_query import month_floor, next_month
 from protocol.limits import IDLE_UTILIZATION
 from quotas.models import Quota
 

@@ -14,8 +14,8 @@ from django.conf import settings
 from django.db.models import Q
 
 from jobs.models import QuotaDecayedUsage, UsageBucket
-from jobs.usage_history import HOUR, ceil_hour, decayed_gpu_seconds
 from jobs.usage_query import DAY
+from policy.usage_history import HOUR, ceil_hour, decayed_gpu_seconds
 from quotas.models import Quota
 
 HOURLY = timedelta(days=2)  # the newest history is read hour by hour

@@ -3,7 +3,7 @@ with its workers (docs/statuses.md, docs/traps.md).
 
 Pod writes are compare-and-set on the pod's status (only a live pod can change), so a
 duplicated or late report is harmless; job writes go through `transitions.transition`. The
-rule itself is pure (`jobs.derive`).
+rule itself is pure (`policy.derive`).
 
 Lock order: a job's row before its pods' rows, everywhere (`lock_jobs`). The scheduler's
 preemption and a user's stop lock the job and then stop its pods; a worker's report used to
@@ -21,17 +21,17 @@ from django.utils import timezone
 from jobs.actions import restarts as restart
 from jobs.actions.stop import stop_pods
 from jobs.actions.transitions import TransitionConflict, transition
-from jobs.derive import (
+from jobs.models import Job, Pod, PodDesired, RestartRecord, WorkerGpuSample
+from policy.derive import (
     JobChange,
     PodView,
     derive_job_transitions,
     final_pod_status,
     pod_status_from_exit,
 )
-from jobs.faulttolerance.hang import deadline_after
-from jobs.faulttolerance.policy import config_of
-from jobs.models import Job, Pod, PodDesired, RestartRecord, WorkerGpuSample
-from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
+from policy.faulttolerance.hang import deadline_after
+from policy.faulttolerance.policy import config_of
+from policy.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
 from protocol import limits
 from protocol.text import fit, fit_tail, last_line
 

@@ -1,4 +1,4 @@
-"""The database side of a job's admission: load the facts `jobs.admission.rules` needs, in
+"""The database side of a job's admission: load the facts `policy.admission.rules` needs, in
 at most four queries whatever the request (the quota with its tenant's GPUs of the same
 kind; the user's workspaces it is bound to; its nodes grouped by GPU count; its tenant's
 same-kind quotas, only for a Lingjun idle job larger than its quota), run the rules, and
@@ -13,11 +13,11 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 
 from cluster.models import POOL_STATES, Node
 from jobs.actions.submit import JobSpec
-from jobs.admission import rules
 from jobs.admission.cache import Versioned
-from jobs.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
 from jobs.folders import folder_owner
-from jobs.scheduler.model import QuotaSnap
+from policy.admission import rules
+from policy.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
+from policy.scheduler.model import QuotaSnap
 from quotas.models import Quota, Workspace
 
 

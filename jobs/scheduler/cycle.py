@@ -35,9 +35,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs.actions.scheduling import apply_plan
-from jobs.scheduler.plan import PlanOptions, plan
 from jobs.scheduler.rows import CycleResult
 from jobs.scheduler.snapshot import load_snapshot
+from policy.scheduler.plan import PlanOptions, plan
 
 __all__ = ["SCHEDULER_LOCK_KEY", "admit_now", "load_snapshot", "plan_options", "run_cycle"]
 

@@ -21,16 +21,16 @@ from django.utils import timezone
 
 from cluster.models import GpuDevice, Node, NodeState
 from jobs.models import Checkpoint, Job, Pod, QuotaDecayedUsage
-from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 from jobs.scheduler.rows import WaitingRow
 from jobs.scheduler.waiting import read_waiting
-from jobs.statuses import (
+from policy.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
+from policy.statuses import (
     ACTIVE_POD_STATUSES,
     PLACED_JOB_STATUSES,
     IdleResources,
     PodStatus,
 )
-from jobs.usage_history import average_gpus, decayed_on
+from policy.usage_history import average_gpus, decayed_on
 from quotas.models import Quota
 
 _IDLE = {i.value: i for i in IdleResources}

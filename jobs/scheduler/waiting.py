@@ -24,9 +24,9 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from jobs.models import Job
-from jobs.scheduler.model import JobSnap
 from jobs.scheduler.rows import WaitingRow
-from jobs.statuses import WAITING_JOB_STATUSES, IdleResources, JobStatus
+from policy.scheduler.model import JobSnap
+from policy.statuses import WAITING_JOB_STATUSES, IdleResources, JobStatus
 
 __all__ = ["Waiting", "forget", "read_waiting"]
 

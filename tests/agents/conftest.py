@@ -10,7 +10,7 @@ from django.db import connections
 from agents.actions import issue_bootstrap_token
 from cluster.models import Node
 from jobs.models import HeldGpu, Job, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.agents.agentproc import agents  # noqa: F401 - the fixture, for every test here
 
 API = "/api/v1/agent/"

@@ -12,7 +12,7 @@ import pytest
 from cluster.models import GpuDevice, Node, NodeState
 from jobs.actions.stop import request_stop
 from jobs.models import Job, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.agents.agentproc import (
     IMAGE_LINE,
     alive,

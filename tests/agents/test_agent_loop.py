@@ -12,7 +12,7 @@ from agents.node.state import AgentConfigError, StateStore
 from cluster.models import Node
 from jobs.actions.stop import request_stop
 from jobs.models import Job, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.agents.conftest import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.node_monitor import run_node_monitor
 from cluster.models import Node, NodeState
 from jobs.models import Pod
-from jobs.statuses import PodStatus
+from policy.statuses import PodStatus
 from tests.agents.agentproc import (
     alive,
     pod_status,

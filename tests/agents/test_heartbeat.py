@@ -11,7 +11,7 @@ from cluster.actions import MISSING_GPU
 from cluster.models import GpuDevice, Node, NodeState
 from jobs.actions.stop import request_stop
 from jobs.models import Job, JobEvent, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.agents.conftest import exited, facts, gpu, heartbeat, post, register, running
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs.models import LogChunk, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.agents.conftest import post, register
 
 pytestmark = pytest.mark.django_db

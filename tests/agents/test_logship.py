@@ -5,7 +5,7 @@ import pytest
 from agents.node.client import TransportError
 from agents.node.logship import LogShipper
 from jobs.models import LogChunk, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from protocol.agent import LogAck, LogBatch
 from tests.agents.conftest import post, register
 

@@ -11,7 +11,7 @@ from cluster.models import Node, NodeState
 from jobs.actions.stop import request_stop
 from jobs.actions.workers import NODE_LOST
 from jobs.models import Job, JobEvent, Pod, PodDesired
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.agents.conftest import heartbeat, make_job, register, run_together, running
 
 pytestmark = pytest.mark.django_db

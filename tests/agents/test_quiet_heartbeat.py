@@ -8,7 +8,7 @@ from cluster.actions import revoke_node_tokens
 from cluster.models import Node
 from jobs.actions.stop import request_stop
 from jobs.models import Job, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.agents.conftest import heartbeat, register, running
 
 pytestmark = pytest.mark.django_db

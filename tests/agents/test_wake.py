@@ -13,7 +13,7 @@ from agents import wake
 from agents.decisions import desired_version_of
 from jobs.actions.stop import request_stop
 from jobs.models import Job, Pod, PodDesired
-from jobs.statuses import PodStatus
+from policy.statuses import PodStatus
 from tests.agents.agentproc import pod_status, registered, wait_for
 from tests.agents.conftest import facts, make_job, post, register
 

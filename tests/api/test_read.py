@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from jobs.actions.transitions import transition
 from jobs.models import Checkpoint, Pod, WorkerGpuSample
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.statuses import Actor, JobStatus, PodStatus
 from tests.api.conftest import client_for, error_of
 from tests.conftest import make_node
 from tests.web.conftest import add_log, finish, place, submit

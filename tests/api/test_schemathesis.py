@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 
 from accounts.actions import issue_api_token
 from jobs.models import Checkpoint
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from tests.conftest import make_node
 from tests.web.conftest import add_log, finish, place, submit
 

@@ -3,7 +3,7 @@
 import pytest
 
 from audit.models import AuditEntry
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from tests.api.conftest import client_for, error_of, post
 from tests.web.conftest import place
 

@@ -3,6 +3,10 @@
 Rooms, lowest first; a room may import the rooms listed for it, never one above it:
 
     protocol        the agent protocol's schemas: shared by console and node, owned by neither
+    policy          the pure core: scheduler, fault tolerance, hang judgement, accounting,
+                    forecast, admission and quota-tree rules (plain values in and out; no
+                    Django, no app)
+    simulator       `manage.py simulate`'s engine: a simulated clock and world over `policy`
     agents.sdk      the training SDK (imports nothing of ours)
     agents.node     the node agent program (protocol only; no Django)
     cli             the researchers' command line (talks to the API over HTTP; no Django)
@@ -30,19 +34,39 @@ ROOT = Path(__file__).resolve().parents[2]
 
 ALLOWED: dict[str, set[str]] = {
     "protocol": set(),
+    "policy": {"protocol"},
+    "simulator": {"policy", "protocol"},
     "agents.sdk": set(),
     "agents.node": {"protocol"},
     "cli": set(),
-    "accounts": {"protocol"},
-    "quotas": {"protocol"},
-    "cluster": {"quotas", "protocol"},
-    "jobs": {"cluster", "quotas", "accounts", "protocol"},
-    "audit": {"jobs", "cluster", "quotas", "accounts", "protocol"},
-    "notifications": {"jobs", "cluster", "quotas", "accounts", "protocol"},
-    "agents": {"jobs", "cluster", "quotas", "accounts", "protocol"},
-    "kube": {"jobs", "cluster", "quotas", "accounts", "protocol"},
-    "api": {"audit", "notifications", "jobs", "cluster", "quotas", "accounts", "protocol"},
-    "web": {"audit", "notifications", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "accounts": {"policy", "protocol"},
+    "quotas": {"policy", "protocol"},
+    "cluster": {"policy", "quotas", "protocol"},
+    "jobs": {"policy", "cluster", "quotas", "accounts", "protocol"},
+    "audit": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "notifications": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "agents": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "kube": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "api": {
+        "policy",
+        "audit",
+        "notifications",
+        "jobs",
+        "cluster",
+        "quotas",
+        "accounts",
+        "protocol",
+    },
+    "web": {
+        "policy",
+        "audit",
+        "notifications",
+        "jobs",
+        "cluster",
+        "quotas",
+        "accounts",
+        "protocol",
+    },
     "console": {
         "kube",
         "web",
@@ -54,13 +78,15 @@ ALLOWED: dict[str, set[str]] = {
         "cluster",
         "quotas",
         "accounts",
+        "simulator",
+        "policy",
         "protocol",
     },
 }
 ROOMS = sorted(ALLOWED, key=len, reverse=True)  # longest first: agents.node before agents
 
 # Django may not be imported by these rooms (they run without it: on GPU nodes, in jobs).
-DJANGO_FREE = {"protocol", "agents.sdk", "agents.node", "cli"}
+DJANGO_FREE = {"protocol", "policy", "simulator", "agents.sdk", "agents.node", "cli"}
 
 
 def room_of(module: str) -> str | None:

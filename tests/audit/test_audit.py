@@ -11,7 +11,7 @@ from django.urls import reverse
 from accounts.models import ApiToken
 from audit.models import AuditEntry
 from jobs.models import Job
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from quotas.models import Quota
 from tests.api.conftest import GOOD, client_for, post
 from tests.conftest import make_user

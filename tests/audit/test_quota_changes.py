@@ -8,7 +8,7 @@ from django.urls import reverse
 from audit.models import AuditEntry
 from jobs.models import Job
 from jobs.scheduler.cycle import run_cycle
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from quotas import actions
 from quotas.models import Membership, Quota, Role
 from tests.conftest import make_node, make_user

@@ -16,7 +16,7 @@ from console.metrics import preemption_reason
 from console.models import LoopRun
 from jobs.actions.transitions import transition
 from jobs.models import Pod, RestartKind, RestartRecord
-from jobs.statuses import Actor, IdleResources, JobStatus, PodStatus
+from policy.statuses import Actor, IdleResources, JobStatus, PodStatus
 from tests.conftest import make_node, make_user
 from tests.web.conftest import add_log, finish, place, submit
 

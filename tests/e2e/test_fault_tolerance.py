@@ -271,7 +271,7 @@ def test_preemption_saves_on_sigterm_and_resumes_there(console, tmp_path):
     )
     code = (
         "from jobs.models import Job; from jobs.actions.stop import request_stop; "
-        "from jobs.statuses import Actor, JobStatus; "
+        "from policy.statuses import Actor, JobStatus; "
         f"request_stop(Job.objects.get(pk={job['id']}), actor=Actor.SCHEDULER, "
         "final_status=JobStatus.PREEMPTED, reason='reclaimed by team-b for job b2')"
     )

@@ -9,7 +9,7 @@ from jobs.actions.progress import store_checkpoints
 from jobs.actions.restarts import handle_hang
 from jobs.actions.submit import resubmit_job
 from jobs.models import Checkpoint, Job, Pod
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from protocol.agent import CheckpointReport
 from tests.api.conftest import GOOD, client_for, error_of, post
 from tests.conftest import make_node

@@ -10,11 +10,11 @@ import time_machine
 from agents.node_monitor import run_node_monitor
 from cluster.models import Node, NodeState
 from jobs.actions.workers import apply_worker_state
-from jobs.faulttolerance import hang
-from jobs.faulttolerance.policy import FtConfig
 from jobs.job_monitor import run_job_monitor
 from jobs.models import Job, Pod, RestartRecord
-from jobs.statuses import JobStatus, PodStatus
+from policy.faulttolerance import hang
+from policy.faulttolerance.policy import FtConfig
+from policy.statuses import JobStatus, PodStatus
 from tests.conftest import make_node
 from tests.faulttolerance.conftest import make_ft_job
 

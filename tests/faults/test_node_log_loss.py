@@ -13,7 +13,7 @@ import pytest
 
 from agents.node.logship import LogShipper
 from jobs.models import Pod
-from jobs.statuses import PodStatus
+from policy.statuses import PodStatus
 from protocol.agent import LogAck
 from tests.agents.agentproc import IMAGE_LINE, pod_status, registered, stored_lines, wait_for
 from tests.agents.conftest import make_job

@@ -2,9 +2,9 @@
 
 import pytest
 
-from jobs.faulttolerance.policy import FtConfig
 from jobs.models import Job, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.faulttolerance.policy import FtConfig
+from policy.statuses import JobStatus, PodStatus
 from tests.conftest import make_node
 
 

@@ -12,7 +12,7 @@ from agents.node.progress import scan_checkpoints
 from jobs.actions.progress import pruned_gone
 from jobs.actions.workers import apply_worker_state
 from jobs.models import Checkpoint, Job, Pod
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from protocol import limits
 from tests.agents.conftest import heartbeat, register
 

@@ -7,11 +7,11 @@ import time_machine
 
 from cluster.models import GpuDevice
 from jobs.actions.workers import apply_worker_state
-from jobs.faulttolerance import hang
-from jobs.faulttolerance.policy import FtConfig, HangAction
 from jobs.job_monitor import run_job_monitor
 from jobs.models import Job, Pod, PodDesired, RestartRecord
-from jobs.statuses import JobStatus, PodStatus
+from policy.faulttolerance import hang
+from policy.faulttolerance.policy import FtConfig, HangAction
+from policy.statuses import JobStatus, PodStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HANG = FtConfig(enabled=True, hang_detection=True, hang_timeout=600)

@@ -3,8 +3,8 @@ documented order) and `decide()` (policies, budgets, hangs, fault tolerance off,
 
 import pytest
 
-from jobs.faulttolerance.classify import DEFAULT_RULES, Rule, Verdict, classify
-from jobs.faulttolerance.policy import (
+from policy.faulttolerance.classify import DEFAULT_RULES, Rule, Verdict, classify
+from policy.faulttolerance.policy import (
     Action,
     Counters,
     Failure,

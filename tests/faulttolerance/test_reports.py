@@ -10,9 +10,9 @@ import time_machine
 
 from agents import sdk
 from agents.node.progress import BadCheckpointDir, checkpoint_dir, read_progress, scan_checkpoints
-from jobs.faulttolerance.policy import FtConfig
 from jobs.models import Checkpoint, Job, LogChunk, Pod, PodDesired
-from jobs.statuses import JobStatus, PodStatus
+from policy.faulttolerance.policy import FtConfig
+from policy.statuses import JobStatus, PodStatus
 from tests.agents.conftest import heartbeat, post, register
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -68,7 +68,7 @@ def test_a_checkpoint_saved_on_sigterm_is_known_before_the_restart(client, ft_jo
     node, token = register(client)
     job, (pod,) = ft_job([node])
     from jobs.actions.stop import request_stop
-    from jobs.statuses import Actor
+    from policy.statuses import Actor
 
     request_stop(job, actor=Actor.SCHEDULER, final_status=JobStatus.PREEMPTED, reason="reclaimed")
     exited = {"pod_id": pod.pk, "attempt": 1, "state": "exited", "exit_code": 143}

@@ -9,10 +9,10 @@ from agents.node_monitor import run_node_monitor
 from cluster.models import Node, NodeState
 from jobs.actions.stop import request_stop
 from jobs.actions.workers import apply_worker_state
-from jobs.faulttolerance.policy import FtConfig, RunType
 from jobs.models import Checkpoint, Job, Pod, PodDesired, RestartRecord
 from jobs.scheduler.cycle import run_cycle
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.faulttolerance.policy import FtConfig, RunType
+from policy.statuses import Actor, JobStatus, PodStatus
 from tests.conftest import make_node
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -9,10 +9,10 @@ import time_machine
 from api.jobs import job_detail
 from api.serializers import job_json
 from jobs.actions.workers import apply_worker_state
-from jobs.faulttolerance.policy import FtConfig, RunType
 from jobs.models import Job, Pod, RestartRecord
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.statuses import JobStatus, PodStatus
+from policy.faulttolerance.policy import FtConfig, RunType
+from policy.statuses import JobStatus, PodStatus
 from tests.conftest import make_node
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

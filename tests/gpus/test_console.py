@@ -14,11 +14,11 @@ from agents.actions import worker_spec
 from agents.node.gpus import GpuInfo, worker_gpu_usage
 from cluster.models import GpuDevice, Node
 from jobs.actions.submit import JobSpec, create_job
-from jobs.admission.env import EnvProblems, parse_env
-from jobs.faulttolerance import hang
 from jobs.models import LogChunk, Pod, WorkerGpuSample
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.statuses import PodStatus
+from policy.admission.env import EnvProblems, parse_env
+from policy.faulttolerance import hang
+from policy.statuses import PodStatus
 from tests.agents.conftest import make_job
 from tests.conftest import make_node
 

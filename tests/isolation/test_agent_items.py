@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.node_monitor import run_node_monitor
 from cluster.models import GpuDevice, Node, NodeState
 from jobs.models import Job, LogChunk, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from protocol import limits
 from protocol.text import NUL_MARK
 from tests.agents.conftest import exited, facts, gpu, heartbeat, post, register, running

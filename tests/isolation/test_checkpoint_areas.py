@@ -29,7 +29,7 @@ from agents.node.runtimes.container_config import (
     container_config,
 )
 from jobs.models import Job, Pod
-from jobs.statuses import PodStatus
+from policy.statuses import PodStatus
 from tests.agents.agentproc import registered, stored_lines, wait_for
 from tests.conftest import make_user
 

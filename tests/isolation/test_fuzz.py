@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from accounts.actions import issue_api_token
 from cluster.models import Node, NodeState
 from jobs.models import Job, JobEvent, LogChunk, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from protocol import limits
 from protocol.agent import WorkerSpec
 from protocol.text import name_problem

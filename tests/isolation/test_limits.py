@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from jobs.actions.stop import stop_pods
 from jobs.models import Job, Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from protocol import limits
 from protocol.agent import JobRunSpec, ProgressReport, WorkerReport, WorkerSpec, job_problems
 from protocol.text import NUL_MARK, TRUNCATED, clean_text, fit, fit_tail, name_problem

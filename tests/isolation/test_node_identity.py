@@ -13,7 +13,7 @@ from django.test import Client
 from agents.actions import issue_bootstrap_token
 from agents.models import RegistrationOutcome, RegistrationRecord
 from cluster.models import Node, NodeState
-from jobs.statuses import PodStatus
+from policy.statuses import PodStatus
 from tests.agents.agentproc import AgentProcess, pod_status, registered, stored_lines, wait_for
 from tests.agents.conftest import make_job
 

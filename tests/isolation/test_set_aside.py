@@ -24,7 +24,7 @@ from agents.node.client import AgentClient, ServerFailed, TransportError
 from agents.node.logship import LogShipper
 from cluster.models import Node, NodeState
 from jobs.models import Pod
-from jobs.statuses import PodStatus
+from policy.statuses import PodStatus
 from protocol import limits
 from protocol.agent import LogAck, LogBatch
 from tests.agents.agentproc import IMAGE_LINE, pod_status, registered, stored_lines, wait_for

@@ -1,7 +1,7 @@
 """Small helpers of the Kubernetes backend's tests."""
 
-from jobs.faulttolerance.policy import FtConfig
 from jobs.models import Job, LogChunk, Pod
+from policy.faulttolerance.policy import FtConfig
 from tests.k8s.kubelet import FakeKubelet
 
 

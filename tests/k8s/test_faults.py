@@ -4,9 +4,9 @@ import threading
 
 from agents.node_monitor import run_node_monitor
 from jobs.models import Pod
-from jobs.statuses import JobStatus, PodStatus
 from kube.client import KubeClient
 from kube.config import KubeConfig
+from policy.statuses import JobStatus, PodStatus
 from tests.k8s.apiserver import ADMIN_TOKEN
 from tests.k8s.conftest import settle
 from tests.k8s.helpers import api_pod, log_lines, make_job, status

@@ -5,10 +5,10 @@ import pytest
 
 from cluster.models import GpuDevice, Node
 from jobs.models import Pod
-from jobs.statuses import JobStatus, PodStatus
 from kube.controller import Controller
 from kube.decisions import FOREIGN
 from kube.permissions import MissingPermissions
+from policy.statuses import JobStatus, PodStatus
 from tests.k8s.apiserver import NOBODY_TOKEN
 from tests.k8s.conftest import settle
 from tests.k8s.helpers import api_pod, make_job, status

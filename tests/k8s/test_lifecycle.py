@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from jobs.models import Pod
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.k8s.conftest import settle
 from tests.k8s.helpers import api_pod, log_lines, make_job, status
 

@@ -1,7 +1,7 @@
 """A borrower on Kubernetes nodes reclaimed by its lender (docs/kubernetes.md)."""
 
 from jobs.models import Pod
-from jobs.statuses import IdleResources, JobStatus, PodStatus
+from policy.statuses import IdleResources, JobStatus, PodStatus
 from quotas.models import Quota, ResourceType
 from tests.k8s.conftest import settle
 from tests.k8s.helpers import api_pod, env_of, log_lines, make_job, status, write_checkpoint

@@ -1,9 +1,9 @@
-"""jobs.derive.derive_job_transitions: the job status follows its workers (pure table)."""
+"""policy.derive.derive_job_transitions: the job status follows its workers (pure table)."""
 
 import pytest
 
-from jobs.derive import JobChange, PodView, derive_job_transitions
-from jobs.statuses import JobStatus, PodStatus
+from policy.derive import JobChange, PodView, derive_job_transitions
+from policy.statuses import JobStatus, PodStatus
 
 S, P = JobStatus, PodStatus
 

@@ -23,7 +23,7 @@ from jobs.actions.stop import request_stop, stop_pods
 from jobs.actions.transitions import TransitionConflict, transition
 from jobs.actions.workers import apply_worker_state
 from jobs.models import Job, JobEvent, Pod, PodDesired
-from jobs.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, Actor, JobStatus, PodStatus
+from policy.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, Actor, JobStatus, PodStatus
 from tests.scheduler.threads import run_together
 
 S = JobStatus

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from jobs.actions.transitions import IllegalTransition, TransitionConflict, transition
 from jobs.models import Job, JobEvent
-from jobs.statuses import ALLOWED_TRANSITIONS, FINAL_JOB_STATUSES, Actor, JobStatus
+from policy.statuses import ALLOWED_TRANSITIONS, FINAL_JOB_STATUSES, Actor, JobStatus
 
 S = JobStatus
 ALL_PAIRS = list(itertools.product(JobStatus, JobStatus))

@@ -14,10 +14,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from jobs.actions.stop import request_stop
-from jobs.statuses import JobStatus
 from notifications.actions import AttemptResult
 from notifications.delivery import backoff_seconds, deliver_due, next_attempt_at
 from notifications.models import Channel, Delivery, DeliveryStatus, NotificationRule
+from policy.statuses import JobStatus
 from tests.notifications.conftest import webhook
 from tests.web.conftest import finish, submit
 

@@ -15,12 +15,12 @@ from django.db import connection
 from console.loops import Loop
 from jobs.actions.submit import JobSpec, create_job
 from jobs.actions.workers import apply_worker_state
-from jobs.faulttolerance.policy import FtConfig
 from jobs.models import Job, Pod
 from jobs.scheduler.cycle import run_cycle
-from jobs.statuses import IdleResources, JobStatus
 from notifications.delivery import deliver_due
 from notifications.models import Delivery, DeliveryStatus
+from policy.faulttolerance.policy import FtConfig
+from policy.statuses import IdleResources, JobStatus
 from quotas.models import Quota
 from tests.conftest import make_node, make_user
 from tests.notifications.conftest import webhook

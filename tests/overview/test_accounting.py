@@ -1,9 +1,9 @@
-"""Usage numbers from the scheduler's snapshot (jobs.accounting): table tests, no database."""
+"""Usage numbers from the scheduler's snapshot (policy.accounting): table tests, no database."""
 
 from datetime import timedelta
 
-from jobs.accounting import account
-from jobs.statuses import IdleResources
+from policy.accounting import account
+from policy.statuses import IdleResources
 from tests.scheduler.snaps import GENERAL, T0, job, node, quota, running, snapshot
 
 

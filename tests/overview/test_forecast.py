@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from jobs.forecast import Held, forecast, median_durations, run_length, running_end
-from jobs.scheduler.plan import PlanOptions
+from policy.scheduler.plan import PlanOptions
 from tests.scheduler.snaps import T0, job, node, quota, running, snapshot
 
 

@@ -1,8 +1,8 @@
-"""The quota tree's rules as a table (quotas.tree_rules, pure): what a change may not do."""
+"""The quota tree's rules as a table (policy.tree_rules, pure): what a change may not do."""
 
 import pytest
 
-from quotas.tree_rules import QuotaFacts, overcommitted, problems, roots_guarantee
+from policy.tree_rules import QuotaFacts, overcommitted, problems, roots_guarantee
 
 ORG = QuotaFacts(1, "org", 1, "Lingjun", "H200", 32, max_gpus=40)
 DEPT_X = QuotaFacts(2, "dept-x", 1, "Lingjun", "H200", 16, parent_id=1, max_gpus=24)

@@ -4,7 +4,7 @@ import pytest
 
 from jobs.actions.submit import JobSpec, create_job
 from jobs.models import Job, Pod
-from jobs.statuses import ACTIVE_POD_STATUSES, PodStatus
+from policy.statuses import ACTIVE_POD_STATUSES, PodStatus
 
 
 @pytest.fixture

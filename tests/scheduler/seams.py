@@ -4,7 +4,7 @@ transaction): the cycle's `plan` wrapped, nothing in production code."""
 from collections.abc import Callable
 
 from jobs.scheduler import cycle
-from jobs.scheduler.model import Plan
+from policy.scheduler.model import Plan
 
 
 def after_plan(monkeypatch, hook: Callable[[Plan], None]) -> Callable:

@@ -2,8 +2,8 @@
 
 from datetime import UTC, datetime, timedelta
 
-from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
-from jobs.statuses import IdleResources, JobStatus
+from policy.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
+from policy.statuses import IdleResources, JobStatus
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 LINGJUN = "Lingjun"

@@ -18,7 +18,7 @@ import jobs.scheduler.cycle as cycle_module
 from jobs.actions.stop import request_stop
 from jobs.models import HeldGpu, Job, JobEvent, Pod, PodDesired
 from jobs.scheduler.cycle import run_cycle
-from jobs.statuses import ACTIVE_POD_STATUSES, JobStatus
+from policy.statuses import ACTIVE_POD_STATUSES, JobStatus
 from quotas.models import Quota
 from tests.conftest import make_node
 from tests.scheduler.seams import after_plan
@@ -155,7 +155,7 @@ def test_two_cycles_at_once_borrow_and_reclaim_without_double_booking(
     quota, other_quota, researcher, outsider, workspace, other_workspace, settings
 ):
     from jobs.actions.workers import apply_worker_state
-    from jobs.statuses import IdleResources
+    from policy.statuses import IdleResources
 
     settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = 0  # reclaim at once (default: 300 s)
 

@@ -10,7 +10,7 @@ from jobs.actions.stop import request_stop
 from jobs.actions.transitions import transition
 from jobs.models import Job, JobEvent, Pod
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
+from policy.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
 from protocol import limits
 from quotas.models import Quota
 from tests.conftest import make_node

@@ -5,7 +5,7 @@ import pytest
 from jobs.models import Pod
 from jobs.scheduler import cycle
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.statuses import IdleResources, PodStatus
+from policy.statuses import IdleResources, PodStatus
 from quotas.models import Quota
 from tests.conftest import make_node
 from tests.scheduler.conftest import finish_pods

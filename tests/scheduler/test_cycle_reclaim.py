@@ -3,7 +3,7 @@
 from jobs.actions.workers import apply_worker_state
 from jobs.models import Job, JobEvent, Pod, PodDesired
 from jobs.scheduler.cycle import run_cycle
-from jobs.statuses import IdleResources, JobStatus, PodStatus
+from policy.statuses import IdleResources, JobStatus, PodStatus
 from quotas.models import PreemptionPolicy, Quota
 from tests.conftest import make_node
 from tests.scheduler.conftest import live_gpus

@@ -8,7 +8,7 @@ nobody is preempted."""
 import pytest
 
 from jobs.scheduler.cycle import run_cycle
-from jobs.statuses import IdleResources
+from policy.statuses import IdleResources
 from quotas.models import Quota
 from tests.conftest import make_node
 from tests.scheduler.seams import after_plan

@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from jobs.models import Job, JobEvent, Pod
 from jobs.scheduler.cycle import run_cycle
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.statuses import Actor, JobStatus, PodStatus
 from tests.conftest import make_node
 
 pytestmark = pytest.mark.django_db

@@ -1,12 +1,12 @@
-"""Never-fit refusals on a quota tree (jobs.scheduler.fit with `tree`): own guarantees,
+"""Never-fit refusals on a quota tree (policy.scheduler.fit with `tree`): own guarantees,
 limits on the path and what the borrowing scope could ever lend (docs/quota-tree.md)."""
 
 import pytest
 
-from jobs.scheduler.fit import QuotaSize, never_fits
-from jobs.scheduler.model import QuotaSnap
-from jobs.scheduler.scope import scope_capacity
-from jobs.scheduler.tree import QuotaTree
+from policy.scheduler.fit import QuotaSize, never_fits
+from policy.scheduler.model import QuotaSnap
+from policy.scheduler.scope import scope_capacity
+from policy.scheduler.tree import QuotaTree
 
 OFF, ACCEPTABLE, ONLY = "Off", "Acceptable", "Only Idle Resources"
 NEVER = ", so it could never start."

@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 from jobs.actions.workers import apply_worker_state
 from jobs.models import HeldGpu, Pod
 from jobs.scheduler.cycle import run_cycle
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 from tests.conftest import make_node
 from tests.scheduler.conftest import live_gpus
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from jobs.scheduler.model import Placement
-from jobs.scheduler.placement import CapacityIndex, PoolIndex, natural_key
+from policy.scheduler.model import Placement
+from policy.scheduler.placement import CapacityIndex, PoolIndex, natural_key
 from tests.scheduler.snaps import GENERAL, node
 
 POOL = ("Lingjun", "H200")

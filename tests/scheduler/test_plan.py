@@ -2,9 +2,9 @@
 
 import pytest
 
-from jobs.scheduler.model import Placement, Snapshot
-from jobs.scheduler.plan import PlanOptions, plan
-from jobs.statuses import JobStatus
+from policy.scheduler.model import Placement, Snapshot
+from policy.scheduler.plan import PlanOptions, plan
+from policy.statuses import JobStatus
 from tests.scheduler.snaps import GENERAL, T0, job, node, quota, snapshot
 
 

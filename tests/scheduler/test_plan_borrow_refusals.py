@@ -8,9 +8,9 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.scheduler import borrowing
-from jobs.scheduler.plan import PlanOptions, plan
-from jobs.statuses import IdleResources
+from policy.scheduler import borrowing
+from policy.scheduler.plan import PlanOptions, plan
+from policy.statuses import IdleResources
 from tests.scheduler.snaps import T0, job
 from tests.scheduler.test_plan_properties import snapshots
 

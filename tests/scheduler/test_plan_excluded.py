@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from jobs.scheduler.plan import plan
+from policy.scheduler.plan import plan
 from tests.scheduler.snaps import T0, job, node, quota, snapshot
 
 

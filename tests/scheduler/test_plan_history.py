@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from jobs.fair_share import fair_share_rows
-from jobs.scheduler.plan import plan
-from jobs.statuses import IdleResources
-from jobs.usage_history import average_gpus, decayed_gpu_seconds, decayed_on
+from policy.fair_share import fair_share_rows
+from policy.scheduler.plan import plan
+from policy.statuses import IdleResources
+from policy.usage_history import average_gpus, decayed_gpu_seconds, decayed_on
 from tests.scheduler.snaps import T0, job, node, quota, snapshot
 
 ONLY = IdleResources.ONLY

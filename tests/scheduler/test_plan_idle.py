@@ -5,9 +5,9 @@ from datetime import timedelta
 
 import pytest
 
-from jobs.scheduler.plan import PlanOptions, lenders_for, plan
-from jobs.scheduler.preempt import lost_gpu_seconds, victim_order
-from jobs.statuses import IdleResources
+from policy.scheduler.plan import PlanOptions, lenders_for, plan
+from policy.scheduler.preempt import lost_gpu_seconds, victim_order
+from policy.statuses import IdleResources
 from tests.scheduler.snaps import GENERAL, T0, job, node, quota, running, snapshot
 
 ONLY, ACCEPTABLE = IdleResources.ONLY, IdleResources.ACCEPTABLE
@@ -38,7 +38,7 @@ def reasons(result) -> dict[int, str]:
     ],
 )  # fmt: skip
 def test_lenders(own, other, lends):
-    from jobs.scheduler.plan import _index
+    from policy.scheduler.plan import _index
 
     lenders = _index(snapshot(quotas=[own, other]))[0]
     ids = [q.id for q in lenders_for(own, lenders)]

@@ -4,8 +4,8 @@ counts per lender only the pods charged to it (docs/scheduling.md)."""
 from dataclasses import replace
 from datetime import timedelta
 
-from jobs.scheduler.plan import plan
-from jobs.statuses import IdleResources
+from policy.scheduler.plan import plan
+from policy.statuses import IdleResources
 from tests.scheduler.snaps import T0, job, node, quota, running, snapshot
 
 ONLY = IdleResources.ONLY

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from jobs.scheduler.plan import plan
-from jobs.statuses import IdleResources
+from policy.scheduler.plan import plan
+from policy.statuses import IdleResources
 from tests.scheduler.snaps import T0, job, node, quota, running, snapshot
 
 LATER = T0 + timedelta(hours=2)
@@ -54,8 +54,8 @@ def test_cpu_only_job_skips_nodes_freed_for_a_preemptor():
 # -- one job's failure does not stop the cycle ------------------------------------------------
 def _place_failing_for(job_id: int, monkeypatch) -> None:
     """Make placing one job raise (a stand-in for any bug hit by one job's evaluation)."""
-    # The guaranteed pass places Off jobs (jobs.scheduler.guaranteed, split out of plan.py).
-    plan_module = importlib.import_module("jobs.scheduler.guaranteed")
+    # The guaranteed pass places Off jobs (policy.scheduler.guaranteed, split out of plan.py).
+    plan_module = importlib.import_module("policy.scheduler.guaranteed")
     real = plan_module._place
 
     def place(job, pool, state):

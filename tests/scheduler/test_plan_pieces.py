@@ -2,8 +2,8 @@
 
 import pytest
 
-from jobs.scheduler.model import Placement
-from jobs.scheduler.plan import (
+from policy.scheduler.model import Placement
+from policy.scheduler.plan import (
     Usage,
     admission_order,
     describe_placements,
@@ -150,14 +150,14 @@ TENANT_32 = "all H200 quotas of this tenant have 32 in all, so it could never st
     ],
 )  # fmt: skip
 def test_never_fits(resource_type, idle, workers, expected):
-    from jobs.scheduler.fit import QuotaSize, never_fits
+    from policy.scheduler.fit import QuotaSize, never_fits
 
     size = QuotaSize("team-a", resource_type, "H200", 16, tenant_gpus=32)
     assert never_fits(size, workers=workers, gpus_per_worker=8, idle=idle) == expected
 
 
 def test_never_fits_counts_limited_cpus():
-    from jobs.scheduler.fit import QuotaSize, never_fits
+    from policy.scheduler.fit import QuotaSize, never_fits
 
     size = QuotaSize("team-a", "Lingjun", "H200", 16, cpus=64)
     assert never_fits(size, workers=2, gpus_per_worker=4, cpus_per_worker=48) == (
@@ -168,7 +168,7 @@ def test_never_fits_counts_limited_cpus():
 
 def test_never_fits_counts_whole_workers_per_lender():
     """Each pod is charged to one lender: 2 workers of 6 never run on quotas of 8 and 5."""
-    from jobs.scheduler.fit import QuotaSize, never_fits
+    from policy.scheduler.fit import QuotaSize, never_fits
 
     size = QuotaSize("team-a", "Lingjun", "H200", 8, tenant_gpus=13, tenant_quota_gpus=(8, 5))
     idle = "Only Idle Resources"

@@ -9,8 +9,8 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.scheduler.plan import PlanOptions, plan
-from jobs.statuses import IdleResources
+from policy.scheduler.plan import PlanOptions, plan
+from policy.statuses import IdleResources
 from tests.scheduler.snaps import GENERAL, LINGJUN, T0, job, node, quota, running, snapshot
 
 POOLS = [(LINGJUN, "H200"), (LINGJUN, "H100"), (GENERAL, "H200")]

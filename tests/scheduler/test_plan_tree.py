@@ -3,8 +3,8 @@ snapshots. Flat quotas are covered by every other test of this folder, unchanged
 
 from datetime import timedelta
 
-from jobs.scheduler.plan import PlanOptions, plan
-from jobs.statuses import IdleResources
+from policy.scheduler.plan import PlanOptions, plan
+from policy.statuses import IdleResources
 from tests.scheduler.snaps import T0, job, node, quota, running, snapshot
 
 ONLY = IdleResources.ONLY

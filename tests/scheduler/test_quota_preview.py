@@ -1,10 +1,10 @@
-"""`jobs.quota_preview` (pure): the change applied to a copy, the diff of two plans, the jobs
+"""`policy.quota_preview` (pure): the change applied to a copy, the diff of two plans, the jobs
 above a new guarantee, the state token (docs/quota-tree.md "Owner pages")."""
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from jobs.quota_preview import (
+from policy.quota_preview import (
     NEW_QUOTA_ID,
     QuotaEdit,
     apply_edit,
@@ -12,7 +12,7 @@ from jobs.quota_preview import (
     preview,
     state_token,
 )
-from jobs.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
+from policy.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 POOL = ("Lingjun", "H200")

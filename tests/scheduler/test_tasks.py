@@ -10,8 +10,8 @@ from agents.tasks import node_monitor_tick
 from cluster.models import Node, NodeState
 from console.celery import app
 from jobs.models import Job
-from jobs.statuses import JobStatus
 from jobs.tasks import job_monitor_tick, schedule_tick
+from policy.statuses import JobStatus
 from tests.redis_store import URL, redis_or_skip
 
 

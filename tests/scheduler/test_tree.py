@@ -1,8 +1,8 @@
-"""The quota tree's plain helpers (jobs.scheduler.tree): own guarantees, paths, limits and
+"""The quota tree's plain helpers (policy.scheduler.tree): own guarantees, paths, limits and
 the nearest-first borrowing order."""
 
-from jobs.scheduler.model import QuotaSnap
-from jobs.scheduler.tree import QuotaTree
+from policy.scheduler.model import QuotaSnap
+from policy.scheduler.tree import QuotaTree
 
 
 def q(id: int, gpus: int, parent: int | None = None, max_gpus: int | None = None) -> QuotaSnap:

@@ -171,7 +171,7 @@ def test_philly_scale_must_be_positive():
 def test_the_command_keeps_no_events_in_memory(monkeypatch):
     # A 10,000-job trace writes over a million events (waiting jobs' positions move up):
     # they are written as they happen, never all kept.
-    from jobs.simulator import engine
+    from simulator import engine
 
     made = []
     real = engine.Simulation.__init__

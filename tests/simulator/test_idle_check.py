@@ -1,10 +1,10 @@
-"""The idle-GPU checker of the liveness property (jobs.simulator.idle), on small states."""
+"""The idle-GPU checker of the liveness property (simulator.idle), on small states."""
 
 from dataclasses import replace
 
-from jobs.simulator.engine import Simulation
-from jobs.simulator.idle import fitting_waiters
-from jobs.simulator.scenario import parse
+from simulator.engine import Simulation
+from simulator.idle import fitting_waiters
+from simulator.scenario import parse
 
 
 def state(jobs, actions=(), quota_gpus=12, **settings) -> Simulation:

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import yaml
 
-from jobs.simulator.engine import Simulation
-from jobs.simulator.scenario import parse
-from jobs.statuses import FINAL_POD_STATUSES
+from policy.statuses import FINAL_POD_STATUSES
+from simulator.engine import Simulation
+from simulator.scenario import parse
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

@@ -1,8 +1,8 @@
 """Whole simulated runs that used to never end or to starve someone (issue 10)."""
 
-from jobs.simulator.engine import Simulation
-from jobs.simulator.scenario import parse
-from jobs.statuses import FINAL_JOB_STATUSES
+from policy.statuses import FINAL_JOB_STATUSES
+from simulator.engine import Simulation
+from simulator.scenario import parse
 
 FT = {"run_type": "Synchronous", "max_restarts": 3}
 

@@ -8,11 +8,11 @@ cycle (outside a time-limited reservation)."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.scheduler.plan import PlanOptions
-from jobs.simulator.engine import Simulation
-from jobs.simulator.idle import fitting_waiters
-from jobs.simulator.scenario import parse
-from jobs.statuses import FINAL_JOB_STATUSES
+from policy.scheduler.plan import PlanOptions
+from policy.statuses import FINAL_JOB_STATUSES
+from simulator.engine import Simulation
+from simulator.idle import fitting_waiters
+from simulator.scenario import parse
 
 IDLE = ["Off", "Acceptable", "Only Idle Resources"]
 HORIZON = 400_000  # far beyond any run that ends; only bounds a regression
@@ -75,7 +75,7 @@ def scenarios(draw):
 
 class IdleWhileFitting:
     """Observes a run after each instant's cycles: a job that fits idle GPUs (see
-    jobs.simulator.idle) at two observations in a row waited longer than one cycle."""
+    simulator.idle) at two observations in a row waited longer than one cycle."""
 
     def __init__(self) -> None:
         self.before: dict[str, str] = {}

@@ -5,9 +5,9 @@ after every scheduling cycle (audit mode) and every lifecycle transition."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.simulator.engine import Simulation
-from jobs.simulator.scenario import parse
-from jobs.statuses import ALLOWED_TRANSITIONS, JobStatus
+from policy.statuses import ALLOWED_TRANSITIONS, JobStatus
+from simulator.engine import Simulation
+from simulator.scenario import parse
 
 POOLS = [("Lingjun", "H200"), ("Lingjun", "H100"), ("General-purpose", "H200")]
 IDLE = ["Off", "Acceptable", "Only Idle Resources"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.simulator.engine import Simulation
-from jobs.simulator.scenario import parse
+from simulator.engine import Simulation
+from simulator.scenario import parse
 from tests.simulator.render import render
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.simulator.engine import Simulation
-from jobs.simulator.scenario import ScenarioError, parse
+from simulator.engine import Simulation
+from simulator.scenario import ScenarioError, parse
 
 IDLE = ["Off", "Acceptable", "Only Idle Resources"]
 

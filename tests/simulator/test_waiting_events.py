@@ -8,10 +8,10 @@ import itertools
 
 import pytest
 
-from jobs.scheduler.plan import plan
-from jobs.simulator.engine import Simulation
-from jobs.simulator.scenario import ScenarioError, parse
-from jobs.simulator.world import at
+from policy.scheduler.plan import plan
+from simulator.engine import Simulation
+from simulator.scenario import ScenarioError, parse
+from simulator.world import at
 
 
 def node(name: str, count: int = 1, gpus: int = 8) -> dict:

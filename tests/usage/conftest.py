@@ -8,8 +8,8 @@ import time_machine
 from jobs.actions.scheduling import apply_plan
 from jobs.actions.transitions import transition
 from jobs.models import Pod, WorkerGpuSample
-from jobs.scheduler.model import ChargeHome, Plan
-from jobs.statuses import Actor, IdleResources, JobStatus, PodStatus
+from policy.scheduler.model import ChargeHome, Plan
+from policy.statuses import Actor, IdleResources, JobStatus, PodStatus
 from tests.web.conftest import borrow, place, submit
 
 T0 = datetime(2026, 11, 2, 9, 40, tzinfo=UTC)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from jobs.actions.usage import roll_up_usage
 from jobs.models import QuotaDecayedUsage, UsageBucket
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.statuses import IdleResources
+from policy.statuses import IdleResources
 from quotas.models import Quota, Role, Tenant
 from tests.conftest import make_node, make_user
 from tests.usage.test_page import client_of

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.actions.usage import roll_up_usage
-from jobs.usage_history import (
+from policy.usage_history import (
     PodSpan,
     bucket_cells,
     idle_spans,

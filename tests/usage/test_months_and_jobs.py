@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from jobs.actions.usage import COLUMNS, roll_up_usage
 from jobs.models import JobUsageBucket, UsageBucket
-from jobs.usage_history import FIELDS
 from jobs.usage_query import pieces
+from policy.usage_history import FIELDS
 from tests.usage.test_rollup import sums
 
 

@@ -8,7 +8,7 @@ from django.db.models import Sum
 
 from jobs.actions.usage import COLUMNS, roll_up_usage
 from jobs.models import ChargeMove, UsageBucket, UsageRollup, UsageTotal
-from jobs.usage_history import FIELDS
+from policy.usage_history import FIELDS
 from tests.usage.conftest import T0
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from django.test import Client
 from jobs.actions.submit import JobSpec, create_job
 from jobs.actions.transitions import transition
 from jobs.models import HeldGpu, Job, LogChunk, Pod
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.statuses import Actor, JobStatus, PodStatus
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 

@@ -15,7 +15,7 @@ from accounts.tokens import digest_of
 from agents.models import BootstrapToken
 from cluster.models import Node
 from jobs.models import Job
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from quotas.models import Quota, ResourceType
 from tests.conftest import make_node, make_user
 from tests.web.conftest import finish, place, submit

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from jobs.admission.facts import check_job
-from jobs.admission.rules import ALL, Facts, PoolFacts, QuotaFacts, WorkspaceFacts, check
+from policy.admission.rules import ALL, Facts, PoolFacts, QuotaFacts, WorkspaceFacts, check
 from tests.conftest import make_node
 
 QUOTA = QuotaFacts(

@@ -13,7 +13,7 @@ from django.utils import timezone
 from accounts.actions import issue_api_token
 from jobs.actions.transitions import transition
 from jobs.models import Job, Pod
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.statuses import Actor, JobStatus, PodStatus
 from tests.conftest import make_node
 from tests.web.conftest import add_log, finish, place, submit
 

@@ -4,9 +4,9 @@ warning, clone, and the form bugs (CRLF commands, help text)."""
 import pytest
 from django.urls import reverse
 
-from jobs.accounting import account
 from jobs.models import Job
 from jobs.scheduler.cycle import load_snapshot
+from policy.accounting import account
 from tests.conftest import make_node
 from tests.web.conftest import HTMX, Tree, borrow, place, submit
 from web.forms import JobForm, initial_from_job

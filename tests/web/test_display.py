@@ -6,8 +6,10 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from jobs.admission.rules import default_name
-from jobs.display import (
+from jobs.logview import chunk_lines, logs_complete
+from jobs.paging import BadPageRequest, decode_cursor, parse_limit, parse_statuses
+from policy.admission.rules import default_name
+from policy.display import (
     STOPPING,
     UNKNOWN,
     badge_class,
@@ -17,9 +19,7 @@ from jobs.display import (
     format_duration,
     is_live,
 )
-from jobs.logview import chunk_lines, logs_complete
-from jobs.paging import BadPageRequest, decode_cursor, parse_limit, parse_statuses
-from jobs.statuses import JobStatus, PodStatus
+from policy.statuses import JobStatus, PodStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

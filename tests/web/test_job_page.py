@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from jobs.actions.transitions import transition
 from jobs.models import Pod
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.statuses import Actor, JobStatus, PodStatus
 from tests.web.conftest import Tree, finish, place, submit
 
 

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from jobs.models import Pod
-from jobs.statuses import JobStatus
+from policy.statuses import JobStatus
 from tests.web.conftest import Tree, add_log, finish, free_gpus, place
 
 HOSTILE = [
@@ -128,7 +128,7 @@ def test_viewer_is_told_when_the_log_is_complete(member_client, job, node):
     add_log(pod, 0, ["only line"])
     Pod.objects.filter(pk=pod.pk).update(status="Succeeded", exit_code=0)
     from jobs.actions.transitions import transition
-    from jobs.statuses import Actor
+    from policy.statuses import Actor
 
     with time_machine.travel(timezone.now(), tick=False) as clock:
         transition(job, JobStatus.COMPLETED, reason="done", actor=Actor.AGENT)
@@ -200,7 +200,7 @@ def _restart(job, node, pod, *, at) -> Pod:
     """A Synchronous restart (docs/statuses.md): the worker failed at `at`, the job went back to
     Pending as attempt 2 and the scheduler placed the new attempt's worker."""
     from jobs.actions.transitions import transition
-    from jobs.statuses import Actor, PodStatus
+    from policy.statuses import Actor, PodStatus
 
     Pod.objects.filter(pk=pod.pk).update(status=PodStatus.FAILED, exit_code=1, finished_at=at)
     transition(job, JobStatus.PENDING, reason="restart 1/3", actor=Actor.AGENT, attempt=2)
@@ -219,7 +219,7 @@ def test_viewer_is_not_complete_while_a_newer_attempt_has_lines(member_client, j
     poll for attempt 1 must not say `complete` (the viewer would stop and never show attempt
     2); it points to attempt 2 instead, whose lines the viewer then reads from the start."""
     from jobs.actions.transitions import transition
-    from jobs.statuses import Actor
+    from policy.statuses import Actor
 
     pod = place(job, node)[0]
     add_log(pod, 0, ["attempt one"])
@@ -247,7 +247,7 @@ def test_viewer_keeps_following_between_attempts(member_client, job, node):
     """Restarting (Pending, then Starting) before the new attempt's worker exists: the job
     is not final, so the viewer keeps polling the old attempt and is pointed on later."""
     from jobs.actions.transitions import transition
-    from jobs.statuses import Actor, PodStatus
+    from policy.statuses import Actor, PodStatus
 
     pod = place(job, node)[0]
     add_log(pod, 0, ["attempt one"])
@@ -285,7 +285,7 @@ def test_default_log_is_the_workers_newest_attempt(
 ):
     """After an Asynchronous restart only the failed worker has the newer attempt: worker
     0's log is still its attempt 1, which the page shows and follows by default."""
-    from jobs.statuses import PodStatus
+    from policy.statuses import PodStatus
     from tests.web.conftest import submit
 
     job = submit(researcher, workspace, quota, workers=2)

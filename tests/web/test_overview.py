@@ -4,11 +4,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs.accounting import account
 from jobs.actions.transitions import transition
 from jobs.models import Job, Pod, WorkerGpuSample
 from jobs.scheduler.cycle import load_snapshot, run_cycle
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.accounting import account
+from policy.statuses import Actor, JobStatus, PodStatus
 from quotas.models import Role
 from tests.conftest import make_node, make_user
 from tests.web.conftest import Tree, borrow, submit

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from cluster.models import Node
 from jobs.models import Pod
-from jobs.statuses import PodStatus
+from policy.statuses import PodStatus
 from quotas.models import Quota, ResourceType, Role, Tenant, Workspace
 from tests.conftest import make_user
 from tests.web.conftest import borrow, place, submit

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from audit.models import AuditEntry
 from jobs.models import Job
-from jobs.statuses import IdleResources, JobStatus
+from policy.statuses import IdleResources, JobStatus
 from quotas import actions
 from quotas.models import Quota, ResourceType, Role, Tenant, Workspace
 from tests.conftest import make_node, make_user
@@ -399,7 +399,7 @@ def test_only_an_empty_quota_is_deleted_after_its_preview(
 
 def test_a_second_preview_of_the_same_state_reuses_the_unchanged_plan(quota, lent):
     from jobs.forecast import current_snapshot
-    from jobs.quota_preview import QuotaEdit
+    from policy.quota_preview import QuotaEdit
     from web import views_quotas
 
     views_quotas._BASELINES.clear()

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from jobs.actions.transitions import transition
 from jobs.models import Job, JobEvent, LogChunk, Pod, ProgressSample, RestartRecord, WorkerGpuSample
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.statuses import Actor, JobStatus, PodStatus
 from quotas.models import Role
 from tests.conftest import make_node, make_user
 from tests.web.conftest import HTMX, add_log, borrow, submit

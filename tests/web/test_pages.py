@@ -9,9 +9,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from jobs.actions.transitions import transition
-from jobs.display import STOPPING
 from jobs.models import Job, Pod, PodDesired
-from jobs.statuses import Actor, JobStatus, PodStatus
+from policy.display import STOPPING
+from policy.statuses import Actor, JobStatus, PodStatus
 from tests.conftest import make_node
 from tests.web.conftest import HTMX, Tree, finish, place, submit
 

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from jobs.accounting import tree_order
+from policy.accounting import tree_order
 from quotas.models import Quota, ResourceType
 from tests.conftest import make_node, make_user
 from tests.web.conftest import Tree, borrow, place, submit
@@ -129,7 +129,7 @@ def test_every_page_and_api_agrees_with_quota_usage(tree, member_client, api, re
 
 
 def test_tree_order_places_parents_first():
-    from jobs.accounting import QuotaUsage
+    from policy.accounting import QuotaUsage
 
     def usage(qid, name, parent=None):
         return QuotaUsage(qid, name, 1, "Lingjun", "H200", 0, 0, 0, 0, 0, 0, 0, 0, None,

@@ -5,8 +5,8 @@ from django import template
 from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
-from jobs.fair_share import FairShareRow, fair_share_rows
 from jobs.models import QuotaDecayedUsage
+from policy.fair_share import FairShareRow, fair_share_rows
 from quotas.models import Quota
 
 register = template.Library()

@@ -1,10 +1,10 @@
-"""Template filters over jobs.display (the pure rules live there)."""
+"""Template filters over policy.display (the pure rules live there)."""
 
 from django import template
 from django.utils import timezone
 
-from jobs import display
 from jobs.models import Job, Pod
+from policy import display
 
 register = template.Library()
 
@@ -95,7 +95,7 @@ def restart_budget(job: Job) -> str:
     """Failure restarts used / allowed, for jobs with Automatic Fault Tolerance."""
     if not job.fault_tolerance:
         return "—"
-    from jobs.faulttolerance.policy import config_of
+    from policy.faulttolerance.policy import config_of
 
     return f"{job.restart_count}/{config_of(job).max_restarts}"
 

@@ -8,8 +8,8 @@ from dataclasses import asdict
 
 from django.core.management.base import BaseCommand
 
-from jobs.accounting import account, tree_order
 from jobs.forecast import current_snapshot
+from policy.accounting import account, tree_order
 
 
 class Command(BaseCommand):
