@@ -1,6 +1,6 @@
 """Usage history in the API (docs/usage-history.md): GPU-seconds per quota, workspace,
 user or GPU type and per hour, day or month, as JSON or CSV. The same rows as the Usage
-page (`jobs.usage_report`), under the same access rule."""
+page (`usage.report`), under the same access rule."""
 
 from typing import Literal
 
@@ -12,7 +12,7 @@ from accounts.api_auth import ApiError
 from api import schemas
 from api.jobs import READ_ERRORS
 from api.parsing import reject_unknown_query
-from jobs.usage_report import (
+from usage.report import (
     UsageParamError,
     csv_text,
     parse_request,

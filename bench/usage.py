@@ -127,9 +127,9 @@ def _time_rollups() -> dict:
     that backfills a whole week, over the seeded jobs."""
     from django.utils import timezone
 
-    from jobs.actions.usage import roll_up_usage
-    from jobs.models import UsageRollup
     from policy.usage_history import floor_hour
+    from usage.actions.rollup import roll_up_usage
+    from usage.models import UsageRollup
 
     now = timezone.now()
     times = {}

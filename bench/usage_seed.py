@@ -67,7 +67,7 @@ def _dialect(days: int, jobs: int) -> dict[str, str]:
 def seed_buckets(days: int, jobs: int, spaces, users) -> int:
     """Hourly, daily and monthly rows for every quota over `days`, per-person rows beside
     them (ten per hour, one per user per day), and one hour and one day row per job."""
-    from jobs.models import JobUsageBucket, UsageBucket
+    from usage.models import JobUsageBucket, UsageBucket
 
     w0, u0 = spaces[0].pk, users[0].pk
     table, job_table = UsageBucket._meta.db_table, JobUsageBucket._meta.db_table

@@ -24,7 +24,7 @@ TASK_LOOPS = {
     "jobs.schedule_tick": "scheduler",
     "jobs.job_monitor_tick": "job-monitor",
     "agents.node_monitor_tick": "monitor",
-    "jobs.usage_rollup_tick": "usage",
+    "usage.rollup_tick": "usage",
 }
 
 

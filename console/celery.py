@@ -29,7 +29,7 @@ def periodic_triggers(settings) -> list[tuple[str, int]]:
         ("jobs.job_monitor_tick", settings.MONITOR_INTERVAL),
         ("agents.node_monitor_tick", settings.MONITOR_INTERVAL),
         ("notifications.deliver_due", settings.NOTIFY_INTERVAL),
-        ("jobs.usage_rollup_tick", settings.USAGE_ROLLUP_INTERVAL),
+        ("usage.rollup_tick", settings.USAGE_ROLLUP_INTERVAL),
     ]
 
 

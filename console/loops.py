@@ -66,10 +66,10 @@ def start_loops() -> dict[str, Loop]:
     from django.conf import settings
 
     from agents.node_monitor import run_node_monitor
-    from jobs.actions.usage import roll_up_usage
     from jobs.job_monitor import run_job_monitor
     from jobs.scheduler.cycle import resume_placements_here, run_cycle
     from notifications.delivery import deliver_due
+    from usage.actions.rollup import roll_up_usage
 
     with _lock:
         resume_placements_here()

@@ -15,7 +15,7 @@ per scrape, whatever the number of jobs), over indexed columns where the table i
 - preemptions by reason (reclaim by a lending quota, priority, other) and fault-tolerance
   restarts by kind (failure, hang, preemption, node_lost);
 - usage history's GPU-seconds per quota and kind (in quota, borrowed, lent, idle-held,
-  waiting), counters over the whole history (jobs.usage_report.usage_totals);
+  waiting), counters over the whole history (usage.report.usage_totals);
 - heartbeat age and state per node; log lines ingested (the sum of every worker's next
   expected log sequence number: lines stored once each).
 
@@ -44,13 +44,13 @@ from accounts.api_auth import error_response
 from cluster.models import Node
 from console.models import LoopRun
 from jobs.models import Job, JobEvent, Pod, RestartKind, RestartRecord
-from jobs.usage_report import usage_totals
 from policy.accounting import roll_up
 from policy.scheduler.model import QuotaSnap
 from policy.scheduler.tree import QuotaTree
 from policy.statuses import ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES, JobStatus
 from policy.usage_history import FIELDS
 from quotas.models import Quota
+from usage.report import usage_totals
 
 PREFIX = "gpu_console"
 _WAITING = sorted(s.value for s in WAITING_JOB_STATUSES)

@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "quotas",
     "cluster",
     "jobs",
+    "usage",
     "audit",
     "notifications",
     "agents",

@@ -228,7 +228,7 @@ class Pod(models.Model):
                 condition=Q(status__in=sorted(s.value for s in ACTIVE_POD_STATUSES)),
                 name="pod_active_by_quota",
             ),
-            # Usage history's roll-up (jobs.usage_rollup): the pods that ended in a window.
+            # Usage history's roll-up (usage.actions.rollup): the pods that ended in a window.
             # Partial: a pod enters it once, when it ends (no cost to the cycle's inserts).
             models.Index(
                 fields=["finished_at"],
@@ -446,11 +446,21 @@ class ProgressSample(models.Model):
 
 
 # Usage history's tables live in their own module (this one would pass 500 lines).
-from jobs.usage_models import (  # noqa: E402, F401
-    ChargeMove,
-    JobUsageBucket,
-    QuotaDecayedUsage,
-    UsageBucket,
-    UsageRollup,
-    UsageTotal,
-)
+
+
+class ChargeMove(models.Model):
+    """A live pod's charge changed (a charge move, docs/quota-tree.md): what it was charged
+    to until `at`. Usage history splits the pod's interval here (docs/usage-history.md)."""
+
+    pod = models.ForeignKey("jobs.Pod", on_delete=models.CASCADE, related_name="charge_moves")
+    at = models.DateTimeField()
+    from_quota_id = models.IntegerField()
+    from_in_quota = models.BooleanField()
+    to_quota_id = models.IntegerField()
+    to_in_quota = models.BooleanField()
+
+    class Meta:
+        indexes = [models.Index(fields=["pod", "at"], name="charge_move_pod_at")]
+
+    def __str__(self) -> str:
+        return f"pod {self.pod_id}: quota {self.from_quota_id} → {self.to_quota_id}"

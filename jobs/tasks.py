@@ -84,11 +84,3 @@ def job_monitor_tick() -> dict:
     from jobs.job_monitor import run_job_monitor
 
     return run_job_monitor().as_dict()
-
-
-@shared_task(name="jobs.usage_rollup_tick", ignore_result=True)
-def usage_rollup_tick() -> dict:
-    """Roll pods' intervals up into usage history's buckets (jobs.actions.usage)."""
-    from jobs.actions.usage import roll_up_usage
-
-    return roll_up_usage(paced=True).as_dict()

@@ -1,8 +1,8 @@
 """Usage history's pure core (docs/usage-history.md): pods' intervals → hourly cells, and
 the roll-up of per-quota numbers over the quota tree.
 
-No Django here: the roll-up task (jobs.actions.usage) loads plain spans, these functions
-cut them at hour boundaries, and the reports (jobs.usage_report) add the tree. Everything is
+No Django here: the roll-up task (usage.actions.rollup) loads plain spans, these functions
+cut them at hour boundaries, and the reports (usage.report) add the tree. Everything is
 in integer GPU-microseconds, so a period's buckets equal the sum over its pods' intervals
 exactly, whatever the order of addition.
 """

@@ -11,6 +11,7 @@ with every field error, and nothing is written.
 """
 
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -18,7 +19,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from quotas.hooks import QuotaChange, announce
-from quotas.models import Membership, Quota, Tenant, Workspace
+from quotas.models import Membership, Quota, QuotaDecayedUsage, Tenant, Workspace
 
 FieldErrors = dict[str, list[str]]
 QuotaRule = Callable[[Quota, Quota | None], Mapping[str, list[str]]]
@@ -271,3 +272,13 @@ def remove_member(membership: Membership, *, actor: Any = None) -> None:
         role = membership.role
         membership.delete()
         _announce_member("member_remove", membership, actor, {"role": (role, None)})
+
+
+def replace_decayed_usage(rows: Iterable[tuple[int, float]], at: datetime) -> int:
+    """Replace every quota's decayed borrowed GPU-seconds (historical fair share,
+    docs/quota-tree.md) with `rows` of (quota id, GPU-seconds) as of `at`: one delete, one
+    insert. Written by usage history's roll-up (usage.actions.decay). Returns the rows."""
+    found = [QuotaDecayedUsage(quota_id=q, at=at, gpu_seconds=s) for q, s in rows]
+    QuotaDecayedUsage.objects.all().delete()
+    QuotaDecayedUsage.objects.bulk_create(found)
+    return len(found)

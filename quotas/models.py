@@ -146,3 +146,21 @@ class Quota(models.Model):
         from quotas.validation import validate_quota_change
 
         validate_quota_change(self)
+
+
+class QuotaDecayedUsage(models.Model):
+    """A quota's borrowed GPU-seconds decayed over its tenant's half-life as of `at`
+    (historical fair share, docs/quota-tree.md): written by usage history's roll-up
+    (usage.actions.decay, through quotas.actions) for tenants that turned it on, read by the
+    scheduler's snapshot (which decays it on to the cycle's now). A scheduling input of the
+    quota, so it lives with the quota."""
+
+    quota_id = models.IntegerField(unique=True)
+    at = models.DateTimeField()
+    gpu_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        db_table = "jobs_quotadecayedusage"
+
+    def __str__(self) -> str:
+        return f"quota {self.quota_id}: {self.gpu_seconds:.0f} decayed GPU-seconds"

@@ -11,9 +11,12 @@ from django.db.models import BigIntegerField, F, Sum
 from django.db.models.functions import Cast
 
 from cluster.models import Node
-from jobs.models import UsageBucket
-from jobs.usage_query import Epoch, covering, fetch, from_epoch, pieces
-from jobs.usage_report import (
+from policy.usage_history import BORROWED, IN_QUOTA, LENT
+from protocol import limits
+from quotas.models import Quota
+from usage.models import UsageBucket
+from usage.query import Epoch, covering, fetch, from_epoch, pieces
+from usage.report import (
     GROUPS,
     UsageParamError,
     UsageRequest,
@@ -24,9 +27,6 @@ from jobs.usage_report import (
     grouped,
     usage_buckets,
 )
-from policy.usage_history import BORROWED, IN_QUOTA, LENT
-from protocol import limits
-from quotas.models import Quota
 
 PERIODS = ("day", "week", "month", "custom")
 HOUR_US = 3600 * 1_000_000

@@ -10,8 +10,8 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from jobs.usage_report import UsageRequest, csv_text, scope_for
-from jobs.usage_report import usage_page as report_page
+from usage.report import UsageRequest, csv_text, scope_for
+from usage.report import usage_page as report_page
 from web.usage_page import UsageForm, chart_series, group_totals, top_users, totals_of
 
 GROUPS_SHOWN = 100  # the most used groups in the table; the CSV has every one

@@ -24,9 +24,9 @@ from django.utils import timezone
 
 from cluster.models import GpuDevice
 from jobs.actions import bulk
+from jobs.actions.charges import record_charge_moves
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import IllegalTransition, TransitionConflict
-from jobs.actions.usage import record_charge_moves
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, JobEvent, Pod
 from jobs.scheduler.rows import CycleResult, WaitingRow

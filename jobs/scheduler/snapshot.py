@@ -20,7 +20,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from cluster.models import GpuDevice, Node, NodeState
-from jobs.models import Checkpoint, Job, Pod, QuotaDecayedUsage
+from jobs.models import Checkpoint, Job, Pod
 from jobs.scheduler.rows import WaitingRow
 from jobs.scheduler.waiting import read_waiting
 from policy.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
@@ -31,7 +31,7 @@ from policy.statuses import (
     PodStatus,
 )
 from policy.usage_history import average_gpus, decayed_on
-from quotas.models import Quota
+from quotas.models import Quota, QuotaDecayedUsage
 
 _IDLE = {i.value: i for i in IdleResources}
 

@@ -13,7 +13,8 @@ Rooms, lowest first; a room may import the rooms listed for it, never one above 
     accounts        API tokens, who is calling, rate limits
     quotas          tenants, workspaces, quotas
     cluster         nodes and GPUs
-    jobs            jobs, pods, lifecycle, scheduler, fault tolerance, admission rules
+    jobs            jobs, pods, lifecycle, the scheduler's shell (snapshot, cycle), admission facts
+    usage           usage history: buckets, the roll-up, reports (the arithmetic is policy's)
     audit           the audit log (hears jobs' notices; mirrors the admin's history)
     notifications   webhook and e-mail notifications (an outbox fed by jobs' notices)
     agents          the agent API app: registration, heartbeats, logs, node monitor
@@ -43,12 +44,14 @@ ALLOWED: dict[str, set[str]] = {
     "quotas": {"policy", "protocol"},
     "cluster": {"policy", "quotas", "protocol"},
     "jobs": {"policy", "cluster", "quotas", "accounts", "protocol"},
+    "usage": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "audit": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "notifications": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "agents": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "kube": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "api": {
         "policy",
+        "usage",
         "audit",
         "notifications",
         "jobs",
@@ -59,6 +62,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "web": {
         "policy",
+        "usage",
         "audit",
         "notifications",
         "jobs",
@@ -74,6 +78,7 @@ ALLOWED: dict[str, set[str]] = {
         "agents",
         "audit",
         "notifications",
+        "usage",
         "jobs",
         "cluster",
         "quotas",

@@ -6,12 +6,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs.actions.usage import roll_up_usage
-from jobs.models import UsageBucket
 from quotas.models import Quota, Role
 from tests.api.conftest import client_for, error_of
 from tests.conftest import make_user
 from tests.usage.conftest import T0
+from usage.actions.rollup import roll_up_usage
+from usage.models import UsageBucket
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/usage"

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from jobs.actions.usage import roll_up_usage
 from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.e2e.test_pages_walk import ARTIFACTS, AXE, SERIOUS
+from usage.actions.rollup import roll_up_usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -6,7 +6,7 @@ import pytest
 
 from accounts.actions import issue_api_token
 from cli.__main__ import main
-from jobs.actions.usage import roll_up_usage
+from usage.actions.rollup import roll_up_usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,14 +9,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs.actions.usage import roll_up_usage
-from jobs.models import QuotaDecayedUsage, UsageBucket
 from jobs.scheduler.cycle import load_snapshot, run_cycle
 from policy.statuses import IdleResources
-from quotas.models import Quota, Role, Tenant
+from quotas.models import Quota, QuotaDecayedUsage, Role, Tenant
 from tests.conftest import make_node, make_user
 from tests.usage.test_page import client_of
 from tests.web.conftest import submit
+from usage.actions.rollup import roll_up_usage
+from usage.models import UsageBucket
 
 pytestmark = pytest.mark.django_db
 ONLY = IdleResources.ONLY

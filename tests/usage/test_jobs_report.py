@@ -10,14 +10,14 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.actions import issue_api_token
 from cli.__main__ import main
-from jobs.actions.usage import roll_up_usage
-from jobs.models import JobUsageBucket, UsageBucket
 from quotas.models import Quota, Role
 from tests.api.conftest import client_for, error_of
 from tests.conftest import make_user
 from tests.usage.conftest import T0
 from tests.usage.test_cli import no_cycles  # noqa: F401
 from tests.usage.test_page import WEEK, client_of, groups
+from usage.actions.rollup import roll_up_usage
+from usage.models import JobUsageBucket, UsageBucket
 
 URL = "/api/v1/usage"
 NOV = {"since": "2026-11-01", "until": "2026-12-01"}

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.actions.usage import roll_up_usage
 from policy.usage_history import (
     PodSpan,
     bucket_cells,
@@ -19,6 +18,7 @@ from policy.usage_history import (
 )
 from quotas.models import Quota
 from tests.console.test_metrics import metrics_token, scrape, value  # noqa: F401
+from usage.actions.rollup import roll_up_usage
 
 H = datetime(2026, 11, 2, tzinfo=UTC)
 

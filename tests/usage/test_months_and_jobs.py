@@ -9,11 +9,11 @@ from django.db.models import Sum
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.actions.usage import COLUMNS, roll_up_usage
-from jobs.models import JobUsageBucket, UsageBucket
-from jobs.usage_query import pieces
 from policy.usage_history import FIELDS
 from tests.usage.test_rollup import sums
+from usage.actions.rollup import COLUMNS, roll_up_usage
+from usage.models import JobUsageBucket, UsageBucket
+from usage.query import pieces
 
 
 @pytest.mark.django_db

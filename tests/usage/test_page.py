@@ -9,12 +9,12 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from jobs.actions.usage import roll_up_usage
-from jobs.models import UsageBucket
 from quotas.models import Quota, Role, Tenant, Workspace
 from tests.conftest import make_user
 from tests.usage.conftest import T0
 from tests.web.conftest import HTMX
+from usage.actions.rollup import roll_up_usage
+from usage.models import UsageBucket
 
 pytestmark = pytest.mark.django_db
 WEEK = {"period": "week", "date": "2026-11-02", "group": "quota"}

@@ -6,10 +6,11 @@ from datetime import timedelta
 import pytest
 from django.db.models import Sum
 
-from jobs.actions.usage import COLUMNS, roll_up_usage
-from jobs.models import ChargeMove, UsageBucket, UsageRollup, UsageTotal
+from jobs.models import ChargeMove
 from policy.usage_history import FIELDS
 from tests.usage.conftest import T0
+from usage.actions.rollup import COLUMNS, roll_up_usage
+from usage.models import UsageBucket, UsageRollup, UsageTotal
 
 pytestmark = pytest.mark.django_db
 

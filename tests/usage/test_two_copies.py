@@ -7,8 +7,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection
 
-from jobs.actions.usage import roll_up_usage
-from jobs.models import UsageBucket, UsageRollup, UsageTotal
+from usage.actions.rollup import roll_up_usage
+from usage.models import UsageBucket, UsageRollup, UsageTotal
 
 pytestmark = [
     pytest.mark.postgres,

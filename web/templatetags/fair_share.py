@@ -5,9 +5,8 @@ from django import template
 from django.db.models import F, OuterRef, Subquery
 from django.utils import timezone
 
-from jobs.models import QuotaDecayedUsage
 from policy.fair_share import FairShareRow, fair_share_rows
-from quotas.models import Quota
+from quotas.models import Quota, QuotaDecayedUsage
 
 register = template.Library()
 

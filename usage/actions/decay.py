@@ -1,5 +1,5 @@
 """Historical fair share's input (docs/quota-tree.md): each quota's borrowed GPU-seconds
-decayed over its tenant's half-life, written by the usage roll-up (jobs.actions.usage) for
+decayed over its tenant's half-life, written by the usage roll-up (usage.actions.rollup) for
 the tenants that turned it on, and read by the scheduler's snapshot in the same query as
 the quotas (one row per quota; the snapshot decays it on to the cycle's `now`).
 
@@ -13,10 +13,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Q
 
-from jobs.models import QuotaDecayedUsage, UsageBucket
-from jobs.usage_query import DAY
 from policy.usage_history import HOUR, ceil_hour, decayed_gpu_seconds
+from quotas.actions import replace_decayed_usage
 from quotas.models import Quota
+from usage.models import UsageBucket
+from usage.query import DAY
 
 HOURLY = timedelta(days=2)  # the newest history is read hour by hour
 HORIZON_HALF_LIVES = 10
@@ -37,8 +38,7 @@ def write_decayed_usage(now: datetime) -> int:
         )
     }
     if not quotas:
-        QuotaDecayedUsage.objects.all().delete()
-        return 0
+        return replace_decayed_usage([], now)
     top = ceil_hour(now)
     split = top - HOURLY
     oldest = split - max(_horizon(h) for h in quotas.values())
@@ -54,18 +54,12 @@ def write_decayed_usage(now: datetime) -> int:
     buckets: dict[int, list] = defaultdict(list)
     for quota_id, span, start, borrowed in found:
         buckets[quota_id].append((start, start + (HOUR if span == "h" else DAY), borrowed))
-    rows = [
-        QuotaDecayedUsage(
-            quota_id=quota_id,
-            at=now,
-            gpu_seconds=decayed_gpu_seconds(
-                (b for b in buckets.get(quota_id, ()) if b[0] >= now - _horizon(half_life)),
-                now,
-                half_life * 3600,
-            ),
+    rows = {
+        quota_id: decayed_gpu_seconds(
+            (b for b in buckets.get(quota_id, ()) if b[0] >= now - _horizon(half_life)),
+            now,
+            half_life * 3600,
         )
         for quota_id, half_life in quotas.items()
-    ]
-    QuotaDecayedUsage.objects.all().delete()
-    QuotaDecayedUsage.objects.bulk_create(rows)
-    return len(rows)
+    }
+    return replace_decayed_usage(rows.items(), now)

@@ -17,13 +17,14 @@ from django.db.models.functions import Cast
 from django.utils.dateparse import parse_date, parse_datetime
 
 from jobs.access import member_workspace_ids
-from jobs.actions.usage import COLUMNS
-from jobs.models import Job, JobUsageBucket, UsageBucket
-from jobs.usage_query import Epoch, covering, fetch, from_epoch, month_period, pieces, sums
+from jobs.models import Job
 from policy.usage_history import roll_up_tree
 from protocol import limits
 from quotas.access import owned_tenant_ids, visible_quota_ids
 from quotas.models import Quota, Workspace
+from usage.actions.rollup import COLUMNS
+from usage.models import JobUsageBucket, UsageBucket
+from usage.query import Epoch, covering, fetch, from_epoch, month_period, pieces, sums
 
 GROUPS = ("quota", "workspace", "user", "gpu_type", "job")
 GRANULARITIES = ("hour", "day", "month")
@@ -364,7 +365,7 @@ def _cell(value) -> str:
 def usage_totals() -> dict[int, list[int]]:
     """quota id → GPU-microseconds of all history (FIELDS order): the final hours' running
     totals plus the hours still open, in one query. What /metrics counts."""
-    from jobs.models import UsageRollup, UsageTotal
+    from usage.models import UsageRollup, UsageTotal
 
     rolled = UsageRollup.objects.filter(pk=1).values("rolled_until")[:1]
     open_hours = (

@@ -1,32 +1,17 @@
-"""Usage history's tables (docs/usage-history.md): charge moves, buckets, totals."""
+"""Usage history's tables (docs/usage-history.md): buckets, totals, the roll-up's state.
+
+The tables kept their names (`jobs_…`) when the models moved here from `jobs`: history
+outlives what it counts, and a rename would gain nothing."""
 
 from django.db import models
 
 _FIELDS = ("in_quota", "borrowed", "lent", "idle_held", "waiting")  # policy.usage_history.FIELDS
 
 
-class ChargeMove(models.Model):
-    """A live pod's charge changed (a charge move, docs/quota-tree.md): what it was charged
-    to until `at`. Usage history splits the pod's interval here (docs/usage-history.md)."""
-
-    pod = models.ForeignKey("jobs.Pod", on_delete=models.CASCADE, related_name="charge_moves")
-    at = models.DateTimeField()
-    from_quota_id = models.IntegerField()
-    from_in_quota = models.BooleanField()
-    to_quota_id = models.IntegerField()
-    to_in_quota = models.BooleanField()
-
-    class Meta:
-        indexes = [models.Index(fields=["pod", "at"], name="charge_move_pod_at")]
-
-    def __str__(self) -> str:
-        return f"pod {self.pod_id}: quota {self.from_quota_id} → {self.to_quota_id}"
-
-
 class UsageBucket(models.Model):
     """GPU-microseconds of one hour (span "h"), UTC day ("d") or UTC month ("m") for one
     quota (`workspace_id` and `user_id` 0) or one (quota, workspace, user): written only by
-    the roll-up (jobs.actions.usage). Ids without foreign keys: history outlives what it
+    the roll-up (usage.actions.rollup). Ids without foreign keys: history outlives what it
     counts."""
 
     span = models.CharField(max_length=1)
@@ -42,6 +27,7 @@ class UsageBucket(models.Model):
     waiting_us = models.BigIntegerField(default=0)
 
     class Meta:
+        db_table = "jobs_usagebucket"
         constraints = [
             models.UniqueConstraint(
                 fields=["span", "start", "quota_id", "workspace_id", "user_id"],
@@ -81,25 +67,13 @@ class JobUsageBucket(models.Model):
     waiting_us = models.BigIntegerField(default=0)
 
     class Meta:
+        db_table = "jobs_jobusagebucket"
         constraints = [
             models.UniqueConstraint(fields=["span", "start", "job_id"], name="job_usage_unique")
         ]
 
     def __str__(self) -> str:
         return f"{self.span} {self.start:%Y-%m-%d %H:00} job {self.job_id}"
-
-
-class QuotaDecayedUsage(models.Model):
-    """A quota's borrowed GPU-seconds decayed over its tenant's half-life as of `at`
-    (historical fair share, docs/quota-tree.md): written by the roll-up for tenants that
-    turned it on, read by the scheduler's snapshot (which decays it on to the cycle's now)."""
-
-    quota_id = models.IntegerField(unique=True)
-    at = models.DateTimeField()
-    gpu_seconds = models.FloatField(default=0.0)
-
-    def __str__(self) -> str:
-        return f"quota {self.quota_id}: {self.gpu_seconds:.0f} decayed GPU-seconds"
 
 
 class UsageTotal(models.Model):
@@ -111,6 +85,9 @@ class UsageTotal(models.Model):
     lent_us = models.BigIntegerField(default=0)
     idle_held_us = models.BigIntegerField(default=0)
     waiting_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "jobs_usagetotal"
 
     def __str__(self) -> str:
         return f"usage totals of quota {self.quota_id}"
@@ -124,6 +101,9 @@ class UsageRollup(models.Model):
     ran_at = models.DateTimeField(null=True, blank=True)
     # How long the last run took: the periodic runs are paced by it (docs/usage-history.md).
     last_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        db_table = "jobs_usagerollup"
 
     def __str__(self) -> str:
         return f"usage rolled until {self.rolled_until}"

@@ -1,5 +1,5 @@
-"""Usage history's writes (docs/usage-history.md): charge moves as they happen, and the
-periodic roll-up of pods' intervals into hourly and daily buckets.
+"""Usage history's roll-up (docs/usage-history.md): pods' intervals rolled up into hourly
+and daily buckets.
 
 The roll-up is level-triggered and idempotent: each run recomputes whole hours from the
 source rows (pods, their charge moves, job events, GPU samples) and replaces them, from the
@@ -19,19 +19,7 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 from django.utils import timezone
 
-from jobs.actions.usage_decay import write_decayed_usage
-from jobs.models import (
-    ChargeMove,
-    Job,
-    JobEvent,
-    JobUsageBucket,
-    Pod,
-    UsageBucket,
-    UsageRollup,
-    UsageTotal,
-    WorkerGpuSample,
-)
-from jobs.usage_query import month_floor, next_month
+from jobs.models import ChargeMove, Job, JobEvent, Pod, WorkerGpuSample
 from policy.statuses import ACTIVE_JOB_STATUSES, ACTIVE_POD_STATUSES, WAITING_JOB_STATUSES
 from policy.usage_history import (
     FIELDS,
@@ -49,6 +37,9 @@ from policy.usage_history import (
 )
 from protocol.limits import IDLE_UTILIZATION
 from quotas.models import Quota
+from usage.actions.decay import write_decayed_usage
+from usage.models import JobUsageBucket, UsageBucket, UsageRollup, UsageTotal
+from usage.query import month_floor, next_month
 
 _BATCH = 900  # ids per IN (…) (SQLite's parameter limit)
 # A commit can land a little after the time it wrote: an hour is final this long after it.
@@ -58,17 +49,6 @@ IDLE_GAP = timedelta(minutes=5)
 _LIVE = sorted(s.value for s in ACTIVE_POD_STATUSES)
 _WAITING = frozenset(s.value for s in WAITING_JOB_STATUSES)
 COLUMNS = tuple(f"{name}_us" for name in FIELDS)
-
-
-def record_charge_moves(moves: Iterable[tuple[int, int, bool, int, bool]], at: datetime) -> None:
-    """(pod, from quota, from in quota, to quota, to in quota) moved at `at`: call in the
-    transaction that moves the charge, so the record and the move commit together."""
-    ChargeMove.objects.bulk_create(
-        ChargeMove(
-            pod_id=pod, at=at, from_quota_id=fq, from_in_quota=fi, to_quota_id=tq, to_in_quota=ti
-        )
-        for pod, fq, fi, tq, ti in moves
-    )
 
 
 @dataclass(frozen=True, slots=True)
