@@ -1,4 +1,5 @@
-"""Every write to accounts: issuing, rotating and revoking researchers' API tokens."""
+"""Every write to accounts: issuing, rotating and revoking researchers' API tokens, rate
+counters, and the users that seed data sets up (people are otherwise added in the admin)."""
 
 from datetime import datetime
 
@@ -20,6 +21,13 @@ def issue_api_token(user, name: str = "default") -> tuple[ApiToken, str]:
     new = make_token(ApiToken.KIND)
     token = ApiToken.objects.create(user=user, name=name, prefix=new.prefix, digest=new.digest)
     return token, new.plain
+
+
+def replace_api_token(user, name: str) -> tuple[ApiToken, str]:
+    """Delete `user`'s tokens called `name` and issue a new one in their place."""
+    with transaction.atomic():
+        ApiToken.objects.filter(user=user, name=name).delete()
+        return issue_api_token(user, name=name)
 
 
 def rotate_api_token(user, now: datetime | None = None) -> tuple[ApiToken, str]:
@@ -48,6 +56,18 @@ def touch_last_used(token: ApiToken, now: datetime, resolution) -> None:
     ApiToken.objects.filter(pk=token.pk).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lte=now - resolution)
     ).update(last_used_at=now)
+
+
+def set_up_user(username: str, password: str, *, email: str = "", superuser: bool = False):
+    """The user `username` with this password, created when missing (with `email`);
+    `superuser` makes it staff and superuser too. For seed data (`console.demo`)."""
+    User = get_user_model()
+    user = User.objects.filter(username=username).first() or User(username=username, email=email)
+    if superuser:
+        user.is_staff = user.is_superuser = True
+    user.set_password(password)
+    user.save()
+    return user
 
 
 # -- rate counters (accounts.ratelimit's database store) -----------------------------------

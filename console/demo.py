@@ -10,13 +10,14 @@ import os
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from accounts.actions import issue_api_token
-from accounts.models import ApiToken
+from accounts.actions import issue_api_token, replace_api_token, set_up_user
+from quotas.actions import add_member, bind_quotas, create_quota, create_tenant, create_workspace
 from quotas.models import Membership, Quota, ResourceType, Role, Tenant, Workspace
 
 RESEARCHER = "researcher"
@@ -61,28 +62,36 @@ def token_is_live(plain: str) -> bool:
     return bool(plain) and authenticate_token(f"Bearer {plain}") is not None
 
 
+def _tenant_and_workspaces() -> dict[str, Workspace]:
+    """The acme tenant, its quotas and the workspaces they are bound to (only what is
+    missing is created; a binding is added, none removed)."""
+    tenant = Tenant.objects.filter(name="acme").first() or create_tenant("acme")
+    quotas = {}
+    for name, gpus in (("vision-h200", 4), ("speech-h200", 2), ("shared-h200", 2)):
+        quotas[name] = Quota.objects.filter(name=name).first() or create_quota(
+            name=name, tenant=tenant, resource_type=ResourceType.LINGJUN, gpu_type="H200", gpus=gpus
+        )
+    workspaces = {}
+    for name in ("vision", "speech"):
+        workspace = Workspace.objects.filter(tenant=tenant, name=name).first()
+        workspaces[name] = workspace or create_workspace(tenant, name)
+        wanted = (quotas[f"{name}-h200"], quotas["shared-h200"])
+        bind_quotas(workspaces[name], {*workspaces[name].quotas.all(), *wanted})
+    return workspaces
+
+
+def _join(workspace: Workspace, user: Any, role: str) -> None:
+    if not Membership.objects.filter(workspace=workspace, user=user).exists():
+        add_member(workspace, user, role)
+
+
 def ensure_demo_data() -> DemoCredentials:
-    """Create the demo tenant, workspaces, quotas and users unless they already exist."""
+    """Create the demo tenant, workspaces, quotas and users unless they already exist,
+    through the apps' actions (quotas.actions, accounts.actions) like any other write."""
     User = get_user_model()
     creds = _load()
     with transaction.atomic():
-        tenant, _ = Tenant.objects.get_or_create(name="acme")
-        vision, _ = Workspace.objects.get_or_create(tenant=tenant, name="vision")
-        speech, _ = Workspace.objects.get_or_create(tenant=tenant, name="speech")
-        quotas = {}
-        for name, gpus in (("vision-h200", 4), ("speech-h200", 2), ("shared-h200", 2)):
-            quotas[name], _ = Quota.objects.get_or_create(
-                name=name,
-                defaults={
-                    "tenant": tenant,
-                    "resource_type": ResourceType.LINGJUN,
-                    "gpu_type": "H200",
-                    "gpus": gpus,
-                },
-            )
-        vision.quotas.add(quotas["vision-h200"], quotas["shared-h200"])
-        speech.quotas.add(quotas["speech-h200"], quotas["shared-h200"])
-
+        workspaces = _tenant_and_workspaces()
         researcher = User.objects.filter(username=RESEARCHER).first()
         admin = User.objects.filter(username=ADMIN).first()
         if creds is None or researcher is None or admin is None:
@@ -93,15 +102,13 @@ def ensure_demo_data() -> DemoCredentials:
                 admin_username=ADMIN,
                 admin_password=secrets.token_urlsafe(12),
             )
-            researcher = researcher or User(username=RESEARCHER, email="researcher@example.com")
-            researcher.set_password(creds.researcher_password)
-            researcher.save()
-            admin = admin or User(username=ADMIN, email="admin@example.com")
-            admin.is_staff = admin.is_superuser = True
-            admin.set_password(creds.admin_password)
-            admin.save()
-            ApiToken.objects.filter(user=researcher, name="demo").delete()
-            _, creds.api_token = issue_api_token(researcher, name="demo")
+            researcher = set_up_user(
+                RESEARCHER, creds.researcher_password, email="researcher@example.com"
+            )
+            admin = set_up_user(
+                ADMIN, creds.admin_password, email="admin@example.com", superuser=True
+            )
+            _, creds.api_token = replace_api_token(researcher, "demo")
             _save(creds)
         elif not token_is_live(creds.api_token):
             # Rotated or revoked on the API token page since: print a token that works.
@@ -110,18 +117,12 @@ def ensure_demo_data() -> DemoCredentials:
         owner = User.objects.filter(username=OWNER).first()
         if owner is None or not creds.owner_password:
             creds.owner_username, creds.owner_password = OWNER, secrets.token_urlsafe(12)
-            owner = owner or User(username=OWNER, email="owner@example.com")
-            owner.set_password(creds.owner_password)
-            owner.save()
+            owner = set_up_user(OWNER, creds.owner_password, email="owner@example.com")
             _save(creds)
-        Membership.objects.get_or_create(
-            workspace=vision, user=researcher, defaults={"role": Role.RESEARCHER}
-        )
-        for ws in (vision, speech):
+        _join(workspaces["vision"], researcher, Role.RESEARCHER)
+        for workspace in workspaces.values():
             for user in (admin, owner):
-                Membership.objects.get_or_create(
-                    workspace=ws, user=user, defaults={"role": Role.QUOTA_OWNER}
-                )
+                _join(workspace, user, Role.QUOTA_OWNER)
     return creds
 
 

@@ -4,15 +4,11 @@ import subprocess
 import sys
 import textwrap
 
-from tests.architecture import rules
+from tests.architecture import rules, writes
 
 
 def test_dependencies_point_one_way():
     assert rules.layer_violations() == []
-
-
-def test_database_writes_live_in_actions_modules():
-    assert rules.write_violations() == []
 
 
 def test_the_rules_catch_what_they_are_for():
@@ -42,10 +38,10 @@ def test_the_rules_catch_what_they_are_for():
     )
     try:
         assert any("jobs._rules_probe" in v for v in rules.layer_violations())
-        assert any("jobs._rules_probe" in v for v in rules.write_violations())
+        assert any("jobs._rules_probe" in v for v in writes.write_violations())
         assert any(
             "jobs.actions._rules_probe" in v and "another app" in v
-            for v in rules.write_violations()
+            for v in writes.write_violations()
         )
     finally:
         bad.unlink()
@@ -112,51 +108,6 @@ def test_the_cli_imports_without_django():
     )
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) >= 5
-
-
-WRITE_SHAPES = textwrap.dedent(
-    """
-    from jobs.models import Job
-
-    def through_a_variable():
-        waiting = Job.objects.filter(status="Pending")
-        waiting.update(status="Inqueue")
-
-    def an_instance_deleted(job):
-        job.delete()
-
-    def a_related_instance_saved(job):
-        job.quota.save()
-
-    def admin_action(modeladmin, request, queryset):
-        queryset.delete()
-
-    def not_writes(form, cache, rows):
-        form.save(commit=False)
-        cache.delete("key")
-        rows.update({"a": 1})
-    """
-)
-
-
-def test_the_write_rule_catches_each_write_shape():
-    found = dict(rules.orm_writes_in(WRITE_SHAPES))
-    assert found == {
-        6: "update (a queryset held in waiting)",
-        9: "instance delete",
-        12: "instance save",
-        15: "delete (a queryset held in queryset)",
-    }
-
-
-def test_a_probe_file_with_each_write_shape_is_reported():
-    probe = rules.ROOT / "jobs" / "_write_shapes_probe.py"
-    probe.write_text(WRITE_SHAPES)
-    try:
-        reported = [v for v in rules.write_violations() if v.startswith("jobs._write_shapes")]
-    finally:
-        probe.unlink()
-    assert sorted(int(v.split(":")[1]) for v in reported) == [6, 9, 12, 15]
 
 
 def test_only_the_cycle_shell_of_the_scheduler_imports_actions():

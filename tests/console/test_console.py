@@ -60,6 +60,48 @@ def test_demo_data_is_created_once_and_reused(settings, tmp_path):
     assert oct((tmp_path / "demo-credentials.json").stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.django_db
+def test_demo_data_is_written_through_the_apps_actions(settings, tmp_path):
+    """The seed is a write like any other (quotas.actions): audited once, and a second run
+    writes nothing of the quotas' tables."""
+    from audit.models import AuditEntry
+
+    settings.VAR_DIR = tmp_path
+    ensure_demo_data()
+    actions = sorted(AuditEntry.objects.values_list("action", flat=True))
+    assert actions.count("quota.add") == 3
+    assert actions.count("workspace.bind_quotas") == 2
+    assert actions.count("workspace.member_add") == 5  # the researcher, admin and owner
+    assert {"tenant.add", "workspace.add"} <= set(actions)
+    researcher = Workspace.objects.get(name="vision").members.get(username="researcher")
+    assert researcher.check_password(
+        json.loads((tmp_path / "demo-credentials.json").read_text())["researcher_password"]
+    )
+    ensure_demo_data()
+    assert AuditEntry.objects.count() == len(actions)
+
+
+@pytest.mark.django_db
+def test_lost_demo_credentials_are_made_again(settings, tmp_path):
+    """Without its credentials file the seed sets new passwords on the same users and
+    replaces the demo token (accounts.actions), keeping one token."""
+    from django.contrib.auth import get_user_model
+
+    from accounts.api_auth import authenticate_token
+
+    settings.VAR_DIR = tmp_path
+    first = ensure_demo_data()
+    (tmp_path / "demo-credentials.json").unlink()
+    again = ensure_demo_data()
+    assert again.admin_password != first.admin_password
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.is_superuser and admin.check_password(again.admin_password)
+    assert get_user_model().objects.count() == 3
+    assert ApiToken.objects.count() == 1
+    assert authenticate_token(f"Bearer {first.api_token}") is None
+    assert authenticate_token(f"Bearer {again.api_token}") is not None
+
+
 def test_loop_runs_on_wake_and_survives_errors():
     calls = []
     ran_twice = threading.Event()
