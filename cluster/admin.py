@@ -22,7 +22,7 @@ from cluster.actions import drain as drain_nodes
 from cluster.models import GpuDevice, Node
 from jobs.models import Pod
 from policy.statuses import ACTIVE_POD_STATUSES
-from quotas.admin import TenantScopedAdmin, owned_by
+from quotas.admin_scope import TenantScopedAdmin, owned_by
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
 # The tenants of the user viewing a node page (None: every tenant), for `jobs_here`.
