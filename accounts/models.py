@@ -19,9 +19,6 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        db_table = "console_apitoken"  # created by the console app before accounts existed
-
     def __str__(self) -> str:
         return f"{self.user} / {self.name} ({self.prefix})"
 

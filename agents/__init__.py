@@ -1,7 +1,7 @@
 """The agent side of the console, three rooms with different readers and dependencies:
 
 - the Django app `agents` (this package's modules): the agent API (register, heartbeat,
-  logs), bootstrap tokens, the node monitor, the node admin;
+  logs), bootstrap tokens and registration records (and their admin), the node monitor;
 - `agents.node`: the program that runs on every GPU node (no Django);
 - `agents.sdk`: the training SDK imported by training scripts (no dependencies).
 

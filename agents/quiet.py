@@ -6,7 +6,7 @@ sent last time to this node (kept per process, keyed by the token's prefix). A n
 no workers needs no such memory: its reply is the same for every idle node, so its first
 heartbeat to a process is quiet too, the UPDATE finding the node by its token's prefix.
 
-    UPDATE agents_node SET state, last_heartbeat_at, heartbeat_deadline
+    UPDATE cluster_node SET state, last_heartbeat_at, heartbeat_deadline
      WHERE id = <node> AND report_digest = <digest of these facts>
        AND token_digest = <sha256 of the presented token> AND token_revoked_at IS NULL
        AND (live pods of the node) = exactly the reported (pod, attempt) pairs,

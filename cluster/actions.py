@@ -125,7 +125,7 @@ def note_node_seen_quietly(
 ) -> bool:
     """`note_node_seen`, also only while `token_digest` is the node's live token (a revoked
     or replaced token misses) and the caller's `condition` holds on the row (SQL over
-    `agents_node`, with its parameters: the quiet heartbeat's "its live pods are exactly the
+    `cluster_node`, with its parameters: the quiet heartbeat's "its live pods are exactly the
     ones reported", agents.quiet). A Lost node misses, as in `note_node_seen`."""
     return _seen_where("id", node_id, digest, token_digest, condition, now, deadline) is not None
 

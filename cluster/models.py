@@ -54,7 +54,6 @@ class Node(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        db_table = "agents_node"  # created by the agents app before cluster existed
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=0), name="node_gpus_non_negative"),
         ]
@@ -101,7 +100,6 @@ class GpuDevice(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        db_table = "agents_gpudevice"
         ordering = ["node", "index"]
         constraints = [
             models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node")

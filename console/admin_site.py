@@ -1,5 +1,5 @@
 """The admin site: staff as usual, plus quota owners, who see only their tenants' quotas,
-workspaces and jobs, and the nodes (to cordon or drain them). See `quotas.admin`'s
+workspaces and jobs, and the nodes (to cordon or drain them). See `quotas.admin_scope`'s
 `TenantScopedAdmin` for how each model is scoped."""
 
 from django.contrib import admin

@@ -1,4 +1,4 @@
-"""Who may see and change which jobs: one helper per object type (STYLE.md, healthchecks).
+"""Who may see and change which jobs: one helper per object type.
 
 A researcher sees the jobs of the workspaces they are a member of, and every member of a
 workspace may stop or restart its jobs (colleagues share their workspace's quota). Anything

@@ -417,7 +417,6 @@ class WorkerGpuSample(models.Model):
     memory_used_mb = models.PositiveIntegerField()
 
     class Meta:
-        db_table = "agents_workergpusample"  # created by the agents app
         ordering = ["pod", "at"]
         indexes = [models.Index(fields=["pod", "at"], name="gpu_sample_pod_at")]
 

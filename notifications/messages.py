@@ -55,7 +55,7 @@ def event_of(notice: JobNotice) -> Event | None:
 
 
 def job_url(job_id: int) -> str:
-    return f"{settings.CONSOLE_URL}{reverse('jobs:detail', args=[job_id])}"
+    return f"{settings.CONSOLE_URL}{reverse('web:detail', args=[job_id])}"
 
 
 def generic_body(event: Event, notice: JobNotice) -> dict[str, Any]:

@@ -1,94 +1,29 @@
-"""Admin for quota owners: tenants and workspaces with members. (Quotas, shown with their
-live usage, are registered by jobs.admin: usage is counted from pods.)
+"""Admin for quota owners: tenants, workspaces with members, and quotas with their live
+usage (GPUs of live workers charged to each), who uses and who borrows each one, and a
+warning when guarantees promise more GPUs than the cluster has. Quota owners see their
+tenants' rows only (`quotas.admin_scope.TenantScopedAdmin`).
 
 Every write goes through `quotas.actions` (audited, and a scheduling cycle requested):
 `save_model`, `delete_model`, `delete_queryset` and the inlines' `save_formset`.
 
-`TenantScopedAdmin` lets quota owners (role quota owner or admin in a workspace of a
-tenant, `quotas.access.owned_tenant_ids`) into a model's admin without being staff, limited
-to the rows of their tenants; superusers and staff with Django permissions are unaffected.
+A shell over two rooms (tests/architecture/rules.py: `quotas.admin`): the quota tree
+(quotas) and the live workers charged to each quota (jobs). Nothing imports it.
 """
 
 from django import forms
-from django.contrib import admin
-from django.db.models import Count
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils.html import format_html, format_html_join
 
+from jobs.models import Pod
+from policy.statuses import ACTIVE_POD_STATUSES
+from policy.tree_rules import overcommitted
 from quotas import actions
-from quotas.access import owned_tenant_ids
+from quotas.admin_scope import TenantScopedAdmin, owned_by
 from quotas.models import Membership, Quota, Tenant, Workspace
 
-
-def owned_by(request: HttpRequest) -> set[int]:
-    """The requesting user's tenants (computed once per request)."""
-    if not hasattr(request, "_owned_tenants"):
-        request._owned_tenants = (
-            set() if request.user.is_superuser else owned_tenant_ids(request.user)
-        )
-    return request._owned_tenants
-
-
-class TenantScopedAdmin(admin.ModelAdmin):
-    """`tenant_lookup` leads from the model to its tenant's id (e.g. "workspace__tenant_id");
-    `owner_may` lists what quota owners may do with their tenants' rows. An empty lookup
-    means the model is not per tenant (nodes): owners see every row."""
-
-    tenant_lookup = "tenant_id"
-    owner_may: tuple[str, ...] = ("view",)
-
-    def _tenant_of(self, obj) -> int | None:
-        value = obj
-        for part in self.tenant_lookup.split("__"):
-            value = getattr(value, part, None)
-        return value
-
-    def _owner_may(self, request: HttpRequest, what: str, obj=None) -> bool:
-        owned = owned_by(request)
-        if not owned or what not in self.owner_may:
-            return False
-        return obj is None or not self.tenant_lookup or self._tenant_of(obj) in owned
-
-    def _scoped(self, request: HttpRequest) -> bool:
-        """Whether the user sees this model only as a quota owner (rows limited)."""
-        return not request.user.is_superuser and not super().has_view_permission(request)
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return super().has_module_permission(request) or self._owner_may(request, "view")
-
-    def has_view_permission(self, request: HttpRequest, obj=None) -> bool:
-        return super().has_view_permission(request, obj) or self._owner_may(request, "view", obj)
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return super().has_change_permission(request, obj) or self._owner_may(
-            request, "change", obj
-        )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return super().has_add_permission(request) or self._owner_may(request, "add")
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return super().has_delete_permission(request, obj) or self._owner_may(
-            request, "delete", obj
-        )
-
-    def get_queryset(self, request: HttpRequest):
-        queryset = super().get_queryset(request)
-        if self.tenant_lookup and self._scoped(request):
-            return queryset.filter(**{f"{self.tenant_lookup}__in": owned_by(request)})
-        return queryset
-
-    def formfield_for_foreignkey(self, db_field, request, **kwargs):
-        # A quota owner picks only among their own tenants (and their workspaces).
-        if self._scoped(request) and db_field.related_model is Tenant:
-            kwargs["queryset"] = Tenant.objects.filter(pk__in=owned_by(request))
-        if self._scoped(request) and db_field.related_model is Quota:  # a quota's parent
-            kwargs["queryset"] = Quota.objects.filter(tenant_id__in=owned_by(request))
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
-
-    def formfield_for_manytomany(self, db_field, request, **kwargs):
-        if self._scoped(request) and db_field.related_model is Quota:
-            kwargs["queryset"] = Quota.objects.filter(tenant_id__in=owned_by(request))
-        return super().formfield_for_manytomany(db_field, request, **kwargs)
+_ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
 
 
 def _model_fields(form: forms.ModelForm) -> dict:
@@ -98,8 +33,8 @@ def _model_fields(form: forms.ModelForm) -> dict:
 
 
 def _add_errors(form: forms.BaseForm, errors: dict[str, list[str]]) -> None:
-    for name, messages in errors.items():
-        form.add_error(name if name in form.fields else None, messages)
+    for name, problems in errors.items():
+        form.add_error(name if name in form.fields else None, problems)
 
 
 class QuotaForm(forms.ModelForm):
@@ -119,7 +54,7 @@ class QuotaForm(forms.ModelForm):
 
 
 class QuotaWritesAdmin(TenantScopedAdmin):
-    """Quotas written through `quotas.actions` (`jobs.admin.QuotaAdmin` adds the usage)."""
+    """Quotas written through `quotas.actions` (`QuotaAdmin` adds the usage)."""
 
     form = QuotaForm
 
@@ -247,3 +182,115 @@ class WorkspaceAdmin(TenantScopedAdmin):
     @admin.display(description="Members", ordering="_members")
     def member_count(self, obj: Workspace) -> int:
         return obj._members
+
+
+def _gpus(**extra) -> Coalesce:
+    """GPUs of live workers charged to the quota: a subquery over the live pods (partial
+    index pod_active_by_quota), not a join with every pod ever charged to it."""
+    live = Pod.objects.filter(charged_quota=OuterRef("pk"), status__in=_ACTIVE, **extra)
+    total = live.order_by().values("charged_quota").annotate(total=Sum("gpus")).values("total")
+    return Coalesce(Subquery(total, output_field=IntegerField()), Value(0))
+
+
+def overcommitted_pools() -> list[str]:
+    """Warnings for GPU types whose quotas guarantee more GPUs than the cluster's nodes have
+    (the scheduler's own accounting, policy.accounting)."""
+    from jobs.forecast import current_snapshot
+    from policy.accounting import account
+
+    return [
+        overcommitted(pool.guaranteed, pool.total, pool.resource_type, pool.gpu_type)
+        for pool in account(current_snapshot()).pools
+        if pool.overcommitted
+    ]
+
+
+def _pod_rows(rows) -> str:
+    """(job id, name, owner, workspace, GPUs, other quota) as table rows. Borrowing never
+    crosses tenants (docs/scheduling.md), so whoever may see the quota owns every job listed."""
+    return format_html_join(
+        "", "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows
+    )
+
+
+@admin.register(Quota)
+class QuotaAdmin(QuotaWritesAdmin):
+    owner_may = ("view", "change", "add")
+    readonly_fields = ["who_uses_it"]
+    list_display = [
+        "name",
+        "tenant",
+        "resource_type",
+        "gpu_type",
+        "gpus",
+        "parent",
+        "max_gpus",
+        "used_gpus",
+        "lent_gpus",
+        "preemption",
+    ]
+    list_filter = ["tenant", "resource_type", "gpu_type"]
+    list_select_related = ["tenant", "parent"]
+    search_fields = ["name"]
+
+    def get_queryset(self, request):
+        # One aggregate query for the whole page: GPUs of live workers charged to each quota,
+        # split into its own jobs and idle jobs borrowing it (docs/scheduling.md).
+        return super().get_queryset(request).annotate(_used=_gpus(), _lent=_gpus(in_quota=False))
+
+    @admin.display(description="Used GPUs", ordering="_used")
+    def used_gpus(self, obj: Quota) -> int:
+        return obj._used
+
+    @admin.display(description="Lent to idle jobs", ordering="_lent")
+    def lent_gpus(self, obj: Quota) -> int:
+        return obj._lent
+
+    @admin.display(description="Who uses and borrows it now")
+    def who_uses_it(self, obj: Quota) -> str:
+        """Jobs holding GPUs charged to this quota (its own and borrowers), and this quota's
+        jobs running on other quotas' capacity (two queries)."""
+        if obj.pk is None:
+            return "—"
+        live = Pod.objects.filter(status__in=_ACTIVE)
+        fields = ("job_id", "job__name", "job__owner__username", "job__workspace__name")
+        here = (
+            live.filter(charged_quota=obj)
+            .values_list(*fields, "job__quota__name")
+            .annotate(gpus=Sum("gpus"))
+            .order_by("job_id")
+        )
+        away = (
+            live.filter(job__quota=obj)
+            .exclude(charged_quota=obj)
+            .values_list(*fields, "charged_quota__name")
+            .annotate(gpus=Sum("gpus"))
+            .order_by("job_id")
+        )
+        head = (
+            "<table><thead><tr><th>Job</th><th>Name</th><th>Owner</th><th>Workspace</th>"
+            "<th>GPUs</th><th>{}</th></tr></thead><tbody>{}</tbody></table>"
+        )
+        users = [(*row[:4], row[5], row[4]) for row in here]
+        borrows = [(*row[:4], row[5], row[4]) for row in away]
+        return format_html(
+            "<p><strong>Using its capacity</strong> (its own jobs and borrowers)</p>"
+            + head
+            + "<p><strong>Its jobs on other quotas' capacity</strong></p>"
+            + head,
+            "Job's quota",
+            _pod_rows(users) or format_html("<tr><td colspan=6>{}</td></tr>", "nobody"),
+            "Borrows from",
+            _pod_rows(borrows) or format_html("<tr><td colspan=6>{}</td></tr>", "none"),
+        )
+
+    def changelist_view(self, request, extra_context=None):
+        for warning in overcommitted_pools():
+            messages.warning(request, warning)
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        if request.method == "GET":
+            for warning in overcommitted_pools():
+                messages.warning(request, warning)
+        return super().change_view(request, object_id, form_url, extra_context)

@@ -1,4 +1,4 @@
-"""The Philly trace (shared/traces/README.md) as a scenario: a real workload for what-ifs.
+"""The Philly trace (`--trace`, docs/simulator.md) as a scenario: a real workload for what-ifs.
 
 One Lingjun tenant; one quota per virtual cluster sized from philly_vc.csv (nodes x 8 GPUs);
 that many 8-GPU H200 nodes; jobs in submit order with time 0 at the first one, workers of at

@@ -45,7 +45,7 @@ def api_token(request: HttpRequest) -> HttpResponse:
         "live": live,
         "confirm_rotate": request.GET.get("confirm") == "rotate" and bool(live) and not plain,
     }
-    response = render(request, "console/token.html", context)
+    response = render(request, "web/account/token.html", context)
     if NEW_TOKEN_COOKIE in request.COOKIES:
         response.delete_cookie(NEW_TOKEN_COOKIE, path=reverse("api-token"))
     return response
@@ -105,6 +105,7 @@ class LoginView(auth_views.LoginView):
     """Django's sign-in with attempts limited (accounts.login_limits): while refused it says
     so and answers 429."""
 
+    template_name = "web/account/login.html"
     authentication_form = RateLimitedAuthenticationForm
     redirect_authenticated_user = True
 

@@ -49,7 +49,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
     )
     return render(
         request,
-        "notifications/settings.html",
+        "web/notifications/settings.html",
         {"form": form, "email": request.user.email, "webhooks": webhooks},
         status=400 if form.errors else 200,
     )

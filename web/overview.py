@@ -86,7 +86,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "idle": idle_holders(my_running, now),
         "now": now,
     }
-    return render(request, "overview/dashboard.html", context)
+    return render(request, "web/overview/dashboard.html", context)
 
 
 def _waiting_jobs(quota_ids: set[int]) -> dict[int, list[Job]]:
@@ -186,4 +186,4 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
         # The owner pages of each tenant shown (read-only for researchers).
         "tenant_links": [{"id": pk, "name": name} for pk, name in sorted(tenants.items())],
     }
-    return render(request, "overview/quotas.html", context)
+    return render(request, "web/overview/quotas.html", context)

@@ -4,7 +4,7 @@ from django.urls import path
 
 from web import views, views_create
 
-app_name = "jobs"
+app_name = "web"
 
 urlpatterns = [
     path("", views.job_list, name="list"),

@@ -113,9 +113,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "live": live,
     }
     if request.htmx:
-        return _partial(request, "jobs/list.html#rows", context, live=live)
+        return _partial(request, "web/jobs/list.html#rows", context, live=live)
     context |= _list_choices(request.user)
-    return render(request, "jobs/list.html", context, status=400 if error else 200)
+    return render(request, "web/jobs/list.html", context, status=400 if error else 200)
 
 
 def _int_arg(request: HttpRequest, name: str, default: int | None) -> int | None:
@@ -174,7 +174,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
     }
     if request.htmx:
-        return _partial(request, "jobs/detail.html#live", context, live=live)
+        return _partial(request, "web/jobs/detail.html#live", context, live=live)
     try:
         rank = _int_arg(request, "rank", 0)
         attempt = _int_arg(request, "attempt", None)
@@ -189,7 +189,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context["workers"] = sorted({(p.attempt, p.rank) for p in pods}, key=lambda w: (-w[0], w[1]))
     context["log_attempt"] = pod.attempt if pod else job.attempt
     context["log_rank"] = pod.rank if pod else (rank or 0)
-    return render(request, "jobs/detail.html", context)
+    return render(request, "web/jobs/detail.html", context)
 
 
 def _line_json(line: logview.LogLine) -> dict:
@@ -230,7 +230,7 @@ def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
     context["log_attempt"] = pod.attempt if pod else attempt or job.attempt
     context["log_rank"] = pod.rank if pod else rank
     context["more"] = len(lines) >= limit
-    return render(request, "jobs/logs.html", context)
+    return render(request, "web/jobs/logs.html", context)
 
 
 @login_required
@@ -272,7 +272,7 @@ def job_stop(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, f"Job #{job.pk} changed meanwhile; try again.")
     else:
         messages.success(request, f"Stop requested for job #{job.pk}.")
-    return redirect("jobs:detail", pk=job.pk)
+    return redirect("web:detail", pk=job.pk)
 
 
 @login_required
@@ -281,17 +281,17 @@ def job_restart(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_job_for_user(request.user, pk)
     if job.status not in FINAL_JOB_STATUSES:
         messages.error(request, f"Job #{job.pk} is still {job.status}; stop it first.")
-        return redirect("jobs:detail", pk=job.pk)
+        return redirect("web:detail", pk=job.pk)
     # A restart is a new job: creation rules still apply (see api.jobs.restart_job).
     form = JobForm(initial_from_job(job), user=request.user)
     if not form.is_valid():
         problems = "; ".join(str(m) for msgs in form.errors.values() for m in msgs)
         messages.error(request, f"Cannot restart job #{job.pk}: {problems}")
-        return redirect("jobs:detail", pk=job.pk)
+        return redirect("web:detail", pk=job.pk)
     try:
         new_job = resubmit_job(job, user=request.user)
     except JobStillActive as exc:
         messages.error(request, f"Cannot restart job #{job.pk}: {exc}.")
-        return redirect("jobs:detail", pk=job.pk)
+        return redirect("web:detail", pk=job.pk)
     messages.success(request, f"Job #{job.pk} restarted as job #{new_job.pk}.")
-    return redirect("jobs:detail", pk=new_job.pk)
+    return redirect("web:detail", pk=new_job.pk)

@@ -87,7 +87,7 @@ def job_create(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             job = form.create_job()
             messages.success(request, f"Job #{job.pk} submitted.")
-            return redirect("jobs:detail", pk=job.pk)
+            return redirect("web:detail", pk=job.pk)
     else:
         initial = {}
         clone = request.GET.get("clone", "")
@@ -96,7 +96,7 @@ def job_create(request: HttpRequest) -> HttpResponse:
         form = JobForm(user=request.user, initial=initial)
     _describe_quotas(form, current_snapshot())
     context = {"form": form, "cloning": bool(form.initial)} | _layout(form)
-    return render(request, "jobs/new.html", context)
+    return render(request, "web/jobs/new.html", context)
 
 
 def what_if(form: JobForm, snapshot, now) -> dict:
@@ -181,4 +181,4 @@ def job_plan_hint(request: HttpRequest) -> HttpResponse:
             for name, errors in form.errors.items()
         ]
         context = {"problems": problems}  # every one: a summary of 3 of 6 misleads
-    return render(request, "jobs/_plan_hint.html", context)
+    return render(request, "web/jobs/_plan_hint.html", context)

@@ -82,7 +82,7 @@ def _detail(
         "bind_form": bind_form
         or BindForm(tenant=tenant, initial={"quotas": [q.pk for q in bound]}),
     }
-    return panel(request, "owners/workspace.html", context)
+    return panel(request, "web/owners/workspace.html", context)
 
 
 @login_required
@@ -111,7 +111,7 @@ def workspace_new(request: HttpRequest, tenant_id: int) -> HttpResponse:
             _add_errors(form, refused)
         else:
             return done(request, workspace_url(workspace), f"Workspace {workspace.name} created.")
-    return panel(request, "owners/workspace_form.html", {"tenant": tenant, "form": form})
+    return panel(request, "web/owners/workspace_form.html", {"tenant": tenant, "form": form})
 
 
 def _add_errors(form, refused: actions.QuotaChangeRefused) -> None:
@@ -189,4 +189,4 @@ def member_remove(request: HttpRequest, pk: int) -> HttpResponse:
         return done(request, url, f"{name} removed from {workspace.name}.")
     context = {"tenant": workspace.tenant, "workspace": workspace, "membership": membership}
     context["refusal"] = refusal
-    return panel(request, "owners/member_remove.html", context)
+    return panel(request, "web/owners/member_remove.html", context)

@@ -103,7 +103,7 @@ def owner_tree(request: HttpRequest, tenant_id: int) -> HttpResponse:
         .order_by("name")
     )
     context = {"tenant": tenant, "can_write": can_write, "quotas": rows, "workspaces": workspaces}
-    return render(request, "owners/tree.html", context)
+    return render(request, "web/owners/tree.html", context)
 
 
 def _quota_flow(
@@ -122,14 +122,14 @@ def _quota_flow(
         form.fields["parent"].required = True
     context = {"tenant": tenant, "quota": quota, "parent": parent, "form": form}
     if data is None or "back" in data or not form.is_valid():
-        return panel(request, "owners/quota_form.html", context)
+        return panel(request, "web/owners/quota_form.html", context)
     snapshot, edit = current_snapshot(), form.edit()
     # A confirm of the state the preview was computed on saves without planning again.
     if "confirm" in data and data.get("token") == state_token(snapshot, pool_of(snapshot, edit)):
         return _save(request, form, tenant, quota)
     result = what_if(snapshot, edit)
     context |= {"preview": result, "stale": "confirm" in data}
-    return panel(request, "owners/quota_preview.html", context)
+    return panel(request, "web/owners/quota_preview.html", context)
 
 
 def _save(request: HttpRequest, form: QuotaForm, tenant: Tenant, quota: Quota | None):
@@ -153,7 +153,7 @@ def _save(request: HttpRequest, form: QuotaForm, tenant: Tenant, quota: Quota | 
             for problem in problems:
                 form.add_error(name if name in form.fields else None, problem)
         context = {"tenant": tenant, "quota": quota, "parent": None, "form": form}
-        return panel(request, "owners/quota_form.html", context)
+        return panel(request, "web/owners/quota_form.html", context)
     return done(request, tree_url(tenant), text)
 
 
@@ -202,7 +202,7 @@ def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
     blocked = why_not_empty(quota)
     context = {"tenant": tenant, "quota": quota, "blocked": blocked, "preview": None}
     if blocked:
-        return panel(request, "owners/quota_delete.html", context)
+        return panel(request, "web/owners/quota_delete.html", context)
     snapshot, edit = current_snapshot(), QuotaEdit(quota.pk, {}, delete=True)
     posted = request.POST.get("token") if request.method == "POST" else None
     if posted and posted == state_token(snapshot, pool_of(snapshot, edit)):
@@ -211,8 +211,8 @@ def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
             actions.delete_quota(quota, actor=request.user)
         except ProtectedError:
             context["blocked"] = "Something still refers to it; it was not deleted."
-            return panel(request, "owners/quota_delete.html", context)
+            return panel(request, "web/owners/quota_delete.html", context)
         return done(request, tree_url(tenant), f"Quota {name} deleted.")
     context["preview"] = what_if(snapshot, edit)
     context["stale"] = request.method == "POST"
-    return panel(request, "owners/quota_delete.html", context)
+    return panel(request, "web/owners/quota_delete.html", context)

@@ -63,7 +63,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
             "charts_url": "charts/?" + urlencode(query),  # relative to /usage/
         }
     status = 400 if form.errors else 200
-    template = "usage/usage.html#report" if request.htmx else "usage/usage.html"
+    template = "web/usage/usage.html#report" if request.htmx else "web/usage/usage.html"
     return render(request, template, context, status=status)
 
 

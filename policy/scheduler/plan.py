@@ -121,7 +121,7 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     admissions: list[Admission] = []
     waits: dict[int, str | _Short | _Both] = {}
     # Two passes: capacity free now goes to guarantees before borrowers (a borrower placed
-    # first would be reclaimed by the guaranteed job behind it: the reclaim loop of §9).
+    # first would be reclaimed by the guaranteed job behind it: a reclaim loop, docs/traps.md).
     deferred: dict[int, str | _Short | None] = {}
     # Before both passes: what a move home takes, the quota's waiting jobs did not claim,
     # and a lender whose job arrives now gets the room back instead of reclaiming.

@@ -343,7 +343,7 @@ def test_steady_heartbeat_query_count_does_not_grow_with_gpus_or_workers(
     with django_assert_num_queries(3) as queries:
         full = heartbeat(client, token, workers=reports, gpus=gpus)
     writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
-    assert len(writes) == 1 and writes[0].startswith('UPDATE "agents_node"'), writes
+    assert len(writes) == 1 and writes[0].startswith('UPDATE "cluster_node"'), writes
     # then the quiet path (agents.quiet): the token, the digest and the pods checked by
     # that one UPDATE, the same reply
     with django_assert_num_queries(1) as queries:
@@ -351,7 +351,7 @@ def test_steady_heartbeat_query_count_does_not_grow_with_gpus_or_workers(
     assert response.status_code == 200
     assert len(response.json()["run"]) == workers
     assert response.json() == full.json()
-    assert queries.captured_queries[0]["sql"].startswith('UPDATE "agents_node"')
+    assert queries.captured_queries[0]["sql"].startswith('UPDATE "cluster_node"')
 
 
 def test_a_heartbeat_with_other_facts_or_gpu_readings_records_them(client, job_factory):

@@ -262,7 +262,7 @@ def test_a_line_cut_by_the_agent_downloads_whole(client, setup, researcher):
     post(client, "logs/", {"batches": [again | {"continued": [0]}]}, token)
     viewer = Client()
     viewer.force_login(researcher)
-    response = viewer.get(reverse("jobs:logs-raw", args=[pod.job_id]))
+    response = viewer.get(reverse("web:logs-raw", args=[pod.job_id]))
     body = b"".join(response.streaming_content).decode()
     assert body == "first\n" + "a" * 16384 + "b" * 16384 + "c" * 7232 + "\nlast\ntail\n"
 

@@ -181,7 +181,7 @@ def test_an_idle_nodes_first_heartbeat_in_a_process_is_one_statement(
         response = heartbeat(client, token)
     assert response.status_code == 200
     assert response.content == full.content  # the full path's reply, byte for byte
-    assert queries.captured_queries[0]["sql"].startswith('UPDATE "agents_node"')
+    assert queries.captured_queries[0]["sql"].startswith('UPDATE "cluster_node"')
     assert Node.objects.get(pk=node.pk).last_heartbeat_at > before
     with django_assert_num_queries(1):  # and it is kept: the same bytes are not parsed
         assert heartbeat(client, token).content == full.content

@@ -21,7 +21,7 @@ from tests.api.conftest import GOOD, error_of, post
 from tests.redis_store import URL, redis_or_skip
 
 pytestmark = pytest.mark.django_db
-FACT_TABLES = ('FROM "quotas_quota"', 'FROM "quotas_workspace"', 'FROM "agents_node"')
+FACT_TABLES = ('FROM "quotas_quota"', 'FROM "quotas_workspace"', 'FROM "cluster_node"')
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,12 @@ Rooms, lowest first; a room may import the rooms listed for it, never one above 
     agents          the agent API app: registration, heartbeats, logs, node monitor
     kube            the Kubernetes backend's controller (a peer of agents: the same
                     actions of jobs and cluster, no import of the agent API)
+    quotas.admin    the quota tree's admin pages: a shell over the tree (quotas) and the
+                    live workers charged to each quota (jobs); nothing imports it (the
+                    tenant scoping every admin shares is `quotas.admin_scope`)
+    cluster.admin   the nodes' admin pages: a shell over the inventory (cluster), the
+                    workers on each node (jobs) and the re-registration consent the agents
+                    app records; it lives with the model it administers, nothing imports it
     api             the researcher API (django-ninja, /api/v1/) and its JSON shapes
     web             the HTML pages, partials, template tags (a peer of api: neither imports
                     the other; both read the same rooms)
@@ -50,6 +56,8 @@ ALLOWED: dict[str, set[str]] = {
     "notifications": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "agents": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
     "kube": {"policy", "jobs", "cluster", "quotas", "accounts", "protocol"},
+    "quotas.admin": {"policy", "jobs", "quotas", "protocol"},
+    "cluster.admin": {"agents", "policy", "jobs", "cluster", "quotas", "protocol"},
     "api": {
         "policy",
         "usage",

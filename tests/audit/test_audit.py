@@ -41,9 +41,9 @@ def entries(action: str):
 def test_page_submit_and_stop_are_recorded_with_the_address(researcher, quota, node):
     browser = Client(**ADDRESS)
     browser.force_login(researcher)
-    browser.post(reverse("jobs:create"), {"quota": str(quota.pk), "image": "b", "command": "c"})
+    browser.post(reverse("web:create"), {"quota": str(quota.pk), "image": "b", "command": "c"})
     job = Job.objects.get()
-    browser.post(reverse("jobs:stop", args=[job.pk]))
+    browser.post(reverse("web:stop", args=[job.pk]))
     (submit,) = entries("job.submit")
     (stop,) = entries("job.stop")
     for entry in (submit, stop):

@@ -35,7 +35,7 @@ def test_heartbeats_build_the_charts(client, ft_job, researcher):
 
     viewer = Client()
     viewer.force_login(researcher)
-    data = viewer.get(reverse("jobs:metrics", args=[job.pk])).json()
+    data = viewer.get(reverse("web:metrics", args=[job.pk])).json()
     t0 = T0.timestamp()
     assert data["gpu_utilization"] == {
         "t": [t0, t0 + 10, t0 + 20],
@@ -64,7 +64,7 @@ def test_the_step_rate_is_measured_on_the_workers_clock(client, ft_job, research
             heartbeat(client, token, [body])
     viewer = Client()
     viewer.force_login(researcher)
-    data = viewer.get(reverse("jobs:metrics", args=[job.pk])).json()
+    data = viewer.get(reverse("web:metrics", args=[job.pk])).json()
     assert data["step_rate"]["series"][0]["values"] == [2.0, 2.0]
-    page = viewer.get(reverse("jobs:detail", args=[job.pk])).text
+    page = viewer.get(reverse("web:detail", args=[job.pk])).text
     assert "2.00 steps/s" in page

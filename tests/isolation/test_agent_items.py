@@ -168,7 +168,7 @@ def test_the_node_is_ready_only_while_its_heartbeats_are_applied(job_factory, tr
     pod = placed(job_factory, node)
     assert heartbeat(client, token, [running(pod)]).status_code == 200
     seen = Node.objects.get(pk=node.pk).last_heartbeat_at
-    trigger.refuse("agents_gpudevice", f"NEW.node_id = {node.pk}", events="UPDATE")
+    trigger.refuse("cluster_gpudevice", f"NEW.node_id = {node.pk}", events="UPDATE")
     # New GPU readings (the same facts would be one UPDATE of the node, nothing to fail).
     busy = [gpu(i, utilization=50) for i in range(8)]
     assert heartbeat(client, token, [running(pod)], gpus=busy).status_code == 500

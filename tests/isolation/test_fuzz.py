@@ -142,7 +142,7 @@ def test_the_create_form_never_fails_on_any_field(researcher, quota, node, field
     )
     before = counts()
     response = client.post(
-        reverse("jobs:create"), raw, content_type="application/x-www-form-urlencoded"
+        reverse("web:create"), raw, content_type="application/x-www-form-urlencoded"
     )
     no_server_error(response)
     if response.status_code == 302:

@@ -131,7 +131,7 @@ def test_the_create_page_shows_the_same_field_errors(researcher, quota, node):
     client = Client()
     client.force_login(researcher)
     data = {"quota": str(quota.pk), **BASE, "name": "evil\u202eexe", "env": "A" * 280 + "=1"}
-    response = client.post(reverse("jobs:create"), data)
+    response = client.post(reverse("web:create"), data)
     assert response.status_code == 200
     errors = response.context["form"].errors
     assert "bidirectional control character" in errors["name"][0]

@@ -2,8 +2,10 @@
 SQLite and PostgreSQL alike, whatever writes the pods."""
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
 
+from cluster.models import GpuDevice, Node
 from jobs.actions.workers import apply_worker_state
 from jobs.models import HeldGpu, Pod
 from jobs.scheduler.cycle import run_cycle
@@ -117,3 +119,39 @@ def test_the_cycle_places_on_gpus_released_by_a_finished_worker(submit, node):
     second.refresh_from_db()
     assert second.status == JobStatus.STARTING
     assert [i for i, _ in held(node)] == list(range(8))
+
+
+def _tables() -> set[str]:
+    with connection.cursor() as cursor:
+        return set(connection.introspection.table_names(cursor))
+
+
+@pytest.mark.django_db(transaction=True)  # a schema change: SQLite's needs no open transaction
+def test_the_rule_holds_across_the_rename_of_the_node_tables(submit, node):
+    """cluster 0006 renames `agents_node` and `agents_gpudevice` to the cluster app's names:
+    the rows, the foreign keys pointing at them and the GPU-holding triggers on `jobs_pod`
+    (SQLite keeps trigger bodies as text) all survive it, both ways."""
+    first = submit(name="a", gpus=8)  # placed by the cycle its commit triggers
+    executor = MigrationExecutor(connection)
+    executor.migrate([("cluster", "0005_node_report_digest")])
+    assert {"agents_node", "agents_gpudevice"} <= _tables()
+    assert not {"cluster_node", "cluster_gpudevice"} & _tables()
+
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    assert {"cluster_node", "cluster_gpudevice"} <= _tables()
+    assert not {"agents_node", "agents_gpudevice"} & _tables()
+    assert (Node._meta.db_table, GpuDevice._meta.db_table) == ("cluster_node", "cluster_gpudevice")
+    with connection.cursor() as cursor:
+        relations = connection.introspection.get_relations(cursor, Pod._meta.db_table)
+    assert relations["node_id"][:2] == ("id", "cluster_node")
+    assert GpuDevice.objects.filter(node=node).count() == 8
+    pod = first.pods.get()
+    assert held(node) == [(i, pod.id) for i in range(8)]
+    other = submit(name="b", gpus=1)  # waits: the node is full
+    with pytest.raises(IntegrityError), transaction.atomic():
+        pod_on(other, node, [3])
+    apply_worker_state(pod, running=True)
+    apply_worker_state(pod, running=False, exit_code=0)  # frees the node: b is placed
+    assert [i for i, _ in held(node)] == [0]

@@ -120,7 +120,7 @@ def test_invalid_scenarios_exit_2_naming_the_field(tmp_path, change, message):
 
 def test_unreadable_or_broken_files_exit_2(tmp_path):
     assert simulate(tmp_path / "missing.yaml")[0] == 2
-    code, _, err = simulate(write(tmp_path, "jobs: [unclosed"))
+    code, _, err = simulate(write(tmp_path, "web: [unclosed"))
     assert (code, "not valid YAML" in err) == (2, True)
 
 

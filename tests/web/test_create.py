@@ -69,7 +69,7 @@ def cluster(quota, other_quota, node):
 def _post_page(client, body):
     data = {key: "" if value is None else str(value) for key, value in body.items()}
     data["quota"] = _quota_value(body["quota"])
-    return client.post(reverse("jobs:create"), data)
+    return client.post(reverse("web:create"), data)
 
 
 def _quota_value(quota: str) -> str:
@@ -191,7 +191,7 @@ def test_quota_in_several_workspaces_needs_a_workspace(api, node, shared_quota):
 
 
 def test_page_shows_the_workspace_field_only_when_useful(member_client, node, shared_quota):
-    response = member_client.get(reverse("jobs:create"))
+    response = member_client.get(reverse("web:create"))
     assert 'name="workspace"' in response.text
     response = _post_page(member_client, GOOD | {"workspace": str(shared_quota.pk)})
     assert response.status_code == 302
@@ -199,7 +199,7 @@ def test_page_shows_the_workspace_field_only_when_useful(member_client, node, sh
 
 
 def test_page_hides_the_workspace_field_for_one_workspace(member_client, cluster):
-    assert 'name="workspace"' not in member_client.get(reverse("jobs:create")).text
+    assert 'name="workspace"' not in member_client.get(reverse("web:create")).text
 
 
 # API strictness ---------------------------------------------------------------------------
@@ -247,7 +247,7 @@ def test_page_creates_the_job_and_redirects(member_client, cluster, researcher):
     response = _post_page(member_client, GOOD)
     job = Job.objects.get()
     assert response.status_code == 302
-    assert response["Location"] == reverse("jobs:detail", args=[job.pk])
+    assert response["Location"] == reverse("web:detail", args=[job.pk])
     assert job.owner == researcher and job.quota.name == "team-a"
     assert job.name == "pytorch"  # default from the image
     assert job.env == {"WANDB_MODE": "offline", "LR": "3e-4"}
@@ -282,7 +282,7 @@ def test_clone_prefills_the_form(member_client, cluster, researcher, workspace, 
     from tests.web.conftest import submit
 
     job = submit(researcher, workspace, quota, env={"SEED": "7"}, workers=3)
-    html = member_client.get(reverse("jobs:create") + f"?clone={job.pk}").text
+    html = member_client.get(reverse("web:create") + f"?clone={job.pk}").text
     assert 'name="workers" value="3"' in html
     assert "SEED=7" in html
 

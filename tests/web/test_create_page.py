@@ -25,7 +25,7 @@ FORM = {
 
 def hint(client, quota, **changes) -> Tree:
     data = FORM | {"quota": str(quota.pk)} | {k: str(v) for k, v in changes.items()}
-    response = client.post(reverse("jobs:create-hint"), data, **HTMX)
+    response = client.post(reverse("web:create-hint"), data, **HTMX)
     assert response.status_code == 200
     return response.text
 
@@ -44,7 +44,7 @@ def small_quota(tenant, workspace):
 def test_the_page_is_in_sections_with_fault_tolerance_behind_modify_configuration(
     member_client, quota, node
 ):
-    html = member_client.get(reverse("jobs:create")).text
+    html = member_client.get(reverse("web:create")).text
     legends = [e.text for e in Tree(html).elements if e.tag == "legend"]
     assert legends == [
         "Basics",
@@ -84,13 +84,13 @@ def _in(element, container) -> bool:
 
 
 def test_help_text_is_shown_as_text(member_client, quota, node):
-    html = member_client.get(reverse("jobs:create")).text
+    html = member_client.get(reverse("web:create")).text
     assert "default job-&lt;id&gt;." in html  # was rendered as a tag: "default job-."
 
 
 def test_the_quota_picker_shows_used_and_free(member_client, researcher, workspace, quota, node):
     place(submit(researcher, workspace, quota, gpus_per_worker=3), node)
-    html = member_client.get(reverse("jobs:create")).text
+    html = member_client.get(reverse("web:create")).text
     usage = account(load_snapshot()[0]).quotas[quota.pk]
     assert f"team-a (Lingjun, H200) — {usage.used}/16 GPUs used, {usage.free} free" in html
     assert usage.used == 3
@@ -101,7 +101,7 @@ def test_a_crlf_command_is_stored_with_unix_line_endings(member_client, research
         "quota": str(quota.pk),
         "command": "sleep 4\r\nif true; then\r\n echo ok\r\nfi\r\n",
     }
-    response = member_client.post(reverse("jobs:create"), data)
+    response = member_client.post(reverse("web:create"), data)
     assert response.status_code == 302
     assert Job.objects.get().command == "sleep 4\nif true; then\n echo ok\nfi"
 
@@ -148,7 +148,7 @@ def test_hint_would_queue_and_says_why_with_an_estimate(
 def test_hint_reports_problems_and_prompts_on_an_empty_form(member_client, quota, node):
     html = hint(member_client, quota, gpus_per_worker=99)
     assert 'data-outcome="invalid"' in html and "GPUs per worker" in html
-    empty = member_client.post(reverse("jobs:create-hint"), {}, **HTMX).text
+    empty = member_client.post(reverse("web:create-hint"), {}, **HTMX).text
     assert 'data-outcome="incomplete"' in empty
 
 
@@ -181,8 +181,8 @@ def test_idle_job_without_a_checkpoint_folder_is_warned(member_client, quota, no
 
 
 def test_hint_needs_post_and_login(member_client, client, quota, node):
-    assert member_client.get(reverse("jobs:create-hint")).status_code == 405
-    response = client.post(reverse("jobs:create-hint"), FORM)
+    assert member_client.get(reverse("web:create-hint")).status_code == 405
+    response = client.post(reverse("web:create-hint"), FORM)
     assert response.status_code == 302 and "login" in response["Location"]
 
 
@@ -218,7 +218,7 @@ def test_clone_prefills_every_field(member_client, researcher, workspace, quota,
         },
         checkpoint_dir="runs/original",
     )
-    response = member_client.get(reverse("jobs:create") + f"?clone={job.pk}")
+    response = member_client.get(reverse("web:create") + f"?clone={job.pk}")
     form = response.context["form"]
     expected = initial_from_job(job)
     shown = {name: form[name].value() for name in expected}
@@ -234,7 +234,7 @@ def test_clone_prefills_every_field(member_client, researcher, workspace, quota,
         k: ("on" if v is True else "" if v in (False, None) else v) for k, v in expected.items()
     }
     data["env"] = "SEED=7\nLR=0.1"
-    assert member_client.post(reverse("jobs:create"), data).status_code == 302
+    assert member_client.post(reverse("web:create"), data).status_code == 302
     clone = Job.objects.exclude(pk=job.pk).get()
     fields = [
         "name",

@@ -58,7 +58,7 @@ def _post_api(api, body):
 def _post_page(client, body):
     data = {key: str(value) for key, value in body.items()}
     data["quota"] = str(Quota.objects.get(name=body["quota"]).pk)
-    return client.post(reverse("jobs:create"), data)
+    return client.post(reverse("web:create"), data)
 
 
 @pytest.mark.parametrize(

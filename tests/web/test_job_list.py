@@ -16,7 +16,7 @@ from tests.web.conftest import Tree, borrow, place, submit
 
 
 def names(client, query: str = "") -> list[str]:
-    response = client.get(reverse("jobs:list") + query)
+    response = client.get(reverse("web:list") + query)
     assert response.status_code == 200, response.text[:500]
     return [job.name for job in response.context["jobs"]]
 
@@ -99,10 +99,10 @@ def test_sorts(member_client, researcher, workspace, quota, node):
 def test_keyset_pagination_with_a_sort(member_client, researcher, workspace, quota, node):
     for i in range(55):
         submit(researcher, workspace, quota, name=f"n{i:02d}", priority=1 + i % 2)
-    first = member_client.get(reverse("jobs:list") + "?sort=-priority")
+    first = member_client.get(reverse("web:list") + "?sort=-priority")
     page1 = [j.name for j in first.context["jobs"]]
     cursor = first.context["next_cursor"]
-    second = member_client.get(reverse("jobs:list") + f"?sort=-priority&cursor={cursor}")
+    second = member_client.get(reverse("web:list") + f"?sort=-priority&cursor={cursor}")
     page2 = [j.name for j in second.context["jobs"]]
     assert len(page1) == 50 and len(page2) == 5 and not set(page1) & set(page2)
     html = first.text
@@ -123,7 +123,7 @@ def test_keyset_pagination_with_a_sort(member_client, researcher, workspace, quo
     ],
 )
 def test_bad_filters_are_a_clear_error(member_client, jobs, query, field):
-    response = member_client.get(reverse("jobs:list") + query)
+    response = member_client.get(reverse("web:list") + query)
     assert response.status_code == 400
     assert field in response.context["error"] or field == "status"
     with pytest.raises(BadPageRequest) as exc:
@@ -155,7 +155,7 @@ def test_columns_real_time_resources_restarts_gpus(
         researcher, workspace, quota, name="ft", fault_tolerance=True, ft_config={"max_restarts": 5}
     )
     Job.objects.filter(pk=ft.pk).update(restart_count=2)
-    html = member_client.get(reverse("jobs:list")).text
+    html = member_client.get(reverse("web:list")).text
     tree = Tree(html)
     rows = {
         e.text.strip(): e
@@ -169,7 +169,7 @@ def test_columns_real_time_resources_restarts_gpus(
 
 
 def test_waiting_jobs_show_an_expected_start(member_client, jobs):
-    html = member_client.get(reverse("jobs:list")).text
+    html = member_client.get(reverse("web:list")).text
     # beta (4 GPUs, Pending) fits now: the scheduler would start it at its next cycle.
     assert "est.)" in html and "next scheduling cycle" in html
 
@@ -179,12 +179,12 @@ def test_long_unbroken_names_are_truncated_not_widening(
 ):
     long_name = "x" * 200
     submit(researcher, workspace, quota, name=long_name)
-    tree = Tree(member_client.get(reverse("jobs:list")).text)
+    tree = Tree(member_client.get(reverse("web:list")).text)
     (link,) = [e for e in tree.elements if e.attrs.get("title") == long_name]
     assert "truncate" in link.attrs["class"] and link.parent.attrs["class"] == "col-name"
 
 
 def test_polls_keep_the_filters(member_client, jobs):
-    html = member_client.get(reverse("jobs:list") + "?owner=me&sort=name").text
+    html = member_client.get(reverse("web:list") + "?owner=me&sort=name").text
     rows = Tree(html).by_id("job-rows")
     assert rows.attrs["hx-get"] == "/jobs/?owner=me&sort=name"

@@ -16,7 +16,7 @@ def test_workers_show_the_gpu_count_with_indices_on_hover(
     job = submit(researcher, workspace, quota, gpus_per_worker=1)
     (pod,) = place(job, node)
     Pod.objects.filter(pk=pod.pk).update(gpu_indices=[4])  # the one GPU it got is number 4
-    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
     (cell,) = [e for e in tree.elements if e.attrs.get("title") == "GPU indices: 4"]
     assert cell.text == "1"  # one GPU, not "GPUs 4"
 
@@ -24,7 +24,7 @@ def test_workers_show_the_gpu_count_with_indices_on_hover(
 def test_a_failed_worker_shows_its_tail_as_an_error(member_client, job, node):
     (pod,) = place(job, node)
     Pod.objects.filter(pk=pod.pk).update(status=PodStatus.FAILED, error_message="CUDA error")
-    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
     (tail,) = tree.containing("CUDA error")
     assert tail.attrs["class"] == "error-tail"
 
@@ -35,17 +35,17 @@ def test_only_a_failed_worker_shows_its_output_tail(member_client, job, node, st
     last lines are in its log, not an error)."""
     (pod,) = place(job, node)
     Pod.objects.filter(pk=pod.pk).update(status=status, error_message="step 17 loss 0.3")
-    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    html = member_client.get(reverse("web:detail", args=[job.pk])).text
     assert "step 17 loss 0.3" not in html
 
 
 def test_a_stopping_job_says_it_is_stopping(member_client, job, node):
     place(job, node)
-    member_client.post(reverse("jobs:stop", args=[job.pk]))
-    detail = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    member_client.post(reverse("web:stop", args=[job.pk]))
+    detail = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
     (reason,) = [e for e in detail.elements if e.attrs.get("class") == "reason"]
     assert reason.text == "stopping: stopped by alice"  # not "all workers running"
-    listed = Tree(member_client.get(reverse("jobs:list")).text)
+    listed = Tree(member_client.get(reverse("web:list")).text)
     (badge,) = [e for e in listed.elements if e.text == "Stopping…"]
     assert badge.attrs["title"] == "stopping: stopped by alice"
 
@@ -55,16 +55,16 @@ def test_a_waiting_job_shows_its_expected_start(member_client, researcher, works
     place(big, node)
     waiting = submit(researcher, workspace, quota, gpus_per_worker=8)
     transition(waiting, JobStatus.INQUEUE, reason="no node has 8 free", actor=Actor.SCHEDULER)
-    html = member_client.get(reverse("jobs:detail", args=[waiting.pk])).text
+    html = member_client.get(reverse("web:detail", args=[waiting.pk])).text
     assert "Expected start:" in html and "an estimate" in html
     assert f"when job #{big.pk} ends (max runtime)" in html
 
 
 def test_charts_and_log_viewer_markup(member_client, job, node):
     place(job, node)
-    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
     charts = tree.by_id("charts")
-    assert charts.attrs["data-src"] == reverse("jobs:metrics", args=[job.pk])
+    assert charts.attrs["data-src"] == reverse("web:metrics", args=[job.pk])
     keys = [e.attrs["data-chart"] for e in tree.elements if "data-chart" in e.attrs]
     assert keys == ["gpu_utilization", "gpu_memory", "progress", "step_rate", "metrics"]
     for control in ("data-log-search", "data-log-first-error", "data-log-times", "data-log-follow"):
@@ -75,7 +75,7 @@ def test_charts_and_log_viewer_markup(member_client, job, node):
 
 def test_metrics_access(member_client, outsider_client, client, job, node):
     place(job, node)
-    url = reverse("jobs:metrics", args=[job.pk])
+    url = reverse("web:metrics", args=[job.pk])
     assert member_client.get(url).status_code == 200
     assert outsider_client.get(url).status_code == 404
     assert client.get(url).status_code == 302
@@ -84,7 +84,7 @@ def test_metrics_access(member_client, outsider_client, client, job, node):
 
 def test_a_finished_job_has_no_live_charts(member_client, job, node):
     finish(job, node)
-    assert member_client.get(reverse("jobs:metrics", args=[job.pk])).json()["live"] is False
+    assert member_client.get(reverse("web:metrics", args=[job.pk])).json()["live"] is False
 
 
 def test_every_page_sends_a_strict_content_security_policy(member_client, job):
@@ -157,7 +157,7 @@ def test_pruned_checkpoints_are_counted_not_listed(member_client, job, node):
             job=job, attempt=1, step=step * 100, path=f"step-{step * 100}", size_bytes=10,
             checksum="ab", committed=True, pruned_at=None if step > 25 else now,
         )  # fmt: skip
-    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
     paths = [e.text for e in tree.elements if e.tag == "code" and e.text.startswith("step-")]
     assert paths == ["step-2700", "step-2600"]
     (note,) = [e for e in tree.elements if "data-checkpoints-pruned" in e.attrs]
@@ -166,6 +166,6 @@ def test_pruned_checkpoints_are_counted_not_listed(member_client, job, node):
 
 def test_every_time_on_the_job_page_says_utc(member_client, job, node):
     place(job, node)
-    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    html = member_client.get(reverse("web:detail", args=[job.pk])).text
     started = html[html.index("<dt>Started</dt>") :]
     assert started[: started.index("</dd>")].endswith(" UTC")

@@ -42,7 +42,7 @@ def _assert_inert(html: str) -> None:
 
 def test_detail_page_renders_hostile_log_lines_inert(member_client, job, node):
     _hostile_job(job, node)
-    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    html = member_client.get(reverse("web:detail", args=[job.pk])).text
     _assert_inert(html)
     log = Tree(html).by_id("log-lines")
     assert log is not None and "hx-disable" in log.attrs
@@ -52,7 +52,7 @@ def test_viewer_gets_hostile_lines_as_json_text(member_client, job, node):
     """The live viewer inserts each line with textContent (static/console.js), never as
     HTML; the JSON carries the text with control sequences stripped and nothing else."""
     _hostile_job(job, node)
-    url = reverse("jobs:logs", args=[job.pk]) + "?after=-1&format=json"
+    url = reverse("web:logs", args=[job.pk]) + "?after=-1&format=json"
     response = member_client.get(url)
     assert response["Content-Type"] == "application/json"
     texts = [line["text"] for line in response.json()["lines"]]
@@ -63,12 +63,12 @@ def test_viewer_gets_hostile_lines_as_json_text(member_client, job, node):
 
 def test_full_log_page_renders_hostile_lines_inert(member_client, job, node):
     _hostile_job(job, node)
-    _assert_inert(member_client.get(reverse("jobs:logs", args=[job.pk])).text)
+    _assert_inert(member_client.get(reverse("web:logs", args=[job.pk])).text)
 
 
 def test_raw_download_keeps_the_bytes_as_plain_text(member_client, job, node):
     _hostile_job(job, node)
-    response = member_client.get(reverse("jobs:logs-raw", args=[job.pk]))
+    response = member_client.get(reverse("web:logs-raw", args=[job.pk]))
     assert response["Content-Type"] == "text/plain; charset=utf-8"
     assert response["Content-Disposition"].startswith("attachment;")
     body = b"".join(response.streaming_content).decode()
@@ -84,7 +84,7 @@ def _follow(client, url: str) -> dict:
 def test_viewer_follows_new_lines_and_advances_its_cursor(member_client, job, node):
     pod = place(job, node)[0]
     add_log(pod, 0, ["line-0", "line-1"])
-    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    html = member_client.get(reverse("web:detail", args=[job.pk])).text
     viewer = Tree(html).by_id("log-lines")
     assert viewer.attrs["data-after"] == "1" and "data-live" in viewer.attrs
     assert viewer.inside("hx-disable")
@@ -109,7 +109,7 @@ def test_viewer_reads_a_cursor_in_the_middle_of_a_chunk(member_client, job, node
     pod = place(job, node)[0]
     add_log(pod, 0, [f"l{i}" for i in range(10)])
     add_log(pod, 10, ["l10"])
-    url = reverse("jobs:logs", args=[job.pk]) + f"?attempt={pod.attempt}&rank=0&after=6"
+    url = reverse("web:logs", args=[job.pk]) + f"?attempt={pod.attempt}&rank=0&after=6"
     assert [line["text"] for line in _follow(member_client, url + "&format=json")["lines"]] == [
         "l7",
         "l8",
@@ -132,7 +132,7 @@ def test_viewer_is_told_when_the_log_is_complete(member_client, job, node):
 
     with time_machine.travel(timezone.now(), tick=False) as clock:
         transition(job, JobStatus.COMPLETED, reason="done", actor=Actor.AGENT)
-        url = reverse("jobs:logs", args=[job.pk]) + "?format=json&after=0"
+        url = reverse("web:logs", args=[job.pk]) + "?format=json&after=0"
         # Just finished: late lines may still be on their way, keep following.
         assert _follow(member_client, url)["complete"] is False
         clock.shift(timedelta(seconds=60))
@@ -145,7 +145,7 @@ def test_viewer_is_told_when_the_log_is_complete(member_client, job, node):
 def test_finished_job_page_does_not_follow(member_client, job, node):
     with time_machine.travel(timezone.now() - timedelta(hours=1), tick=False):
         finish(job, node)
-    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    html = member_client.get(reverse("web:detail", args=[job.pk])).text
     assert "data-live" not in Tree(html).by_id("log-lines").attrs
 
 
@@ -156,7 +156,7 @@ def test_worker_tabs_select_the_log(member_client, researcher, workspace, quota,
     pods = place(job, node)
     add_log(pods[0], 0, ["from rank zero"])
     add_log(pods[1], 0, ["from rank one"])
-    url = reverse("jobs:detail", args=[job.pk])
+    url = reverse("web:detail", args=[job.pk])
     assert "from rank zero" in member_client.get(url).text
     html = member_client.get(url + "?rank=1").text
     assert "from rank one" in html and "from rank zero" not in html
@@ -164,7 +164,7 @@ def test_worker_tabs_select_the_log(member_client, researcher, workspace, quota,
 
 
 def test_bad_log_parameters_are_400(member_client, job):
-    url = reverse("jobs:logs", args=[job.pk])
+    url = reverse("web:logs", args=[job.pk])
     assert member_client.get(url + "?after=abc").status_code == 400
     assert member_client.get(url + "?rank=1e9").status_code == 400
 
@@ -183,7 +183,7 @@ def test_tail_shows_the_newest_lines_across_chunks(member_client, job, node):
         (601, "new-1"),
         (602, "new-2"),
     ]
-    html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+    html = member_client.get(reverse("web:detail", args=[job.pk])).text
     assert "old-102" not in html and "old-103" in html and "new-2" in html
     assert "Showing the newest lines" in html
 
@@ -223,7 +223,7 @@ def test_viewer_is_not_complete_while_a_newer_attempt_has_lines(member_client, j
 
     pod = place(job, node)[0]
     add_log(pod, 0, ["attempt one"])
-    viewer = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text).by_id("log-lines")
+    viewer = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text).by_id("log-lines")
     source, after = viewer.attrs["data-src"], viewer.attrs["data-after"]
     assert "attempt=1" in source and "data-live" in viewer.attrs
     with time_machine.travel(timezone.now(), tick=False) as clock:
@@ -253,13 +253,13 @@ def test_viewer_keeps_following_between_attempts(member_client, job, node):
     add_log(pod, 0, ["attempt one"])
     Pod.objects.filter(pk=pod.pk).update(status=PodStatus.FAILED, finished_at=timezone.now())
     transition(job, JobStatus.PENDING, reason="restart 1/3", actor=Actor.AGENT, attempt=2)
-    url = reverse("jobs:logs", args=[job.pk]) + "?attempt=1&rank=0&format=json&after=0"
+    url = reverse("web:logs", args=[job.pk]) + "?attempt=1&rank=0&format=json&after=0"
     with time_machine.travel(timezone.now() + timedelta(seconds=60), tick=False):
         page = _follow(member_client, url)
         assert page["lines"] == [] and page["next_after"] == 0
         assert page["complete"] is False and page.get("newer_attempt") is None
         # The page opened now shows attempt 1 (the newest with a worker) and follows it.
-        html = member_client.get(reverse("jobs:detail", args=[job.pk])).text
+        html = member_client.get(reverse("web:detail", args=[job.pk])).text
         assert "data-live" in Tree(html).by_id("log-lines").attrs
 
 
@@ -272,7 +272,7 @@ def test_old_attempt_tab_is_history_and_does_not_follow(member_client, job, node
     with time_machine.travel(timezone.now() - timedelta(hours=1), tick=False):
         new = _restart(job, node, pod, at=timezone.now())
     add_log(new, 0, ["attempt two"])
-    url = reverse("jobs:detail", args=[job.pk])
+    url = reverse("web:detail", args=[job.pk])
     old = Tree(member_client.get(url + "?attempt=1&rank=0").text)
     assert _shown(old) == ["attempt one"]
     assert "data-live" not in old.by_id("log-lines").attrs
@@ -296,9 +296,9 @@ def test_default_log_is_the_workers_newest_attempt(
         job=job, attempt=2, rank=1, node=node, gpu_indices=free_gpus(node, 1), gpus=1,
         charged_quota=job.quota, status=PodStatus.RUNNING,
     )  # fmt: skip
-    tree = Tree(member_client.get(reverse("jobs:detail", args=[job.pk])).text)
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
     viewer = tree.by_id("log-lines")
     assert _shown(tree) == ["rank zero, attempt one"] and "data-live" in viewer.attrs
     assert "attempt=1&rank=0" in viewer.attrs["data-src"]
-    page = _follow(member_client, reverse("jobs:logs", args=[job.pk]) + "?format=json&after=-1")
+    page = _follow(member_client, reverse("web:logs", args=[job.pk]) + "?format=json&after=-1")
     assert [line["text"] for line in page["lines"]] == ["rank zero, attempt one"]

@@ -18,7 +18,7 @@ def test_login_page_and_login(db, researcher):
         reverse("login"), {"username": "alice", "password": "correct-horse-battery"}
     )
     assert response.status_code == 302 and response["Location"] == reverse("home")
-    assert client.get(reverse("jobs:list")).status_code == 200
+    assert client.get(reverse("web:list")).status_code == 200
 
 
 def test_bad_login_shows_an_error(db, researcher):
@@ -30,7 +30,7 @@ def test_logout_is_a_post(member_client):
     assert member_client.get(reverse("logout")).status_code == 405
     response = member_client.post(reverse("logout"))
     assert response.status_code == 302
-    assert member_client.get(reverse("jobs:list")).status_code == 302
+    assert member_client.get(reverse("web:list")).status_code == 302
 
 
 def test_healthz_checks_the_database(client, db):

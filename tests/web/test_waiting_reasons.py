@@ -11,7 +11,7 @@ from tests.web.conftest import Tree, submit
 
 def status_line(client, job) -> tuple[str, str]:
     """(queue position, reason) as the job page's status line shows them."""
-    tree = Tree(client.get(reverse("jobs:detail", args=[job.pk])).text)
+    tree = Tree(client.get(reverse("web:detail", args=[job.pk])).text)
     (line,) = [e for e in tree.elements if e.attrs.get("class") == "status-line"]
     spans = [e for e in tree.elements if e.parent is line and e.tag == "span"]
     position = [e.text.strip() for e in spans if e.attrs.get("class") == "muted"]

@@ -1,5 +1,5 @@
 """`{% fair_share_rows quotas as fair %}`: historical fair share of the quotas shown on the
-Quotas page (web/templates/overview/_fair_share.html), one query whatever their number."""
+Quotas page (web/templates/web/overview/_fair_share.html), one query whatever their number."""
 
 from django import template
 from django.db.models import F, OuterRef, Subquery

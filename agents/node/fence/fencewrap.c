@@ -1,5 +1,5 @@
 /*
- * fencewrap: the parent of every worker (DESIGN §6, "self-fencing").
+ * fencewrap: the parent of every worker, which fences it (docs/fault-tolerance.md).
  *
  *   fencewrap [--container] LEASE EXIT_FILE -- COMMAND [ARG...]
  *
