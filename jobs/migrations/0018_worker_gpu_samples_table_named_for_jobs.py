@@ -7,7 +7,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0016_usagerollup_last_seconds"),
+        ("jobs", "0017_usage_models_moved_out"),
     ]
 
     operations = [
