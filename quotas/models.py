@@ -159,8 +159,5 @@ class QuotaDecayedUsage(models.Model):
     at = models.DateTimeField()
     gpu_seconds = models.FloatField(default=0.0)
 
-    class Meta:
-        db_table = "jobs_quotadecayedusage"
-
     def __str__(self) -> str:
         return f"quota {self.quota_id}: {self.gpu_seconds:.0f} decayed GPU-seconds"

@@ -1,7 +1,4 @@
-"""Usage history's tables (docs/usage-history.md): buckets, totals, the roll-up's state.
-
-The tables kept their names (`jobs_…`) when the models moved here from `jobs`: history
-outlives what it counts, and a rename would gain nothing."""
+"""Usage history's tables (docs/usage-history.md): buckets, totals, the roll-up's state."""
 
 from django.db import models
 
@@ -27,7 +24,6 @@ class UsageBucket(models.Model):
     waiting_us = models.BigIntegerField(default=0)
 
     class Meta:
-        db_table = "jobs_usagebucket"
         constraints = [
             models.UniqueConstraint(
                 fields=["span", "start", "quota_id", "workspace_id", "user_id"],
@@ -67,7 +63,6 @@ class JobUsageBucket(models.Model):
     waiting_us = models.BigIntegerField(default=0)
 
     class Meta:
-        db_table = "jobs_jobusagebucket"
         constraints = [
             models.UniqueConstraint(fields=["span", "start", "job_id"], name="job_usage_unique")
         ]
@@ -86,9 +81,6 @@ class UsageTotal(models.Model):
     idle_held_us = models.BigIntegerField(default=0)
     waiting_us = models.BigIntegerField(default=0)
 
-    class Meta:
-        db_table = "jobs_usagetotal"
-
     def __str__(self) -> str:
         return f"usage totals of quota {self.quota_id}"
 
@@ -101,9 +93,6 @@ class UsageRollup(models.Model):
     ran_at = models.DateTimeField(null=True, blank=True)
     # How long the last run took: the periodic runs are paced by it (docs/usage-history.md).
     last_seconds = models.FloatField(default=0.0)
-
-    class Meta:
-        db_table = "jobs_usagerollup"
 
     def __str__(self) -> str:
         return f"usage rolled until {self.rolled_until}"
