@@ -164,7 +164,12 @@ class ProviderBackend(OIDCAuthenticationBackend):
             now=time.time(),
         )
         if problems:
-            raise SuspiciousOperation("ID token refused: " + "; ".join(problems))
+            log.warning("ID token refused: %s", "; ".join(problems))
+            return self._refuse(
+                "The identity provider's answer is not valid for this console.",
+                "",
+                problems=problems,
+            )
         claims, refusal = read_claims(
             self.get_userinfo(access_token, id_token, payload),
             username_claim=settings.OIDC_USERNAME_CLAIM,
@@ -187,7 +192,7 @@ class ProviderBackend(OIDCAuthenticationBackend):
                 )
         return user
 
-    def _refuse(self, why: str, username: str) -> None:
+    def _refuse(self, why: str, username: str, **detail: Any) -> None:
         """No sign-in: the callback view says why on the sign-in page; audited."""
         self.request.oidc_refusal = why
         record(
@@ -195,7 +200,7 @@ class ProviderBackend(OIDCAuthenticationBackend):
             actor_name=username,
             object_type="user",
             object_repr=username,
-            detail={"via": "oidc", "reason": why},
+            detail={"via": "oidc", "reason": why, **detail},
         )
         return None
 

@@ -261,3 +261,24 @@ def test_an_id_token_not_signed_by_the_published_key_is_refused(
         server.shutdown()
         server.server_close()
     assert Tenant.objects.count() == 2 and Workspace.objects.count() == 3
+
+
+def test_an_id_token_from_another_issuer_is_refused(chromium, live_server, oidc_on, settings):
+    """Every endpoint given (no discovery), but the console expects another issuer than the
+    one the provider signs as: refused with the reason audited."""
+    found = requests.get(f"{oidc_on.issuer}/.well-known/openid-configuration", timeout=5).json()
+    settings.OIDC_AUTHORIZATION_ENDPOINT = found["authorization_endpoint"]
+    settings.OIDC_TOKEN_ENDPOINT = found["token_endpoint"]
+    settings.OIDC_USERINFO_ENDPOINT = found["userinfo_endpoint"]
+    settings.OIDC_JWKS_ENDPOINT = found["jwks_uri"]
+    settings.OIDC_ISSUER = "https://id.example.com/expected"
+    url = live_server.url
+    oidc_on.user("gina", ["acme-vision"])
+    page = new_page(chromium)
+    chromium(lambda b: sign_in(page, url, "gina"))
+    chromium(lambda b: page.wait_for_url(f"{url}/login/"))
+    assert "not valid for this console" in chromium(lambda b: page.content())
+    refused = AuditEntry.objects.get(action="login.refused")
+    assert "issuer" in refused.detail["problems"][0]
+    assert not ExternalIdentity.objects.exists()
+    chromium(lambda b: page.context.close())
