@@ -262,8 +262,11 @@ class ProviderCallback(OIDCAuthenticationCallbackView):
             return _unavailable(request, error)
 
     def login_failure(self) -> HttpResponse:
+        wait = getattr(self.request, "login_retry_after", 0)  # accounts.login_limits
         why = getattr(self.request, "oidc_refusal", "") or (
-            f"Sign-in with {settings.OIDC_PROVIDER_NAME} did not complete. Try again."
+            f"Too many failed sign-ins. Try again in {wait} seconds."
+            if wait
+            else f"Sign-in with {settings.OIDC_PROVIDER_NAME} did not complete. Try again."
         )
         messages.error(self.request, why)
         return super().login_failure()

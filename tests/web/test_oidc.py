@@ -10,10 +10,12 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import time_machine
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from accounts.actions import external_sign_in
 from accounts.models import ExternalIdentity
@@ -100,6 +102,21 @@ def test_a_callback_with_the_providers_error_says_so(client, db, oidc_on):
     response = client.get("/login/oidc/callback/?error=access_denied", follow=True)
     assert response.redirect_chain[-1][0] == reverse("login")
     assert f"Sign-in with {PROVIDER_NAME} did not complete" in response.text
+
+
+def test_an_address_over_its_sign_in_limit_is_refused_before_the_provider(
+    client, db, oidc_on, settings
+):
+    settings.LOGIN_FAILURES_PER_ADDRESS = "2/300"
+    with time_machine.travel(timezone.now(), tick=False):
+        state = parse_qs(urlsplit(client.get("/login/oidc/")["Location"]).query)["state"][0]
+        for name in ("x1", "x2"):
+            client.post(reverse("login"), {"username": name, "password": "nope"})
+        # The token endpoint does not exist: reaching it would fail differently.
+        response = client.get(f"/login/oidc/callback/?code=abc&state={state}", follow=True)
+    assert response.redirect_chain[-1][0] == reverse("login")
+    assert "Too many failed sign-ins. Try again in" in response.text
+    assert not client.session.get("_auth_user_id")
 
 
 def test_an_unreachable_provider_is_said_on_the_sign_in_page(client, db, settings):
