@@ -1,15 +1,17 @@
-"""Every write to accounts: issuing, rotating and revoking researchers' API tokens, rate
-counters, and the users that seed data sets up (people are otherwise added in the admin)."""
+"""Every write to accounts: issuing, rotating and revoking researchers' API tokens; rate
+counters; the users that seed data sets up; the accounts of people who sign in with the
+organisation's identity provider (people are otherwise added in the admin)."""
 
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from accounts.models import ApiToken, RateCounter
+from accounts.models import ApiToken, ExternalIdentity, RateCounter
 from accounts.tokens import make_token
 from accounts.versions import bump
+from policy.oidc import Claims
 
 # The cache of live API tokens (accounts.api_auth); also bumped when a token or a user row
 # is saved or deleted (accounts.apps).
@@ -98,3 +100,68 @@ def delete_rate_counters(keys: list[str]) -> None:
 def purge_expired_rate_counters(now: datetime) -> int:
     deleted, _ = RateCounter.objects.filter(expires_at__lt=now).delete()
     return deleted
+
+
+# -- accounts of the identity provider (docs/sign-in.md) -----------------------------------
+
+
+def _linkable(username: str, issuer: str) -> tuple[object | None, str]:
+    """The existing account a first sign-in of `username` takes over, or None for a new
+    one; or why it may not: staff and superusers keep their password sign-in, and an
+    account already linked to another subject stays with it."""
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        return None, ""
+    if user.is_staff or user.is_superuser:
+        return None, (
+            f"The console account {username} is a staff account: it signs in with its "
+            "password, not through the identity provider."
+        )
+    if ExternalIdentity.objects.filter(issuer=issuer, user=user).exists():
+        return None, (
+            f"The console account {username} belongs to another account of the identity provider."
+        )
+    return user, ""
+
+
+def _update_profile(user, claims: Claims) -> None:
+    fresh = {"email": claims.email, "first_name": claims.first_name, "last_name": claims.last_name}
+    changed = [name for name, value in fresh.items() if value and getattr(user, name) != value]
+    for name in changed:
+        setattr(user, name, fresh[name])
+    if changed:
+        user.save(update_fields=changed)
+
+
+def external_sign_in(issuer: str, claims: Claims, now: datetime | None = None):
+    """The console account of the provider's subject: found by its link, else an account
+    of the same username linked (unless staff, or linked to another subject), else a new
+    one without a password. Its name and e-mail follow the claims. Returns (user, "") or
+    (None, why refused)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        identity = (
+            ExternalIdentity.objects.select_for_update()
+            .select_related("user")
+            .filter(issuer=issuer, subject=claims.subject)
+            .first()
+        )
+        if identity is None:
+            user, refusal = _linkable(claims.username, issuer)
+            if refusal:
+                return None, refusal
+            try:
+                with transaction.atomic():
+                    if user is None:
+                        user = get_user_model().objects.create_user(
+                            claims.username, email=claims.email
+                        )
+                    identity = ExternalIdentity.objects.create(
+                        user=user, issuer=issuer, subject=claims.subject, last_sign_in_at=now
+                    )
+            except IntegrityError:  # the same first sign-in twice at once
+                return None, "Another sign-in of this account is under way: try again."
+        else:
+            ExternalIdentity.objects.filter(pk=identity.pk).update(last_sign_in_at=now)
+        _update_profile(identity.user, claims)
+        return identity.user, ""

@@ -33,3 +33,30 @@ class RateCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}: {self.count}"
+
+
+class ExternalIdentity(models.Model):
+    """A console user's account at the organisation's identity provider (docs/sign-in.md):
+    the provider's subject, stable where usernames and e-mails may change."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
+    )
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["issuer", "subject"], name="external_identity_unique_subject"
+            ),
+            models.UniqueConstraint(
+                fields=["issuer", "user"], name="external_identity_one_per_user"
+            ),
+        ]
+        verbose_name_plural = "external identities"
+
+    def __str__(self) -> str:
+        return f"{self.user} at {self.issuer} ({self.subject})"

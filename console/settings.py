@@ -19,6 +19,7 @@ from console.env import (
     env_str,
     postgres_session_options,
 )
+from console.oidc_settings import check_oidc_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CONSOLE_VAR_DIR", str(BASE_DIR / "var")))
@@ -157,6 +158,33 @@ AUTHENTICATION_BACKENDS = ["accounts.login_limits.RateLimitedModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Sign-in with the organisation's OpenID Connect provider (docs/sign-in.md): off unless
+# OIDC_CLIENT_ID is set. Endpoints come from the issuer's discovery document unless given.
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID")
+OIDC_ENABLED = bool(OIDC_CLIENT_ID)
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET")
+OIDC_ISSUER = env_str("OIDC_ISSUER")
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your organisation")
+OIDC_AUTHORIZATION_ENDPOINT = env_str("OIDC_AUTHORIZATION_ENDPOINT")
+OIDC_TOKEN_ENDPOINT = env_str("OIDC_TOKEN_ENDPOINT")
+OIDC_USERINFO_ENDPOINT = env_str("OIDC_USERINFO_ENDPOINT")
+OIDC_JWKS_ENDPOINT = env_str("OIDC_JWKS_ENDPOINT")
+OIDC_SCOPES = env_str("OIDC_SCOPES", "openid email profile")
+OIDC_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+# GROUP=TENANT[/WORKSPACE]:ROLE, separated by "," (or ";" and new lines).
+OIDC_GROUP_ROLES = env_str("OIDC_GROUP_ROLES")
+if OIDC_ENABLED:
+    check_oidc_settings(
+        issuer=OIDC_ISSUER,
+        secret=OIDC_CLIENT_SECRET,
+        algorithm=OIDC_SIGN_ALGO,
+        scopes=OIDC_SCOPES,
+        group_roles=OIDC_GROUP_ROLES,
+    )
+    AUTHENTICATION_BACKENDS.append("web.oidc.ProviderBackend")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -18,8 +18,16 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
+from policy.oidc import PROVIDER, SyncPlan, plan_sync
 from quotas.hooks import QuotaChange, announce
-from quotas.models import Membership, Quota, QuotaDecayedUsage, Tenant, Workspace
+from quotas.models import (
+    Membership,
+    MembershipSource,
+    Quota,
+    QuotaDecayedUsage,
+    Tenant,
+    Workspace,
+)
 
 FieldErrors = dict[str, list[str]]
 QuotaRule = Callable[[Quota, Quota | None], Mapping[str, list[str]]]
@@ -237,18 +245,26 @@ def delete_workspace(workspace: Workspace, *, actor: Any = None) -> None:
 
 
 def _announce_member(action: str, membership: Membership, actor: Any, changes: Mapping) -> None:
-    """Member changes are the workspace's (the audit log files them under it)."""
+    """Member changes are the workspace's (the audit log files them under it); those of
+    the identity provider's memberships say so (docs/sign-in.md)."""
     workspace = membership.workspace
-    _announce(
-        f"workspace.{action}",
-        workspace,
-        actor,
-        {"user": (None, membership.user.get_username()), **changes},
-    )
+    changes = {"user": (None, membership.user.get_username()), **changes}
+    if membership.source == MembershipSource.PROVIDER:
+        before, after = changes.get("role", (None, None))
+        # Added: (None, oidc); removed: (oidc, None); a new role: (oidc, oidc).
+        changes["source"] = (before and PROVIDER, after and PROVIDER)
+    _announce(f"workspace.{action}", workspace, actor, changes)
 
 
-def add_member(workspace: Workspace, user: Any, role: str, *, actor: Any = None) -> Membership:
-    membership = Membership(workspace=workspace, user=user, role=role)
+def add_member(
+    workspace: Workspace,
+    user: Any,
+    role: str,
+    *,
+    actor: Any = None,
+    source: str = MembershipSource.MANUAL,
+) -> Membership:
+    membership = Membership(workspace=workspace, user=user, role=role, source=source)
     _refuse_if(_model_errors(membership))
     with transaction.atomic():
         membership.save(force_insert=True)
@@ -272,6 +288,29 @@ def remove_member(membership: Membership, *, actor: Any = None) -> None:
         role = membership.role
         membership.delete()
         _announce_member("member_remove", membership, actor, {"role": (role, None)})
+
+
+def sync_provider_memberships(
+    user: Any, wanted: Mapping[int, str], *, actor: Any = None
+) -> SyncPlan:
+    """Make the identity provider's memberships of `user` exactly `wanted` (workspace id →
+    role, from the groups of a sign-in; docs/sign-in.md): each added, changed or removed
+    through the actions above, audited like any member change. Memberships a person added
+    are left as they are, and the last-owner rule of the owner pages does not hold here:
+    the provider decides who owns what it maps."""
+    with transaction.atomic():
+        mine = Membership.objects.select_for_update().filter(user=user)
+        current = {m.workspace_id: m for m in mine.select_related("workspace__tenant", "user")}
+        plan = plan_sync(wanted, {pk: (m.role, m.source) for pk, m in current.items()})
+        workspaces = Workspace.objects.select_related("tenant").in_bulk(list(plan.add))
+        for pk, role in plan.add.items():
+            if pk in workspaces:  # deleted meanwhile: nothing to join
+                add_member(workspaces[pk], user, role, actor=actor, source=PROVIDER)
+        for pk, role in plan.change.items():
+            change_role(current[pk], role, actor=actor)
+        for pk in plan.remove:
+            remove_member(current[pk], actor=actor)
+    return plan
 
 
 def replace_decayed_usage(rows: Iterable[tuple[int, float]], at: datetime) -> int:

@@ -22,6 +22,15 @@ class Role(models.TextChoices):
     ADMIN = "admin", "Admin"
 
 
+class MembershipSource(models.TextChoices):
+    """Who made a membership: a person (the owner pages, the admin, a command), or the
+    organisation's identity provider at a sign-in (docs/sign-in.md), which changes and
+    removes only its own."""
+
+    MANUAL = "manual", "Added by a person"
+    PROVIDER = "oidc", "Identity provider"
+
+
 class Tenant(models.Model):
     name = models.CharField(max_length=100, unique=True)
     # Borrowers may preempt other borrowers to restore weighted shares of idle capacity
@@ -71,6 +80,12 @@ class Membership(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     role = models.CharField(max_length=20, choices=Role.choices, default=Role.RESEARCHER)
+    source = models.CharField(
+        max_length=20,
+        choices=MembershipSource.choices,
+        default=MembershipSource.MANUAL,
+        editable=False,
+    )
 
     class Meta:
         constraints = [

@@ -103,11 +103,16 @@ def _audit_token(request: HttpRequest, action: str, token: ApiToken, why: str) -
 
 class LoginView(auth_views.LoginView):
     """Django's sign-in with attempts limited (accounts.login_limits): while refused it says
-    so and answers 429."""
+    so and answers 429. With the identity provider on, it offers that too (web.oidc)."""
 
     template_name = "web/account/login.html"
     authentication_form = RateLimitedAuthenticationForm
     redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context["oidc_provider"] = settings.OIDC_PROVIDER_NAME if settings.OIDC_ENABLED else ""
+        return context
 
     def form_invalid(self, form):
         response = super().form_invalid(form)
