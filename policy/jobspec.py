@@ -3,8 +3,8 @@
 `FIELDS` describes each field — its kind, label and help, the API's description, default,
 choices, limits (the numbers themselves are `protocol.limits`'), its own rule, the job row's
 column that stores it, where the API's JSON of a job shows it, whether a clone copies it,
-and the worker spec's field that carries it to the agent. `PAGE` says where the create page
-shows it. Everything else is built from these:
+the worker spec's field that carries it to the agent, and the create page's section that
+shows it (`PAGE`). Everything else is built from these:
 
 - `JobSpec`, the plain value a new job is written from (one attribute per stored column),
   with JSON in (`from_json`: the fields as submitted → a spec and the problems of each
@@ -49,6 +49,7 @@ class JobField:
     name: str  # the form's, the API's and the job file's name
     kind: Kind
     label: str  # the page's label; a number's bounds message names it too
+    section: str = ""  # the create page's section that shows it (`PAGE`)
     help: str = ""  # the page's help text
     doc: str = ""  # the API document's description (a number's bounds are added to it)
     required: bool = False
@@ -70,6 +71,8 @@ class JobField:
     placeholder: str = ""
 
     def __post_init__(self) -> None:
+        if not self.section:
+            raise ValueError(f"{self.name}: every field is on the create page (its section)")
         if self.kind is Kind.INT and self.bounds is None:
             raise ValueError(f"{self.name}: a number needs its bounds (protocol.limits)")
         if self.kind is Kind.CHOICE and (self.choices is None or self.default is None):
@@ -98,68 +101,74 @@ class JobField:
 def _ft(key: str) -> dict[str, str]:
     """Automatic Fault Tolerance's settings: a key of `Job.ft_config` (read by
     `policy.faulttolerance.policy.FtConfig.from_job`), shown in the API's "fault_tolerance"."""
-    return {"stored": f"ft_config.{key}", "shown": f"fault_tolerance.{key}"}
+    return {
+        "section": FAULT_TOLERANCE,
+        "stored": f"ft_config.{key}",
+        "shown": f"fault_tolerance.{key}",
+    }
 
 
-# In the order their problems are listed (the page's layout is `PAGE`).
+BASICS, RESOURCES, IDLE = "Basics", "Resources", "Idle Resources"
+FAULT_TOLERANCE, ADVANCED = "Automatic Fault Tolerance", "Advanced"
+# In the order their problems are listed (the page's layout: `PAGE`).
 # fmt: off
 FIELDS: tuple[JobField, ...] = (
     JobField(
-        "quota", Kind.REF, "Quota", required=True, stored=None, shown=None,
+        "quota", Kind.REF, "Quota", section=BASICS, required=True, stored=None, shown=None,
         help="The quota the job runs against.", doc="Quota name or id.",
     ),
     JobField(
-        "workspace", Kind.REF, "Workspace", stored=None, shown=None,
+        "workspace", Kind.REF, "Workspace", section=BASICS, stored=None, shown=None,
         help="Only needed when the quota is bound to several of your workspaces.",
         doc="Needed only when the quota is bound to several of your workspaces.",
     ),
     JobField(
-        "name", Kind.TEXT, "Name", max_length=limits.JOB_NAME, check=values.name,
-        help="Defaults to the image.", doc="Defaults to the image's name.",
+        "name", Kind.TEXT, "Name", section=BASICS, max_length=limits.JOB_NAME,
+        check=values.name, help="Defaults to the image.", doc="Defaults to the image's name.",
     ),
     JobField(
-        "image", Kind.TEXT, "Image", required=True, max_length=limits.IMAGE,
+        "image", Kind.TEXT, "Image", section=BASICS, required=True, max_length=limits.IMAGE,
         check=values.image, worker="image",
     ),
     JobField(
-        "command", Kind.TEXT, "Command", required=True, max_length=limits.COMMAND,
-        check=values.command, rows=3, worker="command",
+        "command", Kind.TEXT, "Command", section=BASICS, required=True,
+        max_length=limits.COMMAND, check=values.command, rows=3, worker="command",
     ),
     JobField(
-        "workers", Kind.INT, "Workers", default=1, bounds=limits.JOB_BOUNDS["workers"],
-        doc="Workers,",
+        "workers", Kind.INT, "Workers", section=RESOURCES, default=1,
+        bounds=limits.JOB_BOUNDS["workers"], doc="Workers,",
     ),
     JobField(
-        "gpus_per_worker", Kind.INT, "GPUs per worker", default=1,
+        "gpus_per_worker", Kind.INT, "GPUs per worker", section=RESOURCES, default=1,
         bounds=limits.JOB_BOUNDS["gpus_per_worker"], doc="GPUs per worker,",
     ),
     JobField(
-        "cpus_per_worker", Kind.INT, "CPUs per worker", default=4,
+        "cpus_per_worker", Kind.INT, "CPUs per worker", section=RESOURCES, default=4,
         bounds=limits.JOB_BOUNDS["cpus_per_worker"], doc="CPUs per worker,",
     ),
     JobField(
-        "memory_gb_per_worker", Kind.INT, "Memory (GB) per worker", default=16,
-        bounds=limits.JOB_BOUNDS["memory_gb_per_worker"], doc="GB per worker,",
+        "memory_gb_per_worker", Kind.INT, "Memory (GB) per worker", section=RESOURCES,
+        default=16, bounds=limits.JOB_BOUNDS["memory_gb_per_worker"], doc="GB per worker,",
     ),
     JobField(
-        "priority", Kind.INT, "Priority", default=1, bounds=limits.JOB_BOUNDS["priority"],
-        help="1 (lowest) to 9 (highest).", doc="Priority,",
+        "priority", Kind.INT, "Priority", section=IDLE, default=1,
+        bounds=limits.JOB_BOUNDS["priority"], help="1 (lowest) to 9 (highest).", doc="Priority,",
     ),
     JobField(
-        "idle_resources", Kind.CHOICE, "Idle resources", choices=IdleResources,
+        "idle_resources", Kind.CHOICE, "Idle resources", section=IDLE, choices=IdleResources,
         default=IdleResources.OFF,
     ),
     JobField(
-        "env", Kind.ENV, "Environment", rows=4, placeholder="KEY=VALUE, one per line",
+        "env", Kind.ENV, "Environment", section=ADVANCED, rows=4,
+        placeholder="KEY=VALUE, one per line", worker="env",
         doc=f"An object of strings, or KEY=VALUE lines; at most {limits.ENV_VARS}.",
-        worker="env",
     ),
     JobField(
-        "max_runtime_seconds", Kind.INT, "Max runtime (seconds)",
+        "max_runtime_seconds", Kind.INT, "Max runtime (seconds)", section=ADVANCED,
         bounds=limits.JOB_BOUNDS["max_runtime_seconds"], help="Empty: no limit.", doc="Seconds,",
     ),
     JobField(
-        "fault_tolerance", Kind.FLAG, "Automatic Fault Tolerance",
+        "fault_tolerance", Kind.FLAG, "Automatic Fault Tolerance", section=FAULT_TOLERANCE,
         shown="fault_tolerance.enabled",
     ),
     JobField(
@@ -195,7 +204,7 @@ FIELDS: tuple[JobField, ...] = (
     # the original's folder itself (jobs.actions.submit.resubmit_job).
     # docs/fault-tolerance.md.
     JobField(
-        "checkpoint_dir", Kind.TEXT, "Checkpoint folder", default="",
+        "checkpoint_dir", Kind.TEXT, "Checkpoint folder", section=ADVANCED, default="",
         max_length=limits.CHECKPOINT_DIR, check=values.checkpoint_dir, cloned=False,
         help="A folder of your workspace's checkpoint area; default job-<id>.",
         doc="A folder under your workspace's checkpoint area.", worker="checkpoint_subdir",
@@ -204,28 +213,29 @@ FIELDS: tuple[JobField, ...] = (
 # fmt: on
 FIELD: dict[str, JobField] = {f.name: f for f in FIELDS}
 
-# The create page (web.views_create), section by section. The page folds the "Automatic
-# Fault Tolerance" section (its first field turns it on) and shows "Advanced" last; any
-# other section is shown in this order before them. Every field is on the page once.
-FAULT_TOLERANCE, ADVANCED = "Automatic Fault Tolerance", "Advanced"
-PAGE: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Basics", ("quota", "workspace", "name", "image", "command")),
-    ("Resources", ("workers", "gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker")),
-    ("Idle Resources", ("idle_resources", "priority")),
-    (
-        FAULT_TOLERANCE,
-        (
-            "fault_tolerance",
-            "run_type",
-            "max_restarts",
-            "restart_policy",
-            "hang_detection",
-            "hang_timeout",
-            "hang_action",
-        ),
-    ),
-    (ADVANCED, ("checkpoint_dir", "max_runtime_seconds", "env")),
-)
+# The create page (web.views_create): each field's section, sections in the order their
+# first field comes. The page folds the "Automatic Fault Tolerance" section (its first field
+# turns it on) and shows "Advanced" last; the others before them. A section shows its fields
+# in FIELDS' order, except the ones pinned here first (the page's layout, older than the
+# order the problems are listed in).
+_SHOWN_FIRST = {
+    IDLE: ("idle_resources", "priority"),
+    ADVANCED: ("checkpoint_dir", "max_runtime_seconds", "env"),
+}
+
+
+def _page() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    sections: dict[str, list[str]] = {}
+    for spec_field in FIELDS:
+        sections.setdefault(spec_field.section, []).append(spec_field.name)
+    return tuple(
+        (title, (*pinned, *(n for n in names if n not in pinned)))
+        for title, names in sections.items()
+        for pinned in [_SHOWN_FIRST.get(title, ())]
+    )
+
+
+PAGE: tuple[tuple[str, tuple[str, ...]], ...] = _page()
 
 
 # -- JSON in -------------------------------------------------------------------------------
