@@ -36,6 +36,7 @@ SECTIONS = [
     (title, names) for title, names in jobspec.PAGE if title not in (FAULT_TOLERANCE, ADVANCED)
 ]
 FT_TOGGLE, *FT_FIELDS = _PAGE[FAULT_TOLERANCE]
+REQUIRED = [f.name for f in jobspec.FIELDS if f.required]  # until given, the hint waits
 WHAT_IF_ID = 2**62  # the job being typed: after every real job in admission order
 
 
@@ -172,7 +173,7 @@ def job_plan_hint(request: HttpRequest) -> HttpResponse:
         now = timezone.now()
         context = {"hint": what_if(form, current_snapshot(), now), "now": now}
         context["warnings"] = warnings_for(form.cleaned_data)
-    elif not all(request.POST.get(name, "").strip() for name in ("quota", "image", "command")):
+    elif not all(request.POST.get(name, "").strip() for name in REQUIRED):
         context = {"incomplete": True}
     else:
         problems = [
