@@ -294,10 +294,15 @@ _ATTRIBUTES = _attributes()
 _JSON_COLUMNS = frozenset(name for name, kind, _ in _ATTRIBUTES if kind is dict)
 
 
-def _read(row: Any, spec_field: JobField) -> Any:
+# Where each stored field lives on a row: (field, column, key of a JSON column or "").
+_PLACES = tuple((f, *_column(f)) for f in _STORED)
+# Where the API's JSON of a job shows each: (object or name, key inside it or "", field).
+_SHOWN = tuple((*f.shown.partition(".")[::2], f.name) for f in _STORED if f.shown is not None)
+
+
+def _read(row: Any, spec_field: JobField, column: str, key: str) -> Any:
     """One stored field of a job row or a JobSpec (the same attributes); a JSON column's
     missing key reads as its default, as `FtConfig.from_job` reads it."""
-    column, key = _column(spec_field)
     value = getattr(row, column)
     if key:
         value = (value or {}).get(key, spec_field.default)
@@ -308,21 +313,19 @@ def _read(row: Any, spec_field: JobField) -> Any:
 
 def values_of(row: Any) -> dict[str, Any]:
     """Each stored field's value by field name, from a job row or a JobSpec."""
-    return {spec_field.name: _read(row, spec_field) for spec_field in _STORED}
+    return {f.name: _read(row, f, column, key) for f, column, key in _PLACES}
 
 
 def to_json(row: Any) -> dict[str, Any]:
     """What the API's JSON of a job shows of its shape (api.serializers.job_json), from a
     job row or a JobSpec."""
+    read = values_of(row)
     body: dict[str, Any] = {}
-    for spec_field in _STORED:
-        if spec_field.shown is None:
-            continue
-        group, _, key = spec_field.shown.partition(".")
+    for group, key, name in _SHOWN:
         if key:
-            body.setdefault(group, {})[key] = _read(row, spec_field)
+            body.setdefault(group, {})[key] = read[name]
         else:
-            body[group] = _read(row, spec_field)
+            body[group] = read[name]
     return body
 
 
@@ -342,7 +345,7 @@ def carried(clean_values: Mapping[str, Any]) -> dict[str, Any]:
 def worker_fields(row: Any) -> dict[str, Any]:
     """What each worker spec of a job carries of its fields (agents.actions.worker_spec,
     kube.controller), from its row or its JobSpec."""
-    return carried({f.name: _read(row, f) for f in _CARRIED})
+    return carried({f.name: _read(row, f, *_column(f)) for f in _CARRIED})
 
 
 def _from_values(cls, clean_values: Mapping[str, Any]) -> "JobSpec":
