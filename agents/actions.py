@@ -59,6 +59,7 @@ from jobs.actions.workers import (
 )
 from jobs.models import Pod
 from jobs.scheduler.cycle import admit_now
+from policy.jobspec import worker_fields
 from policy.statuses import ACTIVE_POD_STATUSES
 from protocol.agent import (
     ClearHealthMark,
@@ -276,15 +277,13 @@ def worker_spec(pod: Pod) -> WorkerSpec:
         attempt=pod.attempt,
         rank=pod.rank,
         world_size=job.workers,
-        image=job.image,
-        command=job.command,
-        env={str(k): str(v) for k, v in (job.env or {}).items()},
         gpu_indices=indices,
         gpu_uuids=uuids if len(uuids) == len(indices) else [],
         cpus=pod.cpus,
         memory_gb=pod.memory_gb,
         log_next_seq=pod.log_next_seq,
         workspace_id=job.workspace_id,
+        **worker_fields(job),  # image, command, env, checkpoint folder (policy.jobspec)
         **worker_ft_fields(pod),
     )
 

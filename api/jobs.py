@@ -30,7 +30,8 @@ from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_r
 from jobs.folders import FolderTaken, array_folders
 from jobs.models import Job, Pod
 from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
-from policy.admission.rules import ALL, CHOICES, add_problem, fields_of_job
+from policy.admission.rules import ALL, add_problem
+from policy.jobspec import Kind, fields_by_kind, fields_of_job
 from policy.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
 from protocol import limits
 
@@ -104,7 +105,7 @@ def problems_error(checked: Checked, prefix: str = "") -> ApiError:
 # The page's "not chosen" is "" (the form's default); the API's is an absent field, and its
 # document lists only the values, so "" is an error here, not the default.
 CHOICE_FIELDS = {
-    name: [str(choice.value) for choice in kind] for name, (kind, _default) in CHOICES.items()
+    f.name: [str(choice.value) for choice in f.choices] for f in fields_by_kind(Kind.CHOICE)
 }
 
 

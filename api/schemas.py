@@ -5,29 +5,18 @@ typo is an error, not a silent default). Everything beyond types — bounds, the
 quotas and workspaces, whether a worker fits a node — is `jobs.admission`'s, the same
 rules as the create page's; the bounds shown in the schema are the ones those rules read
 (`protocol.limits`), so the document and the validation cannot disagree.
+
+A job's own fields come from its shape (`policy.jobspec.FIELDS`): `JobCreate` takes them,
+`Job` shows them (`shown`), each with the JSON type of its kind.
 """
 
 from typing import Annotated, Any
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 
-from policy.faulttolerance.policy import HangAction, RestartPolicy, RunType
-from policy.statuses import IdleResources, JobStatus
-from protocol import limits
-
-
-def _bounded(name: str, description: str = "") -> Any:
-    low, high = limits.JOB_BOUNDS[name]
-    return Field(
-        None,
-        description=f"{description} {low} to {high}.".strip(),
-        json_schema_extra={"minimum": low, "maximum": high},
-    )
-
-
-def _choice(values, description: str = "") -> Any:
-    return Field(None, description=description, json_schema_extra={"enum": list(values)})
+from policy.jobspec import FIELDS, JobField, Kind, shown_groups
+from policy.statuses import JobStatus
 
 
 class Strict(Schema):
@@ -36,38 +25,39 @@ class Strict(Schema):
 
 # -- requests ------------------------------------------------------------------------------
 
+# A field of the job's shape (policy.jobspec) in a request: its JSON type, by kind.
+REQUEST_TYPES: dict[Kind, Any] = {
+    Kind.REF: StrictInt | StrictStr,
+    Kind.TEXT: StrictStr,
+    Kind.INT: StrictInt,
+    Kind.CHOICE: StrictStr,
+    Kind.FLAG: StrictBool,
+    Kind.ENV: dict[str, StrictStr] | StrictStr,
+}
 
-class JobCreate(Strict):
-    """A new job: the create page's fields, with the same names and rules."""
 
-    quota: StrictInt | StrictStr = Field(description="Quota name or id.")
-    workspace: StrictInt | StrictStr | None = Field(
-        None, description="Needed only when the quota is bound to several of your workspaces."
-    )
-    name: StrictStr | None = Field(None, description="Defaults to the image's name.")
-    image: StrictStr
-    command: StrictStr
-    workers: StrictInt | None = _bounded("workers", "Workers,")
-    gpus_per_worker: StrictInt | None = _bounded("gpus_per_worker", "GPUs per worker,")
-    cpus_per_worker: StrictInt | None = _bounded("cpus_per_worker", "CPUs per worker,")
-    memory_gb_per_worker: StrictInt | None = _bounded("memory_gb_per_worker", "GB per worker,")
-    priority: StrictInt | None = _bounded("priority", "Priority,")
-    idle_resources: StrictStr | None = _choice([v.value for v in IdleResources])
-    env: dict[str, StrictStr] | StrictStr | None = Field(
-        None,
-        description=f"An object of strings, or KEY=VALUE lines; at most {limits.ENV_VARS}.",
-    )
-    max_runtime_seconds: StrictInt | None = _bounded("max_runtime_seconds", "Seconds,")
-    fault_tolerance: StrictBool | None = None
-    run_type: StrictStr | None = _choice([v.value for v in RunType])
-    max_restarts: StrictInt | None = _bounded("max_restarts", "Failure restarts,")
-    restart_policy: StrictStr | None = _choice([v.value for v in RestartPolicy])
-    hang_detection: StrictBool | None = None
-    hang_timeout: StrictInt | None = _bounded("hang_timeout", "Seconds without progress,")
-    hang_action: StrictStr | None = _choice([v.value for v in HangAction])
-    checkpoint_dir: StrictStr | None = Field(
-        None, description="A folder under your workspace's checkpoint area."
-    )
+def _request_field(described: JobField) -> tuple[Any, Any]:
+    """(type, default) of one field: required ones have no default; the others are None
+    when absent. A number's bounds and a choice's values are in the document."""
+    kind, description, extra = REQUEST_TYPES[described.kind], described.doc or None, None
+    if described.kind is Kind.INT:
+        low, high = described.bounds
+        description = f"{described.doc} {low} to {high}.".strip()
+        extra = {"minimum": low, "maximum": high}
+    elif described.kind is Kind.CHOICE:
+        description = described.doc  # even "": the document has always carried it
+        extra = {"enum": [choice.value for choice in described.choices]}
+    default = ... if described.required else None
+    info = Field(default, description=description, json_schema_extra=extra)
+    return (kind, info) if described.required else (kind | None, info)
+
+
+JobCreate = create_model(
+    "JobCreate",
+    __base__=Strict,
+    __doc__="A new job: the create page's fields, with the same names and rules.",
+    **{f.name: _request_field(f) for f in FIELDS},
+)
 
 
 MAX_BATCH = 1000
@@ -133,16 +123,6 @@ class Worker(Schema):
     report_refused_at: str | None
 
 
-class FaultTolerance(Schema):
-    enabled: bool
-    run_type: str
-    max_restarts: int
-    policy: str
-    hang_detection: bool
-    hang_timeout: int
-    hang_action: str
-
-
 class Restart(Schema):
     from_attempt: int
     to_attempt: int
@@ -195,46 +175,82 @@ class ExpectedStart(Schema):
     basis: str = Field(description="What the estimate rests on, or why there is none.")
 
 
-class Job(Schema):
-    id: int
-    name: str
-    workspace: NamedRef
-    quota: NamedRef
-    owner: str
-    image: str
-    command: str
-    env: dict[str, str]
-    workers: int
-    gpus_per_worker: int
-    cpus_per_worker: int
-    memory_gb_per_worker: int
-    priority: int
-    idle_resources: str
-    max_runtime_seconds: int | None
-    status: JobStatusName
-    display_status: str
-    status_reason: str
-    display_reason: str = ""  # the reason shown with display_status (a stop under way)
-    stop_requested_at: str | None
-    queue_position: int | None
-    attempt: int
-    restart_count: int
-    exit_code: int | None
-    created_at: str | None
-    started_at: str | None
-    finished_at: str | None
-    cloned_from: int | None
-    fault_tolerance: FaultTolerance
-    checkpoint_dir: str
-    preemption_count: int
-    node_loss_count: int
-    restart_not_before: str | None
-    hang_deadline: str | None
-    resume_from: str
-    excluded_nodes: list[str]
-    expected_start: ExpectedStart | None = Field(
-        None, description="For a waiting job: when it is expected to start (an estimate)."
+# A field of the job's shape in the API's JSON of a job: its JSON type, by kind.
+RESPONSE_TYPES: dict[Kind, Any] = {
+    Kind.TEXT: str,
+    Kind.INT: int,
+    Kind.CHOICE: str,
+    Kind.FLAG: bool,
+    Kind.ENV: dict[str, str],
+}
+
+
+def _shown_type(described: JobField) -> Any:
+    kind = RESPONSE_TYPES[described.kind]
+    return kind | None if described.default is None and described.kind is Kind.INT else kind
+
+
+def _key(described: JobField) -> str:
+    return described.shown.partition(".")[2]
+
+
+# The objects gathering several fields ("fault_tolerance" → FaultTolerance).
+GROUPS = {
+    name: create_model(
+        name.title().replace("_", ""),
+        __base__=Schema,
+        **{_key(f): (_shown_type(f), ...) for f in members},
     )
+    for name, members in shown_groups().items()
+}
+
+
+def _shape_fields() -> dict[str, Any]:
+    """The job's shape as the API shows it (policy.jobspec's `shown`), in its order."""
+    shown: dict[str, Any] = {}
+    for described in FIELDS:
+        if described.shown is None:
+            continue
+        name = described.shown.partition(".")[0]
+        shown.setdefault(
+            name, (GROUPS[name], ...) if name in GROUPS else (_shown_type(described), ...)
+        )
+    return shown
+
+
+Job = create_model(
+    "Job",
+    __base__=Schema,
+    id=(int, ...),
+    workspace=(NamedRef, ...),
+    quota=(NamedRef, ...),
+    owner=(str, ...),
+    **_shape_fields(),
+    status=(JobStatusName, ...),
+    display_status=(str, ...),
+    status_reason=(str, ...),
+    # the reason shown with display_status (a stop under way)
+    display_reason=(str, ""),
+    stop_requested_at=(str | None, ...),
+    queue_position=(int | None, ...),
+    attempt=(int, ...),
+    restart_count=(int, ...),
+    exit_code=(int | None, ...),
+    created_at=(str | None, ...),
+    started_at=(str | None, ...),
+    finished_at=(str | None, ...),
+    cloned_from=(int | None, ...),
+    preemption_count=(int, ...),
+    node_loss_count=(int, ...),
+    restart_not_before=(str | None, ...),
+    hang_deadline=(str | None, ...),
+    resume_from=(str, ...),
+    excluded_nodes=(list[str], ...),
+    expected_start=(
+        ExpectedStart | None,
+        Field(None, description="For a waiting job: when it is expected to start (an estimate)."),
+    ),
+)
 
 
 class JobDetail(Job):

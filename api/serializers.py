@@ -11,6 +11,7 @@ from typing import Any
 from jobs.forecast import Estimate, cached_expected_starts
 from jobs.logview import LogLine
 from jobs.models import Job, Pod
+from policy import jobspec
 from policy.display import display_reason, display_status
 from policy.scheduler.model import Snapshot
 from policy.statuses import WAITING_JOB_STATUSES
@@ -98,13 +99,6 @@ def event_json(event) -> dict[str, Any]:
     }
 
 
-def ft_json(job: Job) -> dict[str, Any]:
-    from policy.faulttolerance.policy import FtConfig
-
-    config = FtConfig.from_job(job.fault_tolerance, job.ft_config or {})
-    return {"enabled": config.enabled, **config.to_dict()}
-
-
 def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
     unknown = getattr(job, "has_unknown_worker", None)
     if unknown is None and pods is not None:
@@ -112,20 +106,11 @@ def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
         unknown = any(p.status == "Unknown" and p.attempt == job.attempt for p in pods)
     body: dict[str, Any] = {
         "id": job.pk,
-        "name": job.name,
         "workspace": {"id": job.workspace_id, "name": job.workspace.name},
         "quota": {"id": job.quota_id, "name": job.quota.name},
         "owner": job.owner.get_username(),
-        "image": job.image,
-        "command": job.command,
-        "env": dict(job.env or {}),
-        "workers": job.workers,
-        "gpus_per_worker": job.gpus_per_worker,
-        "cpus_per_worker": job.cpus_per_worker,
-        "memory_gb_per_worker": job.memory_gb_per_worker,
-        "priority": job.priority,
-        "idle_resources": job.idle_resources,
-        "max_runtime_seconds": job.max_runtime_seconds,
+        # The job's own fields, as its shape shows them (policy.jobspec).
+        **jobspec.to_json(job),
         "status": job.status,
         "display_status": display_status(
             job.status,
@@ -150,8 +135,6 @@ def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
         "started_at": _time(job.started_at),
         "finished_at": _time(job.finished_at),
         "cloned_from": job.cloned_from_id,
-        "fault_tolerance": ft_json(job),
-        "checkpoint_dir": job.checkpoint_dir,
         "preemption_count": job.preemption_count,
         "node_loss_count": job.node_loss_count,
         "restart_not_before": _time(job.restart_not_before),

@@ -40,6 +40,7 @@ from kube.objects import (
 from kube.permissions import check_permissions
 from kube.volumes import job_checkpoints, worker_progress
 from kube.watch import Watched
+from policy.jobspec import worker_fields
 from policy.statuses import ACTIVE_POD_STATUSES
 
 log = logging.getLogger(__name__)
@@ -281,16 +282,13 @@ class Controller:
             attempt=pod.attempt,
             world_size=job.workers,
             node_name=pod.node.name,
-            image=job.image,
-            command=job.command,
             gpus=pod.gpus,
             cpus=pod.cpus,
             memory_gb=pod.memory_gb,
             grace_seconds=pod.stop_grace_seconds,
             workspace_id=job.workspace_id,
-            checkpoint_subdir=job.checkpoint_dir,
             resume_from=job.resume_from,
-            env={str(k): str(v) for k, v in (job.env or {}).items()},
+            **worker_fields(job),  # image, command, env, checkpoint folder (policy.jobspec)
         )
         try:
             self.client.create_pod(pod_manifest(facts, self.config))

@@ -8,7 +8,7 @@ Lengths are in characters (Python `len`), as PostgreSQL's varchar(n) counts them
 
 import re
 
-# --- a job, as submitted (jobs.admission, api.schemas, Job columns, protocol.WorkerSpec) ---
+# --- a job, as submitted (policy.jobspec reads these; Job columns, protocol.WorkerSpec) ---
 # Per-worker and per-job bounds, inclusive (a worker must also fit on one registered node).
 JOB_BOUNDS = {
     "workers": (1, 64),

@@ -6,7 +6,8 @@ owner can fix the file; nothing runs until the whole scenario is valid.
 
 from dataclasses import dataclass, field
 
-from policy.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
+from policy.faulttolerance.policy import FtConfig
+from policy.jobspec import FIELD
 from policy.statuses import IdleResources
 from simulator.scenario_tree import (
     TREE_FIELDS,
@@ -215,6 +216,8 @@ def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
 
 
 def _ft(raw, where: str) -> FtConfig | None:
+    """A job's Automatic Fault Tolerance: the console's choices and defaults (policy.jobspec),
+    in the scenario's own nesting (docs/simulator.md)."""
     if raw is None:
         return None
     d = _obj(raw, where)
@@ -222,22 +225,26 @@ def _ft(raw, where: str) -> FtConfig | None:
     hang = d.get("hang_detection")
     hang_cfg = {}
     if hang is not None:
-        h = _obj(hang, f"{where}.hang_detection")
-        _unknown(h, {"timeout", "action"}, f"{where}.hang_detection")
+        h, at = _obj(hang, f"{where}.hang_detection"), f"{where}.hang_detection"
+        _unknown(h, {"timeout", "action"}, at)
         hang_cfg = {
             "hang_detection": True,
-            "hang_timeout": _num(h, "timeout", f"{where}.hang_detection", 1800, integer=True),
-            "hang_action": HangAction(
-                _enum(h, "action", f"{where}.hang_detection", HangAction, "restart")
-            ),
+            "hang_timeout": _num(h, "timeout", at, FIELD["hang_timeout"].default, integer=True),
+            "hang_action": _choice(h, "action", at, "hang_action"),
         }
     return FtConfig(
         enabled=True,
-        run_type=RunType(_enum(d, "run_type", where, RunType, "Synchronous")),
-        max_restarts=_num(d, "max_restarts", where, 3, integer=True),
-        policy=RestartPolicy(_enum(d, "policy", where, RestartPolicy, "ExitCodeAndErrorMsg")),
+        run_type=_choice(d, "run_type", where, "run_type"),
+        max_restarts=_num(d, "max_restarts", where, FIELD["max_restarts"].default, integer=True),
+        policy=_choice(d, "policy", where, "restart_policy"),
         **hang_cfg,
     )
+
+
+def _choice(d: dict, key: str, where: str, name: str):
+    """One of a job field's choices (its default when absent), as its enum member."""
+    choices, default = FIELD[name].choices, FIELD[name].default
+    return choices(_enum(d, key, where, choices, default.value))
 
 
 def _failures(raw, where: str, workers: int) -> tuple[FailureSpec, ...]:
@@ -272,6 +279,13 @@ def _failures(raw, where: str, workers: int) -> tuple[FailureSpec, ...]:
     return tuple(sorted(out, key=lambda f: f.after_work))
 
 
+def _size(d: dict, key: str, where: str) -> int:
+    """A job's size field: the console's default and lower bound (policy.jobspec); no upper
+    bound, so a what-if may try any size its nodes allow."""
+    described = FIELD[key]
+    return _num(d, key, where, described.default, minimum=described.bounds[0], integer=True)
+
+
 def _jobs(raw, quotas: dict[str, QuotaSpec], nodes: list[NodeSpec]) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     names: set[str] = set()
@@ -291,8 +305,8 @@ def _jobs(raw, quotas: dict[str, QuotaSpec], nodes: list[NodeSpec]) -> list[JobS
         if quota not in quotas:
             raise ScenarioError(f"{where}.quota: unknown quota {quota!r}")
         q = quotas[quota]
-        workers = _num(d, "workers", where, 1, minimum=1, integer=True)
-        gpus = _num(d, "gpus_per_worker", where, 1, integer=True)
+        workers = _size(d, "workers", where)
+        gpus = _size(d, "gpus_per_worker", where)
         pool = [n for n in nodes if (n.resource_type, n.gpu_type) == (q.resource_type, q.gpu_type)]
         largest = max((n.gpus for n in pool), default=0)
         if gpus > largest:
@@ -300,7 +314,7 @@ def _jobs(raw, quotas: dict[str, QuotaSpec], nodes: list[NodeSpec]) -> list[JobS
                 f"{where}.gpus_per_worker: {gpus} GPUs is more than any "
                 f"{q.resource_type} {q.gpu_type} node has ({largest})"
             )
-        priority = d.get("priority", 1)
+        priority = d.get("priority", FIELD["priority"].default)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ScenarioError(f"{where}.priority: expected an integer, got {priority!r}")
         jobs.append(
@@ -312,9 +326,7 @@ def _jobs(raw, quotas: dict[str, QuotaSpec], nodes: list[NodeSpec]) -> list[JobS
                 gpus_per_worker=gpus,
                 work=_num(d, "work", where),
                 priority=priority,
-                idle_resources=IdleResources(
-                    _enum(d, "idle_resources", where, IdleResources, "Off")
-                ),
+                idle_resources=_choice(d, "idle_resources", where, "idle_resources"),
                 checkpoint_every=_num(d, "checkpoint_every", where, 0),
                 ft=_ft(d.get("fault_tolerance"), f"{where}.fault_tolerance"),
                 failures=_failures(d.get("failures"), f"{where}.failures", workers),

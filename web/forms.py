@@ -1,5 +1,6 @@
 """The Create job page's form: the fields as the page shows them (labels, widgets, help,
-bounds as input attributes), checked by `jobs.admission` (the API's rules too: one set).
+bounds as input attributes), built from the job's shape (`policy.jobspec.FIELDS`, one
+`form_field` per kind) and checked by `jobs.admission` (the API's rules too: one set).
 
 The fields only render: `full_clean` hands the submitted values to
 `jobs.admission.facts.check_job` and copies its problems onto the fields, so the page says
@@ -14,107 +15,60 @@ from django.forms.utils import ErrorDict
 from django.utils.choices import CallableChoiceIterator
 from django.utils.functional import cached_property
 
-from jobs.actions.submit import JobSpec, create_job
+from jobs.actions.submit import create_job
 from jobs.admission.facts import Checked, check_job, member_workspaces
 from jobs.models import Job
+from policy import jobspec
 from policy.admission import rules
-from policy.faulttolerance.policy import HangAction, RestartPolicy, RunType
-from policy.statuses import IdleResources
-from protocol import limits
+from policy.jobspec import JobField, JobSpec, Kind
 from quotas.models import Quota, Workspace
 
 # The form's values that clone an existing job (clone, restart).
-initial_from_job = rules.fields_of_job
+initial_from_job = jobspec.fields_of_job
 
 
 class EnvField(forms.Field):
-    widget = forms.Textarea(attrs={"rows": 4, "placeholder": "KEY=VALUE, one per line"})
-
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, dict):
             return "\n".join(f"{key}={val}" for key, val in value.items())
         return value
 
 
-def _bounded(name: str, label: str, **kwargs) -> forms.IntegerField:
-    low, high = limits.JOB_BOUNDS[name]
-    return forms.IntegerField(
-        label=label,
-        required=False,
-        initial=rules.DEFAULTS.get(name),
-        widget=forms.NumberInput(attrs={"min": low, "max": high}),
-        **kwargs,
-    )
+def _text_area(described: JobField) -> forms.Textarea:
+    attrs: dict[str, Any] = {"rows": described.rows}
+    if described.placeholder:
+        attrs["placeholder"] = described.placeholder
+    return forms.Textarea(attrs=attrs)
 
 
-class JobForm(forms.Form):
-    quota = forms.CharField(widget=forms.Select, help_text="The quota the job runs against.")
-    workspace = forms.CharField(
-        required=False,
-        widget=forms.Select,
-        help_text="Only needed when the quota is bound to several of your workspaces.",
-    )
-    name = forms.CharField(
-        required=False, max_length=limits.JOB_NAME, help_text="Defaults to the image."
-    )
-    image = forms.CharField(max_length=limits.IMAGE)
-    command = forms.CharField(max_length=limits.COMMAND, widget=forms.Textarea(attrs={"rows": 3}))
-    workers = _bounded("workers", "Workers")
-    gpus_per_worker = _bounded("gpus_per_worker", "GPUs per worker")
-    cpus_per_worker = _bounded("cpus_per_worker", "CPUs per worker")
-    memory_gb_per_worker = _bounded("memory_gb_per_worker", "Memory (GB) per worker")
-    priority = _bounded("priority", "Priority", help_text="1 (lowest) to 9 (highest).")
-    idle_resources = forms.ChoiceField(
-        choices=[(v.value, v.value) for v in IdleResources],
-        required=False,
-        initial=IdleResources.OFF.value,
-        label="Idle resources",
-    )
-    env = EnvField(required=False, label="Environment")
-    max_runtime_seconds = _bounded(
-        "max_runtime_seconds", "Max runtime (seconds)", help_text="Empty: no limit."
-    )
-    # Automatic Fault Tolerance (docs/fault-tolerance.md), stored in Job.fault_tolerance and
-    # Job.ft_config.
-    fault_tolerance = forms.BooleanField(required=False, label="Automatic Fault Tolerance")
-    run_type = forms.ChoiceField(
-        choices=[(v.value, v.value) for v in RunType],
-        required=False,
-        initial=RunType.SYNCHRONOUS.value,
-        label="Run type",
-        help_text="Synchronous: any worker failure restarts the whole job. "
-        "Asynchronous: only the failed worker restarts.",
-    )
-    max_restarts = _bounded(
-        "max_restarts",
-        "Max restarts",
-        help_text="Failure restarts; preemptions and lost nodes do not count.",
-    )
-    restart_policy = forms.ChoiceField(
-        choices=[(v.value, v.value) for v in RestartPolicy],
-        required=False,
-        initial=RestartPolicy.EXIT_CODE_AND_ERROR_MSG.value,
-        label="Restart policy",
-        help_text="ExitCodeAndErrorMsg restarts only retryable failures (NCCL, CUDA, ECC, "
-        "lost node, OOM); OnFailure restarts on any failure.",
-    )
-    hang_detection = forms.BooleanField(required=False, label="Job hang detection")
-    hang_timeout = _bounded(
-        "hang_timeout", "Hang timeout (seconds)", help_text="No new progress step for this long."
-    )
-    hang_action = forms.ChoiceField(
-        choices=[(v.value, v.value) for v in HangAction],
-        required=False,
-        initial=HangAction.RESTART.value,
-        label="On hang",
-    )
-    checkpoint_dir = forms.CharField(
-        required=False,
-        max_length=limits.CHECKPOINT_DIR,
-        label="Checkpoint folder",
-        help_text="A folder of your workspace's checkpoint area; default job-<id>.",
-    )
+def form_field(described: JobField) -> forms.Field:
+    """The page's field for one field of the job's shape: its label, help, widget and the
+    bounds the browser shows (the rules check them: the field itself only renders)."""
+    common = {"label": described.label, "required": described.required}
+    if described.help:
+        common["help_text"] = described.help
+    if described.kind is Kind.REF:
+        return forms.CharField(widget=forms.Select, **common)
+    if described.kind is Kind.TEXT:
+        widget = _text_area(described) if described.rows else None
+        return forms.CharField(max_length=described.max_length, widget=widget, **common)
+    if described.kind is Kind.INT:
+        low, high = described.bounds
+        widget = forms.NumberInput(attrs={"min": low, "max": high})
+        return forms.IntegerField(initial=described.default, widget=widget, **common)
+    if described.kind is Kind.CHOICE:
+        choices = [(v.value, v.value) for v in described.choices]
+        return forms.ChoiceField(choices=choices, initial=described.default.value, **common)
+    if described.kind is Kind.FLAG:
+        return forms.BooleanField(**common)
+    return EnvField(widget=_text_area(described), **common)
 
+
+# The fields of the job's shape (policy.jobspec.FIELDS), in its order.
+JobFields = type("JobFields", (forms.Form,), {f.name: form_field(f) for f in jobspec.FIELDS})
+
+
+class JobForm(JobFields):
     def __init__(self, data=None, *, user, **kwargs) -> None:
         super().__init__(data, **kwargs)
         self.user = user

@@ -21,20 +21,22 @@ from django.views.decorators.http import require_http_methods, require_POST
 from jobs.access import get_job_for_user
 from jobs.forecast import current_snapshot, expected_starts
 from jobs.scheduler.cycle import plan_options
+from policy import jobspec
 from policy.accounting import QuotaUsage, account
+from policy.jobspec import ADVANCED, FAULT_TOLERANCE
 from policy.scheduler.model import JobSnap
 from policy.scheduler.plan import plan
 from policy.statuses import IdleResources, JobStatus
 from web.forms import JobForm, initial_from_job
 
+# The page's sections (policy.jobspec.PAGE): Automatic Fault Tolerance folds (its first field
+# turns it on) and Advanced comes last; the others, in order, before them.
+_PAGE = dict(jobspec.PAGE)
 SECTIONS = [
-    ("Basics", ["quota", "workspace", "name", "image", "command"]),
-    ("Resources", ["workers", "gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker"]),
-    ("Idle Resources", ["idle_resources", "priority"]),
+    (title, names) for title, names in jobspec.PAGE if title not in (FAULT_TOLERANCE, ADVANCED)
 ]
-FT_FIELDS = ["run_type", "max_restarts", "restart_policy", "hang_detection", "hang_timeout"]
-FT_FIELDS.append("hang_action")
-ADVANCED = ["checkpoint_dir", "max_runtime_seconds", "env"]
+FT_TOGGLE, *FT_FIELDS = _PAGE[FAULT_TOLERANCE]
+REQUIRED = [f.name for f in jobspec.FIELDS if f.required]  # until given, the hint waits
 WHAT_IF_ID = 2**62  # the job being typed: after every real job in admission order
 
 
@@ -64,18 +66,18 @@ def quota_hint(quota: QuotaUsage) -> str:
 
 
 def _layout(form: JobForm) -> dict:
-    form.fields["fault_tolerance"].widget.attrs["data-ft-toggle"] = ""
+    form.fields[FT_TOGGLE].widget.attrs["data-ft-toggle"] = ""
     ft_errors = any(form[name].errors for name in FT_FIELDS)
-    ft_on = bool(form["fault_tolerance"].value())
+    ft_on = bool(form[FT_TOGGLE].value())
     return {
         "sections": [
             (title, [form[name] for name in names if name != "workspace" or form.show_workspace])
             for title, names in SECTIONS
         ],
-        "ft_toggle": form["fault_tolerance"],
+        "ft_toggle": form[FT_TOGGLE],
         "ft_fields": [form[name] for name in FT_FIELDS],
         "ft_open": ft_on and (ft_errors or form.is_bound or bool(form.initial)),
-        "advanced": [form[name] for name in ADVANCED],
+        "advanced": [form[name] for name in _PAGE[ADVANCED]],
     }
 
 
@@ -171,7 +173,7 @@ def job_plan_hint(request: HttpRequest) -> HttpResponse:
         now = timezone.now()
         context = {"hint": what_if(form, current_snapshot(), now), "now": now}
         context["warnings"] = warnings_for(form.cleaned_data)
-    elif not all(request.POST.get(name, "").strip() for name in ("quota", "image", "command")):
+    elif not all(request.POST.get(name, "").strip() for name in REQUIRED):
         context = {"incomplete": True}
     else:
         problems = [

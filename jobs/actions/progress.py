@@ -194,10 +194,9 @@ def log_progress(pod: Pod, now: datetime) -> None:
 
 
 def worker_ft_fields(pod: Pod) -> dict:
-    """What a worker spec carries for fault tolerance: where to resume from and where its
-    checkpoints go (relative to the agent's checkpoint root)."""
-    job = pod.job
-    return {"resume_from": job.resume_from, "checkpoint_subdir": job.checkpoint_dir}
+    """What a worker spec carries for fault tolerance beyond the job's own fields (its
+    checkpoint folder among them, policy.jobspec): where to resume from."""
+    return {"resume_from": pod.job.resume_from}
 
 
 # -- the hang monitor's claims (jobs.job_monitor) -----------------------------------------

@@ -4,7 +4,7 @@ Validation happens before (jobs.admission, shared by the page and the API); thes
 write, in one transaction, and ask for a scheduling cycle once it commits."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
@@ -14,37 +14,12 @@ from jobs.actions.transitions import record_decision
 from jobs.hooks import JobNotice, Notice, announce, announce_one
 from jobs.models import Checkpoint, Job, JobEvent
 from jobs.triggers import request_scheduling
-from policy.statuses import (
-    FINAL_JOB_STATUSES,
-    Actor,
-    IdleResources,
-    JobStatus,
-)
+from policy.jobspec import JobSpec
+from policy.statuses import FINAL_JOB_STATUSES, Actor, JobStatus
 
 
 class JobStillActive(Exception):
     """The job is still active: only a finished job can be restarted."""
-
-
-@dataclass
-class JobSpec:
-    """What a researcher asks for; validated by `jobs.admission` before it gets here."""
-
-    name: str
-    image: str
-    command: str
-    workers: int = 1
-    gpus_per_worker: int = 1
-    cpus_per_worker: int = 4
-    memory_gb_per_worker: int = 16
-    priority: int = 1
-    idle_resources: str = IdleResources.OFF
-    env: dict[str, str] = field(default_factory=dict)
-    max_runtime_seconds: int | None = None
-    # Automatic Fault Tolerance (policy.faulttolerance.policy.FtConfig.to_dict()).
-    fault_tolerance: bool = False
-    ft_config: dict = field(default_factory=dict)
-    checkpoint_dir: str = ""
 
 
 SUBMITTED_REASON = "submitted; waiting for the scheduler"
@@ -55,20 +30,7 @@ def _new_job(user, workspace, quota, spec: JobSpec) -> Job:
         workspace=workspace,
         quota=quota,
         owner=user,
-        name=spec.name,
-        image=spec.image,
-        command=spec.command,
-        env=spec.env,
-        workers=spec.workers,
-        gpus_per_worker=spec.gpus_per_worker,
-        cpus_per_worker=spec.cpus_per_worker,
-        memory_gb_per_worker=spec.memory_gb_per_worker,
-        priority=spec.priority,
-        idle_resources=spec.idle_resources,
-        max_runtime_seconds=spec.max_runtime_seconds,
-        fault_tolerance=spec.fault_tolerance,
-        ft_config=spec.ft_config,
-        checkpoint_dir=spec.checkpoint_dir,
+        **spec.columns(),
         status=JobStatus.PENDING,
         status_reason=SUBMITTED_REASON,
     )
@@ -161,28 +123,13 @@ def resubmit_job(job: Job, *, user) -> Job:
     attempt of the same job, by fault tolerance, is `actions.restarts.start_new_attempt`.)"""
     if job.status not in FINAL_JOB_STATUSES:
         raise JobStillActive(f"the job is still {job.status}; stop it first")
-    spec = JobSpec(
-        name=job.name,
-        image=job.image,
-        command=job.command,
-        workers=job.workers,
-        gpus_per_worker=job.gpus_per_worker,
-        cpus_per_worker=job.cpus_per_worker,
-        memory_gb_per_worker=job.memory_gb_per_worker,
-        priority=job.priority,
-        idle_resources=job.idle_resources,
-        env=dict(job.env),
-        max_runtime_seconds=job.max_runtime_seconds,
-    )
+    # The same parameters, and the same folder of the same workspace's area: the restart
+    # can resume from the original's checkpoints (its default folder is job-<original id>).
+    spec = replace(JobSpec.from_job(job), checkpoint_dir=effective_checkpoint_dir(job))
     with transaction.atomic():
         new_job = create_job(user=user, workspace=job.workspace, quota=job.quota, spec=spec)
         Job.objects.filter(pk=new_job.pk).update(
             cloned_from=job,
-            fault_tolerance=job.fault_tolerance,
-            ft_config=job.ft_config,
-            # The same folder of the same workspace's area: the restart can resume from the
-            # original's checkpoints (its default folder is job-<original id>).
-            checkpoint_dir=effective_checkpoint_dir(job),
             # Resuming is what a Restart asks for: from the original's newest checkpoint
             # (its own rows stay the original's; docs/fault-tolerance.md).
             resume_from=_newest_checkpoint_of(job),

@@ -12,11 +12,11 @@ from typing import Any
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery, Sum
 
 from cluster.models import POOL_STATES, Node
-from jobs.actions.submit import JobSpec
 from jobs.admission.cache import Versioned
 from jobs.folders import folder_owner
 from policy.admission import rules
 from policy.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
+from policy.jobspec import JobSpec
 from policy.scheduler.model import QuotaSnap
 from quotas.models import Quota, Workspace
 
@@ -42,23 +42,7 @@ class Checked:
         return self.verdict.values
 
     def spec(self) -> JobSpec:
-        data = self.values
-        return JobSpec(
-            name=data["name"],
-            image=data["image"],
-            command=data["command"],
-            workers=data["workers"],
-            gpus_per_worker=data["gpus_per_worker"],
-            cpus_per_worker=data["cpus_per_worker"],
-            memory_gb_per_worker=data["memory_gb_per_worker"],
-            priority=data["priority"],
-            idle_resources=data["idle_resources"],
-            env=data["env"],
-            max_runtime_seconds=data.get("max_runtime_seconds"),
-            fault_tolerance=bool(data.get("fault_tolerance")),
-            ft_config=rules.ft_config(data).to_dict(),
-            checkpoint_dir=data.get("checkpoint_dir") or "",
-        )
+        return JobSpec.from_values(self.values)
 
 
 def member_workspaces(user) -> QuerySet[Workspace]:

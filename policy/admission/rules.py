@@ -5,63 +5,26 @@ strings, integers, booleans, an env object or KEY=VALUE lines) and what the data
 about it (`Facts`: the quota, the user's workspaces it is bound to, the quota's nodes, its
 tenant's lenders; loaded by `jobs.admission.facts`) and returns the cleaned values and the
 problems, field → messages, in the order a reader meets them (`ALL`: the job as a whole).
-The wording of missing, too long, not a number and unknown choice is Django's forms' own,
-so the page and the API say what they always said.
+Each field alone is read by the job's shape (`policy.jobspec`: its kind, default, bounds
+and own rule); the rules here judge the job as a whole.
 """
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policy.admission.env import EnvProblems, parse_env
-from policy.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, RunType
+from policy import jobspec
+from policy.admission.values import default_name  # noqa: F401 - the name rule, re-exported
 from policy.scheduler.fit import QuotaSize, never_fits
 from policy.scheduler.model import QuotaSnap
 from policy.statuses import IdleResources
-from protocol import limits
 from protocol.agent import job_problems
-from protocol.text import name_problem, text_problem
 
 ALL = "__all__"  # a problem of the job as a whole (Django's NON_FIELD_ERRORS)
 LINGJUN = "Lingjun"  # quotas.models.ResourceType.LINGJUN: idle jobs there pool lenders
 
-DEFAULTS = {
-    "workers": 1,
-    "gpus_per_worker": 1,
-    "cpus_per_worker": 4,
-    "memory_gb_per_worker": 16,
-    "priority": 1,
-    "max_restarts": 3,
-    "hang_timeout": 1800,
-}
-# The bounded fields' labels, as the bounds' messages name them.
-LABELS = {
-    "workers": "Workers",
-    "gpus_per_worker": "GPUs per worker",
-    "cpus_per_worker": "CPUs per worker",
-    "memory_gb_per_worker": "Memory (GB) per worker",
-    "priority": "Priority",
-    "max_runtime_seconds": "Max runtime (seconds)",
-    "max_restarts": "Max restarts",
-    "hang_timeout": "Hang timeout (seconds)",
-}
-CHOICES = {
-    "idle_resources": (IdleResources, IdleResources.OFF),
-    "run_type": (RunType, RunType.SYNCHRONOUS),
-    "restart_policy": (RestartPolicy, RestartPolicy.EXIT_CODE_AND_ERROR_MSG),
-    "hang_action": (HangAction, HangAction.RESTART),
-}
 SIZES = ("workers", "gpus_per_worker", "cpus_per_worker", "memory_gb_per_worker")
 WORKER_SIZE = SIZES[1:]
-
-REQUIRED = "This field is required."
-NOT_A_NUMBER = "Enter a whole number."
-_EMPTY = (None, "", [], (), {})
-_DECIMAL = re.compile(r"\.0*\s*$")
-_WHITESPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
-# A checkpoint folder: plain path segments inside the job's workspace area.
-CHECKPOINT_DIR = re.compile(limits.CHECKPOINT_DIR_PATTERN.removeprefix("^$|^").removesuffix("$"))
 
 
 # -- facts ---------------------------------------------------------------------------------
@@ -121,156 +84,9 @@ class Verdict:
         return not self.problems
 
 
-class Problem(ValueError):
-    def __init__(self, *messages: str) -> None:
-        super().__init__(*messages)
-        self.messages = list(messages)
-
-
-# -- one field at a time -------------------------------------------------------------------
-
-
-def default_name(image: str) -> str:
-    """A job name from its image: "nvcr.io/nvidia/pytorch:24.01-py3" → "pytorch"."""
-    repository = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    return repository.split(":", 1)[0] or "job"
-
-
-def _text(value: Any, *, required: bool = False, max_length: int | None = None) -> str:
-    text = "" if value in _EMPTY else str(value).strip()
-    if not text:
-        if required:
-            raise Problem(REQUIRED)
-        return ""
-    messages = []
-    if max_length is not None and len(text) > max_length:
-        messages.append(
-            f"Ensure this value has at most {max_length} characters (it has {len(text)})."
-        )
-    if "\x00" in text:
-        messages.append("Null characters are not allowed.")
-    if messages:
-        raise Problem(*messages)
-    return text
-
-
-def _bounded(name: str) -> Callable[[Any], int | None]:
-    low, high = limits.JOB_BOUNDS[name]
-
-    def clean(value: Any) -> int | None:
-        if value in _EMPTY:
-            return DEFAULTS.get(name)
-        try:
-            number = int(_DECIMAL.sub("", str(value)))
-        except (ValueError, TypeError):
-            raise Problem(NOT_A_NUMBER) from None
-        if not low <= number <= high:
-            raise Problem(f"{LABELS[name]} must be between {low} and {high}.")
-        return number
-
-    return clean
-
-
-def _choice(name: str) -> Callable[[Any], str]:
-    kind, default = CHOICES[name]
-
-    def clean(value: Any) -> str:
-        text = "" if value in _EMPTY else str(value)
-        if text and text not in {v.value for v in kind}:
-            raise Problem(f"Select a valid choice. {text} is not one of the available choices.")
-        return text or default.value
-
-    return clean
-
-
-def _flag(value: Any) -> bool:
-    return not (isinstance(value, str) and value.lower() in ("false", "0")) and bool(value)
-
-
-def clean_image(value: Any) -> str:
-    image = _text(value, required=True, max_length=limits.IMAGE)
-    if _WHITESPACE_OR_CONTROL.search(image):
-        raise Problem("An image reference cannot contain spaces.")
-    if not image.isascii() or not image.isprintable():
-        raise Problem("An image reference is printable ASCII.")
-    return image
-
-
-def clean_command(value: Any) -> str:
-    command = _text(value, required=True, max_length=limits.COMMAND)
-    # Browsers submit a textarea with CRLF line endings; a shell would read each "\r" as
-    # part of a word ("sleep: invalid time interval '4\r'").
-    command = command.replace("\r\n", "\n").replace("\r", "\n").strip()
-    if text_problem(command):
-        raise Problem(f"The command {text_problem(command)}.")
-    return command
-
-
-def clean_name(value: Any) -> str:
-    name = _text(value, max_length=limits.JOB_NAME)
-    problem = name_problem(name)
-    if problem:
-        raise Problem(f"The name {problem}.")
-    return name
-
-
-def clean_checkpoint_dir(value: Any) -> str:
-    folder = _text(value, max_length=limits.CHECKPOINT_DIR)
-    if folder.startswith("/"):
-        # Never silently turned into a relative one ("/etc" -> "etc"): say what it is.
-        raise Problem(
-            "Give a folder inside your workspace's checkpoint area (e.g. runs/exp1), "
-            "not an absolute path."
-        )
-    folder = folder.rstrip("/")
-    if not folder:
-        return ""
-    parts = folder.split("/")
-    if not CHECKPOINT_DIR.fullmatch(folder) or any(p in (".", "..") for p in parts):
-        raise Problem("Use a relative folder of letters, digits, '.', '_' and '-' (no '..').")
-    return folder
-
-
-def clean_env(value: Any) -> dict[str, str]:
-    try:
-        return parse_env(value)
-    except EnvProblems as exc:
-        raise Problem(*exc.messages) from None
-
-
-# In the order the page lays the fields out (and the order their problems are listed).
-FIELDS: dict[str, Callable[[Any], Any]] = {
-    "quota": lambda value: _text(value, required=True),
-    "workspace": _text,
-    "name": clean_name,
-    "image": clean_image,
-    "command": clean_command,
-    **{name: _bounded(name) for name in SIZES},
-    "priority": _bounded("priority"),
-    "idle_resources": _choice("idle_resources"),
-    "env": clean_env,
-    "max_runtime_seconds": _bounded("max_runtime_seconds"),
-    "fault_tolerance": _flag,
-    "run_type": _choice("run_type"),
-    "max_restarts": _bounded("max_restarts"),
-    "restart_policy": _choice("restart_policy"),
-    "hang_detection": _flag,
-    "hang_timeout": _bounded("hang_timeout"),
-    "hang_action": _choice("hang_action"),
-    "checkpoint_dir": clean_checkpoint_dir,
-}
-
-
 def clean_fields(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[str]]]:
-    """Each field on its own: (cleaned values, problems). Empty fields take their defaults."""
-    values: dict[str, Any] = {}
-    problems: dict[str, list[str]] = {}
-    for name, clean in FIELDS.items():
-        try:
-            values[name] = clean(raw.get(name))
-        except Problem as exc:
-            problems[name] = exc.messages
-    return values, problems
+    """Each field on its own (`policy.jobspec.clean`): (clean values, problems)."""
+    return jobspec.clean(raw)
 
 
 def needs_lenders(quota: QuotaFacts, values: Mapping[str, Any]) -> bool:
@@ -286,18 +102,6 @@ def needs_lenders(quota: QuotaFacts, values: Mapping[str, Any]) -> bool:
 def needs_tree(quota: QuotaFacts, values: Mapping[str, Any]) -> bool:
     """A quota of a tree is checked against its limits, own guarantee and borrowing scope."""
     return quota.in_tree or needs_lenders(quota, values)
-
-
-def ft_config(values: Mapping[str, Any]) -> FtConfig:
-    return FtConfig(
-        enabled=bool(values.get("fault_tolerance")),
-        run_type=RunType(values["run_type"]),
-        max_restarts=values["max_restarts"],
-        policy=RestartPolicy(values["restart_policy"]),
-        hang_detection=bool(values.get("hang_detection")),
-        hang_timeout=values["hang_timeout"],
-        hang_action=HangAction(values["hang_action"]),
-    )
 
 
 # -- the job as a whole ----------------------------------------------------------------------
@@ -321,7 +125,7 @@ def check(raw: Mapping[str, Any], facts: Facts) -> Verdict:
         _fits_a_node(verdict, quota, facts.pool)
         _fits_the_quota(verdict, quota, facts)
     if not values.get("name") and values.get("image"):
-        values["name"] = default_name(values["image"])[: limits.JOB_NAME]
+        values["name"] = jobspec.default_name(values["image"])
     _agent_accepts(verdict)
     return verdict
 
@@ -431,64 +235,16 @@ def _fits_the_quota(verdict: Verdict, quota: QuotaFacts, facts: Facts) -> None:
         add_problem(verdict, "workers", problem)
 
 
-# What each worker spec of the job carries (protocol.agent.JobRunSpec) → the field it is.
-_AGENT_FIELDS = {
-    "image": "image",
-    "command": "command",
-    "env": "env",
-    "checkpoint_subdir": "checkpoint_dir",
-}
-
-
 def _agent_accepts(verdict: Verdict) -> None:
     """The last gate: what every worker spec of this job would carry must pass the agent
     protocol's own schema, or the job could never run."""
-    values = {
-        spec_field: verdict.values[name]
-        for spec_field, name in _AGENT_FIELDS.items()
+    carried = {f.worker: f.name for f in jobspec.FIELDS if f.worker}
+    clean = {
+        name: verdict.values[name]
+        for name in carried.values()
         if name in verdict.values and name not in verdict.problems
     }
-    if len(values) < len(_AGENT_FIELDS):
+    if len(clean) < len(carried):
         return  # a field already has its own problem
-    for spec_field, message in job_problems(**values).items():
-        add_problem(verdict, _AGENT_FIELDS.get(spec_field), f"Agents would refuse this: {message}")
-
-
-# -- an existing job's fields (clone, restart) -------------------------------------------------
-
-
-def fields_of_job(job: Any) -> dict[str, Any]:
-    """The fields that would submit `job` again (a clone's form, a restart's re-check)."""
-    return {
-        "quota": str(job.quota_id),
-        "workspace": str(job.workspace_id),
-        "name": job.name,
-        "image": job.image,
-        "command": job.command,
-        "workers": job.workers,
-        "gpus_per_worker": job.gpus_per_worker,
-        "cpus_per_worker": job.cpus_per_worker,
-        "memory_gb_per_worker": job.memory_gb_per_worker,
-        "priority": job.priority,
-        "idle_resources": job.idle_resources,
-        "env": dict(job.env),
-        "max_runtime_seconds": job.max_runtime_seconds,
-        **ft_fields_of_job(job),
-    }
-
-
-def ft_fields_of_job(job: Any) -> dict[str, Any]:
-    """The fault-tolerance fields of an existing job."""
-    config = FtConfig.from_job(job.fault_tolerance, job.ft_config or {})
-    return {
-        "fault_tolerance": config.enabled,
-        "run_type": config.run_type.value,
-        "max_restarts": config.max_restarts,
-        "restart_policy": config.policy.value,
-        "hang_detection": config.hang_detection,
-        "hang_timeout": config.hang_timeout,
-        "hang_action": config.hang_action.value,
-        # A clone is a new run, in a folder of its own (its default job-<id>); a Restart
-        # keeps the original's folder itself (resubmit_job). docs/fault-tolerance.md.
-        "checkpoint_dir": "",
-    }
+    for spec_field, message in job_problems(**jobspec.carried(clean)).items():
+        add_problem(verdict, carried.get(spec_field), f"Agents would refuse this: {message}")
