@@ -1,78 +1,38 @@
-"""What the console does with agent requests: register, heartbeat, logs (docs/agent-protocol.md).
+"""What the console does with agent requests: register, bootstrap tokens, logs
+(docs/agent-protocol.md); a heartbeat is `agents.heartbeat.actions`, which uses the helpers
+here.
 
 The shell around the pure decisions of `agents.decisions`. Each write goes through the
 actions of the app that owns the rows:
 
-- node facts and GPUs: `cluster.actions` (a plain UPDATE by id: last writer wins; every
-  heartbeat carries the full facts),
-- pod statuses: `jobs.actions.workers.apply_worker_states` (compare-and-set on the pod's
-  live status; a heartbeat's changes in one transaction, agents.applying),
+- the node's registration and facts: `cluster.actions`,
 - log lines: `jobs.actions.logs.append_log_lines` (compare-and-set on the pod's next
-  sequence number, plus the chunk, in one transaction).
+  sequence number, plus the chunk, in one transaction); refusals noted on their pods by
+  `jobs.actions.workers.note_refusal`.
 
 All times are the console's receive time; the agent's clock is never trusted (docs/traps.md).
 """
 
 import logging
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
-from pydantic import ValidationError
 
 from accounts.tokens import make_token, matches, split_prefix
-from agents.applying import FAILED, apply_reports, isolated
+from agents.applying import FAILED, isolated
 from agents.auth import BOOTSTRAP_KIND, NODE_KIND, AgentApiError
-from agents.decisions import (
-    PodFacts,
-    Verdict,
-    desired_state,
-    desired_version,
-    desired_version_of,
-    judge_report,
-    log_reject_reason,
-    new_log_lines,
-    report_digest,
-)
-from agents.fencing import fence_timing
+from agents.decisions import log_reject_reason, new_log_lines
 from agents.models import BootstrapToken, RegistrationOutcome, RegistrationRecord
-from cluster.actions import (
-    NameTaken,
-    health_marks_to_clear,
-    note_node_seen,
-    record_node_alive,
-    refuse_gpu_reports,
-    save_registration,
-    upsert_gpus,
-)
+from cluster.actions import NameTaken, save_registration, upsert_gpus
 from cluster.actions import allow_reregistration as allow_node_reregistration
 from cluster.models import Node, NodeState
 from jobs.actions.logs import append_log_lines
-from jobs.actions.progress import store_worker_extras, worker_ft_fields
-from jobs.actions.workers import (
-    apply_worker_state,
-    note_refusal,
-    record_gpu_samples,
-)
+from jobs.actions.workers import note_refusal
 from jobs.models import Pod
-from jobs.scheduler.cycle import admit_now
-from policy.jobspec import worker_fields
-from policy.statuses import ACTIVE_POD_STATUSES
-from protocol.agent import (
-    ClearHealthMark,
-    HeartbeatReply,
-    LogAck,
-    NodeFacts,
-    RegisterRequest,
-    StopOrder,
-    WorkerReport,
-    WorkerSpec,
-    error_reason,
-)
-from protocol.batches import HeartbeatItems, LogItems
+from protocol.agent import LogAck, LogLines, NodeFacts, RegisterRequest
+from protocol.batches import LogItems
 
 log = logging.getLogger(__name__)
 
@@ -254,186 +214,10 @@ def allow_reregistration(nodes, user, now: datetime) -> int:
     return len(allowed)
 
 
-# --- heartbeat ---------------------------------------------------------------------------
+# --- logs --------------------------------------------------------------------------------
 
 
-def _pod_facts(pod: Pod) -> PodFacts:
-    return PodFacts(node_id=pod.node_id, attempt=pod.attempt, status=pod.status)
-
-
-def _load_pods(node_id: int, reported: Iterable[int]) -> dict[int, Pod]:
-    query = Q(node_id=node_id, status__in=list(ACTIVE_POD_STATUSES)) | Q(pk__in=list(reported))
-    # Unordered (a dict by id): the model's ordering would join and sort for nothing.
-    return {p.pk: p for p in Pod.objects.filter(query).select_related("job").order_by()}
-
-
-def worker_spec(pod: Pod) -> WorkerSpec:
-    job = pod.job
-    indices = list(pod.gpu_indices or [])
-    uuids = list(pod.gpu_uuids or [])
-    return WorkerSpec(
-        pod_id=pod.pk,
-        job_id=job.pk,
-        attempt=pod.attempt,
-        rank=pod.rank,
-        world_size=job.workers,
-        gpu_indices=indices,
-        gpu_uuids=uuids if len(uuids) == len(indices) else [],
-        cpus=pod.cpus,
-        memory_gb=pod.memory_gb,
-        log_next_seq=pod.log_next_seq,
-        workspace_id=job.workspace_id,
-        **worker_fields(job),  # image, command, env, checkpoint folder (policy.jobspec)
-        **worker_ft_fields(pod),
-    )
-
-
-def _heartbeat_lease() -> dict:
-    timing = fence_timing()
-    return {"lease_seconds": timing.lease_seconds, "fence_grace": timing.kill_grace}
-
-
-def idle_node_reply() -> HeartbeatReply:
-    """`record_heartbeat`'s reply to a node with no live pod whose report changed nothing:
-    nothing to run or stop, the lease (agents.quiet answers such a node without a query)."""
-    return HeartbeatReply(
-        heartbeat_interval=heartbeat_interval(),
-        desired_version=desired_version(0, 0, 0),
-        takes_logs=True,
-        **_heartbeat_lease(),
-    )
-
-
-def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> HeartbeatReply:
-    """Apply a heartbeat item by item (protocol.batches), reply with the desired state.
-
-    The node is noted alive (Ready, a new deadline) last, once the heartbeat has been
-    applied: a node whose heartbeats keep failing goes NotReady, so the scheduler stops
-    placing work there. Queries: a constant few plus a constant per worker whose state
-    changed. Where nothing changed (the same facts and GPUs as the node row's digest, the
-    workers running as known) it writes one statement: the time the node was seen; a
-    running worker's last report is its node's last heartbeat."""
-    reported_gpus = gpu_rows(items.facts)
-    facts = fact_fields(items.facts)
-    digest = "" if items.refused_gpus else report_digest(facts, reported_gpus)
-    same_facts = bool(digest) and digest == node.report_digest
-    if not same_facts:
-        upsert_gpus(node.pk, reported_gpus, known_count=node.gpus)
-    if items.refused_gpus:
-        refuse_gpu_reports(node.pk, items.refused_gpus)
-    for problem in items.unnamed:
-        log.warning("node %s: refused a heartbeat item: %s", node.name, problem)
-    refused = dict(items.refused)
-
-    riding = [b.pod_id for b in items.logs.batches] if items.logs is not None else []
-    pods = _load_pods(node.pk, [*(w.pod_id for w in items.workers), *refused, *riding])
-    # Log lines riding along first: an exit's last lines are stored before it is applied.
-    log_ack = None
-    if items.logs is not None:
-        log_ack = store_logs(node, items.logs, now, pods=pods)
-        items.workers = _delivered_only_if_stored(items.workers, items.logs, log_ack)
-    # Progress and checkpoints first: a checkpoint saved on SIGTERM must be known before
-    # the exit reported in this same heartbeat restarts the job from it.
-    for report in items.workers:
-        if report.progress is not None or report.checkpoints:
-            isolated(
-                node,
-                report.pod_id,
-                refused,
-                "progress and checkpoints",
-                lambda report=report: store_worker_extras(pods, [report], now),
-                atomic=True,
-            )
-    fenced: dict[int, StopOrder] = {}
-    samples: list[tuple[int, dict]] = []
-    applies: list[tuple[Pod, WorkerReport]] = []
-    for report in items.workers:
-        pod = pods.get(report.pod_id)
-        verdict, why = judge_report(node.pk, _pod_facts(pod) if pod else None, report)
-        if report.gpu is not None and verdict in (Verdict.START, Verdict.TOUCH):
-            samples.append((pod.pk, report.gpu.model_dump()))
-        if verdict in (Verdict.START, Verdict.EXIT):
-            applies.append((pod, report))
-        elif verdict == Verdict.FENCE:
-            log.warning("node %s: fencing pod %s: %s", node.name, report.pod_id, why)
-            fenced[report.pod_id] = StopOrder(
-                pod_id=report.pod_id,
-                attempt=report.attempt,
-                grace_seconds=settings.DEFAULT_STOP_GRACE,
-                reason=f"stale worker: {why}",
-            )
-    applied = apply_reports(node, applies, refused, now)
-    freed = any(report.state != "running" for pod, report in applies if pod.pk in applied)
-    record_gpu_samples(samples, now)  # only this node's current workers
-    _record_refusals(node, pods, refused, "report", now)
-    if freed:  # GPUs came free: admit what fits now, and send this node's share back
-        admit_now()
-    # An exit may have ended the job and ordered its other workers stopped, and the cycle
-    # above may have placed pods here: read the node's pods again. Workers that only
-    # started change nothing the reply says (the same pods to run, the same version).
-    if freed:
-        pods = _load_pods(node.pk, ())
-
-    run_pods, stop = desired_state(node.pk, pods.values(), fenced)
-    run: list[WorkerSpec] = []
-    for pod in run_pods:
-        try:
-            run.append(worker_spec(pod))
-        except ValidationError as exc:
-            # The job's stored spec cannot be sent (e.g. a bad env name): fail the worker
-            # with the reason instead of breaking the whole node's heartbeat.
-            isolated(
-                node,
-                pod.pk,
-                refused,
-                "worker spec",
-                lambda pod=pod, exc=exc: apply_worker_state(
-                    pod, running=False, error=f"invalid worker spec: {error_reason(exc)}", now=now
-                ),
-            )
-    deadline = deadline_of(now)
-    if not (same_facts and note_node_seen(node.pk, digest, now=now, deadline=deadline)):
-        if same_facts:  # another request recorded other facts meanwhile: ours are newer
-            upsert_gpus(node.pk, reported_gpus, known_count=node.gpus)
-        record_node_alive(node.pk, facts, now=now, deadline=deadline, digest=digest)
-    return HeartbeatReply(
-        heartbeat_interval=heartbeat_interval(),
-        run=run,
-        stop=stop,
-        clear_health_marks=_marks_to_clear(node.pk, items.facts),
-        refused=refused,
-        desired_version=desired_version_of(node.pk, pods.values()),
-        takes_logs=True,
-        logs=log_ack,
-        **_heartbeat_lease(),
-    )
-
-
-def _delivered_only_if_stored(
-    reports: list[WorkerReport], logs: LogItems, ack: LogAck
-) -> list[WorkerReport]:
-    """An exit report says its logs are delivered when the agent sent the last of them in
-    this heartbeat; true only if the console stored them all (not refused, not cut)."""
-    ends = {b.pod_id: b.first_seq + len(b.lines) for b in logs.batches}
-    short = set(logs.refused) | set(ack.refused) | set(ack.rejected)
-    short |= {pod for pod, end in ends.items() if ack.acks.get(pod, -1) < end}
-    return [
-        r.model_copy(update={"logs_delivered": False})
-        if r.logs_delivered and r.pod_id in short
-        else r
-        for r in reports
-    ]
-
-
-def _marks_to_clear(node_id: int, facts: NodeFacts) -> list[ClearHealthMark]:
-    """Health marks an operator cleared that the agent still reports (a query only when it
-    reports one)."""
-    if not any(g.health_mark for g in facts.gpus):
-        return []
-    return [ClearHealthMark(uuid=u, mark=m) for u, m in health_marks_to_clear(node_id)]
-
-
-def _record_refusals(
+def record_refusals(
     node: Node, pods: dict[int, Pod], refused: dict[int, str], what: str, now: datetime
 ) -> None:
     """Note each refusal on its pod (this node's pods only), and log it."""
@@ -442,9 +226,6 @@ def _record_refusals(
         pod = pods.get(pod_id)
         if pod is not None and pod.node_id == node.pk:
             note_refusal(pod, f"{what} refused: {reason}", now)
-
-
-# --- logs --------------------------------------------------------------------------------
 
 
 def store_logs(
@@ -463,31 +244,34 @@ def store_logs(
     acks: dict[int, int] = {}
     rejected: dict[int, str] = {}
     refused = dict(items.refused)
-    for b in items.batches:
-        pod = pods.get(b.pod_id)
-        reason = log_reject_reason(node.pk, pod, b.attempt)
+    for batch in items.batches:
+        pod = pods.get(batch.pod_id)
+        reason = log_reject_reason(node.pk, pod, batch.attempt)
         if reason:
-            rejected[b.pod_id] = reason
-            continue
-        if b.pod_id in refused:
-            continue
-        current = acks.get(pod.pk, pod.log_next_seq)
-        fresh = new_log_lines(current, b.first_seq, b.lines)
-        if fresh:
-            # Lines the agent cut at its length limit, by sequence number (raw log joins them).
-            joins = [b.first_seq + i for i in b.continued if b.first_seq + i >= current]
-            stored = isolated(
-                node,
-                pod.pk,
-                refused,
-                "log lines",
-                lambda pod=pod, current=current, fresh=fresh, joins=joins: append_log_lines(
-                    pod, current, fresh, now, joins=joins
-                ),
-            )
-            if stored is FAILED:
-                continue
-            current = stored
-        acks[pod.pk] = current
-    _record_refusals(node, pods, refused, "log lines", now)
+            rejected[batch.pod_id] = reason
+        elif batch.pod_id not in refused:
+            current = acks.get(pod.pk, pod.log_next_seq)
+            stored = _store_batch(node, pod, batch, current, refused, now)
+            if stored is not FAILED:
+                acks[pod.pk] = stored
+    record_refusals(node, pods, refused, "log lines", now)
     return LogAck(acks=acks, rejected=rejected, refused=refused)
+
+
+def _store_batch(
+    node: Node, pod: Pod, batch: LogLines, current: int, refused: dict[int, str], now: datetime
+) -> int | object:
+    """The lines of a batch not stored yet (from `current`, the next expected sequence
+    number): the next expected one after them, or FAILED (the stream refused alone)."""
+    fresh = new_log_lines(current, batch.first_seq, batch.lines)
+    if not fresh:
+        return current
+    # Lines the agent cut at its length limit, by sequence number (raw log joins them).
+    joins = [batch.first_seq + i for i in batch.continued if batch.first_seq + i >= current]
+    return isolated(
+        node,
+        pod.pk,
+        refused,
+        "log lines",
+        lambda: append_log_lines(pod, current, fresh, now, joins=joins),
+    )

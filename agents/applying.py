@@ -1,6 +1,7 @@
-"""Applying a heartbeat's items (agents.actions.record_heartbeat): each item alone when it
-must be, so that one bad item is refused with a reason and never fails the request
-(protocol.batches), and a heartbeat's worker changes in one transaction when they can be."""
+"""Applying a heartbeat's items (`agents.heartbeat.actions.record_heartbeat`) and a log
+request's streams (`agents.actions.store_logs`): each item alone when it must be, so that
+one bad item is refused with a reason and never fails the request (protocol.batches), and
+a heartbeat's worker changes in one transaction when they can be."""
 
 import logging
 from datetime import datetime

@@ -41,7 +41,11 @@ def bearer_token(request: HttpRequest) -> str:
 
 
 def authenticate_node(request: HttpRequest) -> Node:
-    plain = bearer_token(request)
+    return authenticate_token(bearer_token(request))
+
+
+def authenticate_token(plain: str) -> Node:
+    """The node whose live token this is (one query); AgentApiError otherwise."""
     prefix = split_prefix(plain, NODE_KIND)
     if prefix is None:
         raise AgentApiError(401, "malformed_token", "not a node token")

@@ -22,11 +22,12 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ValidationError
 
 from accounts.dbloss import is_lost_connection, lost_connection_response, reset_connections
-from agents import actions, quiet
+from agents import actions
 from agents.auth import AgentApiError, authenticate_node, bearer_token
+from agents.heartbeat.actions import answer_heartbeat
 from agents.wake import NoSlot, watcher
 from protocol.agent import RegisterRequest, RegisterResponse, WaitReply, WaitRequest
-from protocol.batches import RequestRefused, parse_heartbeat, parse_log_batch
+from protocol.batches import RequestRefused, parse_log_batch
 from protocol.text import JsonBodyError, load_json
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,10 @@ def agent_endpoint(view: Callable[[HttpRequest], HttpResponse]):
                 return view(request, *args, **kwargs)
             except AgentApiError as exc:
                 return _error(exc.status, exc.code, exc.message, exc.field)
+            except JsonBodyError as exc:  # a batch's body (protocol.text)
+                return _error(400, exc.code, exc.message, exc.field)
+            except RequestRefused as exc:  # a batch as a whole (protocol.batches)
+                return _error(400, "invalid", exc.message, exc.field)
             except (OperationalError, InterfaceError) as exc:
                 # The connection went away: a heartbeat or log batch is safe to apply
                 # twice (level-triggered; each sequence once), so it runs once more on a
@@ -79,16 +84,6 @@ def _body(request: HttpRequest) -> bytes:
         raise AgentApiError(
             413, "too_large", "request body too large; send smaller batches"
         ) from None
-
-
-def _items(request: HttpRequest, parse):
-    """A batch request read item by item (protocol.batches); text is repaired per item."""
-    try:
-        return parse(load_json(_body(request), repair=True))
-    except JsonBodyError as exc:
-        raise AgentApiError(400, exc.code, exc.message, exc.field) from None
-    except RequestRefused as exc:
-        raise AgentApiError(400, "invalid", exc.message, exc.field) from None
 
 
 def _parse[M: BaseModel](request: HttpRequest, schema: type[M]) -> M:
@@ -119,31 +114,17 @@ def register(request: HttpRequest) -> HttpResponse:
 
 @agent_endpoint
 def heartbeat(request: HttpRequest) -> HttpResponse:
+    """One entry, one action (agents.heartbeat.actions): quiet where nothing changed."""
     now = timezone.now()  # receive time, before any work: the node was alive at this moment
-    plain = bearer_token(request)
-    # Nothing changed: one UPDATE that also checks the token (agents.quiet); the very bytes
-    # answered quietly last time are not even parsed.
-    raw, deadline = _body(request), actions.deadline_of(now)
-    body = quiet.quiet_reply_to_bytes(plain, raw, now, deadline)
-    if body is not None:
-        return HttpResponse(body, content_type="application/json")
-    try:
-        items = _items(request, parse_heartbeat)
-    except AgentApiError:
-        authenticate_node(request)  # an unknown or revoked token answers first
-        raise
-    body = quiet.quiet_reply(plain, items, now, deadline, raw)
-    if body is None:
-        node = authenticate_node(request)
-        reply = actions.record_heartbeat(node, items, now)
-        body = quiet.remember(node.pk, plain, items, reply, raw)
+    body = answer_heartbeat(bearer_token(request), _body(request), now)
     return HttpResponse(body, content_type="application/json")
 
 
 @agent_endpoint
 def logs(request: HttpRequest) -> HttpResponse:
     node = authenticate_node(request)
-    items = _items(request, parse_log_batch)
+    # Read item by item (protocol.batches); text is repaired per item.
+    items = parse_log_batch(load_json(_body(request), repair=True))
     return _ok(actions.store_logs(node, items, timezone.now()))
 
 

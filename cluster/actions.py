@@ -1,11 +1,13 @@
 """Every write to the cluster's inventory: node state from the node monitor, operators'
 cordons and cleared GPU health marks. Compare-and-set on the state the caller saw, so two
-monitors never act twice."""
+monitors never act twice. (One statement writes a node's row elsewhere: the quiet
+heartbeat's, guarded in the same UPDATE by the node's pods, which this room cannot see:
+`agents.heartbeat.actions`.)"""
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.dispatch import Signal
 
@@ -112,71 +114,6 @@ def note_node_seen(node_id: int, digest: str, *, now: datetime, deadline: dateti
             state=NodeState.READY, last_heartbeat_at=now, heartbeat_deadline=deadline
         )
     )
-
-
-def note_node_seen_quietly(
-    node_id: int,
-    digest: str,
-    token_digest: str,
-    condition: tuple[str, list],
-    *,
-    now: datetime,
-    deadline: datetime,
-) -> bool:
-    """`note_node_seen`, also only while `token_digest` is the node's live token (a revoked
-    or replaced token misses) and the caller's `condition` holds on the row (SQL over
-    `cluster_node`, with its parameters: the quiet heartbeat's "its live pods are exactly the
-    ones reported", agents.quiet). A Lost node misses, as in `note_node_seen`."""
-    return _seen_where("id", node_id, digest, token_digest, condition, now, deadline) is not None
-
-
-def note_node_seen_by_token(
-    prefix: str,
-    digest: str,
-    token_digest: str,
-    condition: tuple[str, list],
-    *,
-    now: datetime,
-    deadline: datetime,
-) -> int | None:
-    """`note_node_seen_quietly` for a node this process has not answered yet: found by its
-    token's prefix (unique) in the same one UPDATE, which returns its id (None: a miss,
-    nothing written). A heartbeat needs no memory of earlier ones to be quiet. A database
-    without UPDATE … RETURNING (SQLite before 3.35) always misses: the full path answers."""
-    if not connection.features.can_return_columns_from_insert:
-        return None
-    return _seen_where("token_prefix", prefix, digest, token_digest, condition, now, deadline)
-
-
-def _seen_where(
-    column: str,
-    key: int | str,
-    digest: str,
-    token_digest: str,
-    condition: tuple[str, list],
-    now: datetime,
-    deadline: datetime,
-) -> int | None:
-    """The quiet heartbeat's one raw UPDATE (the ORM's compiler would cost more than the
-    statement on this, the most frequent request): the node's id, or None on a miss."""
-    if not digest:
-        return None
-    where, params = condition
-    table = connection.ops.quote_name(Node._meta.db_table)
-    by_id = column == "id"  # then the row count says it all (any SQLite has that)
-    with connection.cursor() as cursor:  # names from the models, every value a parameter
-        cursor.execute(
-            f"UPDATE {table} SET state = %s, last_heartbeat_at = %s, "  # noqa: S608
-            f"heartbeat_deadline = %s WHERE {column} = %s AND report_digest = %s "
-            "AND state IN (%s, %s) "
-            f"AND token_digest = %s AND token_revoked_at IS NULL AND ({where})"
-            + ("" if by_id else " RETURNING id"),
-            [NodeState.READY, now, deadline, key, digest, *POOL_STATES, token_digest, *params],
-        )
-        if by_id:
-            return int(key) if cursor.rowcount == 1 else None
-        row = cursor.fetchone()
-        return row[0] if row else None
 
 
 def upsert_gpus(node_id: int, gpus: Sequence[dict], *, known_count: int | None) -> None:

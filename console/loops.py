@@ -67,12 +67,11 @@ def start_loops() -> dict[str, Loop]:
 
     from agents.node_monitor import run_node_monitor
     from jobs.job_monitor import run_job_monitor
-    from jobs.scheduler.cycle import resume_placements_here, run_cycle
+    from jobs.scheduler.cycle import run_cycle
     from notifications.delivery import deliver_due
     from usage.actions.rollup import roll_up_usage
 
     with _lock:
-        resume_placements_here()
         if not _loops:
             for loop in (
                 Loop("scheduler", run_cycle, settings.SCHEDULER_INTERVAL),
@@ -119,13 +118,9 @@ def _kube_loop() -> Loop | None:
 
 
 def stop_loops(names: list[str] | None = None, timeout: float = 10.0) -> None:
-    """Stop the named loops (default: all) and wait for their current cycle to end. With the
-    scheduler loop, the in-request cycles of agents' exit reports stop too: this process
-    then places nothing (the embedded console's shutdown relies on it)."""
-    from jobs.scheduler.cycle import pause_placements_here
-
-    if names is None or "scheduler" in names:
-        pause_placements_here()
+    """Stop the named loops (default: all) and wait for their current cycle to end. Without
+    its scheduler loop this process places nothing: every cycle of the in-process mode is
+    the loop's, a trigger only wakes it (the embedded console's shutdown relies on it)."""
     with _lock:
         loops = [loop for name, loop in _loops.items() if names is None or name in names]
         for loop in loops:

@@ -343,9 +343,6 @@ FORECAST_CACHE_SECONDS = env_int("FORECAST_CACHE_SECONDS", 10, minimum=0)
 
 # Scheduling and monitoring cadence (seconds).
 SCHEDULER_INTERVAL = env_int("SCHEDULER_INTERVAL", 5, minimum=1)
-# An agent's report that frees GPUs (an exit) runs a cycle in the same request, after its
-# commit, when no other cycle is running, and the reply carries the node's new pods.
-SCHEDULE_ON_AGENT_REPORT = env_bool("SCHEDULE_ON_AGENT_REPORT", True)
 MONITOR_INTERVAL = env_int("MONITOR_INTERVAL", 5, minimum=1)
 # Usage history (docs/usage-history.md): the roll-up's cadence, how long buckets are kept
 # (at least 13 months), and the most hours one run writes (a first run backfills in steps).

@@ -19,9 +19,10 @@ def send_scheduling() -> None:
     mode = settings.CONSOLE_LOOPS
     if mode == "celery":
         from console.requestid import current_request_id
-        from jobs.tasks import schedule_tick, want_cycle
+        from jobs.scheduler.coalesce import want_cycle
+        from jobs.tasks import schedule_tick
 
-        want_cycle()  # a cycle already running runs again for it (jobs.tasks)
+        want_cycle()  # a cycle already running runs again for it (jobs.scheduler.coalesce)
 
         # Expires after one interval: a trigger still queued by then is redundant (beat's
         # next tick, or any later cycle, does the same work), so an outage leaves no backlog.

@@ -8,12 +8,9 @@ the layer above. With nothing registered (the simulator, a bare import) a trigge
 no-op: the periodic loops do the same work a little later.
 """
 
-import logging
 from collections.abc import Callable
 
 from django.db import transaction
-
-log = logging.getLogger(__name__)
 
 SCHEDULER = "scheduler"
 _senders: dict[str, Callable[[], None]] = {}
@@ -29,13 +26,3 @@ def request_scheduling() -> None:
     send = _senders.get(SCHEDULER)
     if send is not None:
         transaction.on_commit(send, robust=True)
-
-
-def request_scheduling_now() -> None:
-    """Ask for a scheduling cycle now (outside a transaction: nothing to wait for)."""
-    send = _senders.get(SCHEDULER)
-    if send is not None:
-        try:
-            send()
-        except Exception:  # a trigger is an optimisation: beat repeats it
-            log.exception("scheduling trigger failed")

@@ -1,9 +1,18 @@
-"""Tenants, workspaces with members, and the quotas bound to them (docs/domain.md)."""
+"""Tenants, workspaces with members, and the quotas bound to them (docs/domain.md); the
+quota tree's rules (`policy.tree_rules`) checked against the database before a quota is
+saved (`validate_quota_change`: one read, no writes; docs/quota-tree.md).
+"""
+
+from collections.abc import Mapping
+from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
+
+from policy.tree_rules import QuotaFacts, problems
 
 
 class ResourceType(models.TextChoices):
@@ -158,8 +167,6 @@ class Quota(models.Model):
 
     def clean(self) -> None:
         # The tree's rules as field errors (docs/quota-tree.md "Rules for quota owners").
-        from quotas.validation import validate_quota_change
-
         validate_quota_change(self)
 
 
@@ -176,3 +183,61 @@ class QuotaDecayedUsage(models.Model):
 
     def __str__(self) -> str:
         return f"quota {self.quota_id}: {self.gpu_seconds:.0f} decayed GPU-seconds"
+
+
+# -- the quota tree's rules over the database -------------------------------------------------
+# `validate_quota_change` is what `Quota.clean` (the admin's form) and `quotas.actions` call
+# before saving, so every way of changing a quota refuses the same things with the same field
+# errors (docs/quota-tree.md "Rules for quota owners").
+
+_TREE_FIELDS = (
+    "id",
+    "name",
+    "tenant_id",
+    "resource_type",
+    "gpu_type",
+    "gpus",
+    "parent_id",
+    "max_gpus",
+    "lending_limit",
+    "weight",
+)
+
+
+def facts_of(quota: Quota, changes: Mapping[str, Any] | None = None) -> QuotaFacts:
+    """The quota as it would be with `changes` (field name → value; `parent` may be given
+    as a Quota or as `parent_id`) applied."""
+    values = {f: getattr(quota, f) for f in _TREE_FIELDS}
+    for key, value in (changes or {}).items():
+        if key in ("parent", "tenant"):
+            key, value = f"{key}_id", getattr(value, "pk", value)
+        values[key] = value
+    return QuotaFacts(
+        id=values["id"],
+        name=values["name"] or "",
+        tenant_id=values["tenant_id"],
+        resource_type=values["resource_type"] or "",
+        gpu_type=values["gpu_type"] or "",
+        gpus=values["gpus"] if values["gpus"] is not None else 0,
+        parent_id=values["parent_id"],
+        max_gpus=values["max_gpus"],
+        lending_limit=values["lending_limit"],
+        weight=values["weight"] if values["weight"] is not None else 1.0,
+    )
+
+
+def validate_quota_change(quota: Quota, changes: Mapping[str, Any] | None = None) -> None:
+    """Raise ValidationError (field → messages) when the change breaks the tree's rules.
+    Reads the tenant's quotas, the proposed parent and the quota's children in one query."""
+    proposed = facts_of(quota, changes)
+    if proposed.tenant_id is None:
+        return  # the form reports the missing tenant itself
+    related = Q(tenant_id=proposed.tenant_id)
+    if proposed.parent_id is not None:
+        related |= Q(pk=proposed.parent_id)
+    if proposed.id is not None:
+        related |= Q(parent_id=proposed.id)
+    existing = [QuotaFacts(**row) for row in Quota.objects.filter(related).values(*_TREE_FIELDS)]
+    found = problems(proposed, existing)
+    if found:
+        raise ValidationError(found)

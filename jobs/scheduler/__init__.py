@@ -1,2 +1,3 @@
 """The scheduler's shell: the cycle (lock, load, plan, apply), the snapshot and the waiting
-rows it reads (docs/scheduling.md). The pure `plan()` is `policy.scheduler`."""
+rows it reads, the coalescing of triggers into cycles (docs/scheduling.md). The pure
+`plan()` is `policy.scheduler`."""

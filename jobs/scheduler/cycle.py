@@ -3,9 +3,9 @@
     lock → load snapshot (`jobs.scheduler.snapshot`, 8 queries) → plan() → apply
     (`jobs.actions.scheduling`), all in ONE transaction.
 
-This is the scheduler package's one shell module: the only one that imports
-`jobs.actions` (the rest is pure, or reads); the row types it passes along are the
-scheduler's own (`jobs.scheduler.rows`).
+This is the scheduler package's one writing module: the only one that imports
+`jobs.actions` (the rest reads, or runs it: `jobs.scheduler.coalesce`); the row types it
+passes along are the scheduler's own (`jobs.scheduler.rows`).
 
 Serialisation: on PostgreSQL `pg_advisory_xact_lock(SCHEDULER_LOCK_KEY)` is the first
 statement of the cycle's transaction and is released by its commit, so two cycles (two
@@ -39,7 +39,7 @@ from jobs.scheduler.rows import CycleResult
 from jobs.scheduler.snapshot import load_snapshot
 from policy.scheduler.plan import PlanOptions, plan
 
-__all__ = ["SCHEDULER_LOCK_KEY", "admit_now", "load_snapshot", "plan_options", "run_cycle"]
+__all__ = ["SCHEDULER_LOCK_KEY", "load_snapshot", "plan_options", "run_cycle"]
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,10 @@ def run_cycle(
     """Admit what fits, queue the rest with reasons. Safe to run anywhere, any number of
     times, concurrently: it is level-triggered and serialised.
 
-    `wait=False` (an agent's report that freed GPUs, answered in the same request): run only
-    if no other cycle is running, else return None at once; the trigger sent when the change
-    committed (jobs.triggers) still asks for a cycle that sees it. `when_locked`: called
-    once the lock is held, before the snapshot is read (jobs.tasks takes its mark then)."""
+    `wait=False` (a coalescing task, jobs.scheduler.coalesce): run only if no other cycle
+    is running, else return None at once; the running one runs again for it. `when_locked`:
+    called once the lock is held, before the snapshot is read (the task takes its mark
+    then)."""
     now = now or timezone.now()
     with _serialised(wait) as held:
         if not held:
@@ -109,41 +109,6 @@ def run_cycle(
     if result.charged_home:
         log.info("scheduler: charge moved home (in quota) for job(s) %s", list(result.charged_home))
     return result
-
-
-# Set while this process must place nothing (the embedded console stopping: its scheduler
-# loop is stopped first so no job lands on the node that is going away; docs/processes.md).
-_placements_paused = threading.Event()
-
-
-def pause_placements_here() -> None:
-    """No in-request cycle in this process until `resume_placements_here()`."""
-    _placements_paused.set()
-
-
-def resume_placements_here() -> None:
-    _placements_paused.clear()
-
-
-def admit_now() -> None:
-    """A cycle right after a change that freed GPUs (an agent's exit report), in the same
-    request once its writes are committed, unless another cycle is running (that one, or the
-    one the change's commit triggered, admits instead). Never fails the caller: beat repeats
-    it. Off with settings.SCHEDULE_ON_AGENT_REPORT, and while placements are paused here."""
-    if (
-        not settings.SCHEDULE_ON_AGENT_REPORT
-        or _placements_paused.is_set()
-        or transaction.get_connection().in_atomic_block
-    ):
-        return
-    from jobs.tasks import run_coalesced
-
-    try:
-        # One cycle: the reply waits for it. One still wanted after it (a trigger whose
-        # task found it running) goes to a task, not to this agent's request (jobs.tasks).
-        run_coalesced(wait=False, rounds=1)
-    except Exception:
-        log.exception("scheduling cycle after a change that freed GPUs failed")
 
 
 def plan_options() -> PlanOptions:

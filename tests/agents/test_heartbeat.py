@@ -6,7 +6,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from agents import quiet
+from agents.heartbeat import quiet
 from cluster.actions import MISSING_GPU
 from cluster.models import GpuDevice, Node, NodeState
 from jobs.actions.stop import request_stop
@@ -344,7 +344,7 @@ def test_steady_heartbeat_query_count_does_not_grow_with_gpus_or_workers(
         full = heartbeat(client, token, workers=reports, gpus=gpus)
     writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
     assert len(writes) == 1 and writes[0].startswith('UPDATE "cluster_node"'), writes
-    # then the quiet path (agents.quiet): the token, the digest and the pods checked by
+    # then the quiet path (agents.heartbeat.quiet): the token, the digest and the pods checked by
     # that one UPDATE, the same reply
     with django_assert_num_queries(1) as queries:
         response = heartbeat(client, token, workers=reports, gpus=gpus)

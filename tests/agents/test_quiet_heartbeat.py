@@ -1,4 +1,4 @@
-"""The quiet heartbeat (agents.quiet): one statement when nothing changed, and a miss (the
+"""The quiet heartbeat (agents.heartbeat): one statement when nothing changed, and a miss (the
 full path) as soon as anything it stands for changed: the token, the facts, the pods."""
 
 import pytest
@@ -108,27 +108,63 @@ def test_only_a_lost_node_back_tells_admission(
     assert len(heard) == (1 if state == "Lost" else 0)
 
 
-# --- event-driven admission: an exit's GPUs go to a waiting job in the same reply ---
+# --- an exit's GPUs: the heartbeat asks for a cycle; a task or the loop runs it ---
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("enabled", [True, False])
-def test_an_exit_report_gets_the_next_job_in_its_reply(client, settings, job_factory, enabled):
+def test_an_exit_report_asks_for_a_cycle_after_its_commit_and_runs_none(
+    client, settings, job_factory, monkeypatch
+):
+    """The freed GPUs' next job is placed by the cycle the exit's commit asks for
+    (jobs.triggers: a Celery task, or the woken scheduler loop), never inside the agent's
+    request; the node's next heartbeat (or its wait, agents.wake) carries it."""
+    from django.db import connection
+
+    from jobs import triggers
     from jobs.scheduler.cycle import run_cycle
     from tests.web.conftest import submit
 
-    settings.CONSOLE_LOOPS = "inprocess"  # no loop runs here: only the heartbeat schedules
-    settings.SCHEDULE_ON_AGENT_REPORT = enabled
     node, token = register(client, gpus=2)
     job, pods = job_factory([node], gpus=2, status=JobStatus.RUNNING, pod_status=PodStatus.RUNNING)
     waiting = submit(job.owner, job.workspace, job.quota, gpus_per_worker=2)
     run_cycle()  # nothing free: it waits
     assert Job.objects.get(pk=waiting.pk).status == JobStatus.INQUEUE
+    sent = []  # for each trigger: whether a transaction was still open when it was sent
+    monkeypatch.setitem(
+        triggers._senders, triggers.SCHEDULER, lambda: sent.append(connection.in_atomic_block)
+    )
     done = {**running(pods[0]), "state": "exited", "exit_code": 0}
     reply = heartbeat(client, token, workers=[done], gpus=2).json()
-    listed = {s["job_id"] for s in reply["run"]}
-    assert (waiting.pk in listed) is enabled
     assert Job.objects.get(pk=job.pk).status == JobStatus.COMPLETED
+    assert waiting.pk not in {s["job_id"] for s in reply["run"]}
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.INQUEUE  # no cycle ran here
+    assert sent and not any(sent)  # asked for, once committed
+    run_cycle()  # the cycle asked for
+    reply = heartbeat(client, token, gpus=2).json()
+    assert waiting.pk in {s["job_id"] for s in reply["run"]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_ends_before_its_job_asks_for_a_cycle_itself(
+    client, job_factory, monkeypatch
+):
+    """GPUs freed without a status change of the job (one worker of two done): no job
+    transition asks for a cycle, the heartbeat does."""
+    from jobs import triggers
+
+    node, token = register(client, gpus=2)
+    job, pods = job_factory(
+        [node, node], gpus=1, status=JobStatus.RUNNING, pod_status=PodStatus.RUNNING
+    )
+    sent = []
+    monkeypatch.setitem(triggers._senders, triggers.SCHEDULER, lambda: sent.append(1))
+    done = {**running(pods[1]), "state": "exited", "exit_code": 0}
+    assert heartbeat(client, token, workers=[done, running(pods[0])], gpus=2).status_code == 200
+    assert Pod.objects.get(pk=pods[1].pk).status == PodStatus.SUCCEEDED
+    assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING
+    assert sent == [1]
+    assert heartbeat(client, token, workers=[running(pods[0])], gpus=2).status_code == 200
+    assert sent == [1]  # nothing freed, nothing asked
 
 
 @pytest.mark.django_db(transaction=True)
@@ -136,25 +172,22 @@ def test_no_exit_report_places_a_job_once_the_scheduler_loop_is_stopped(
     client, settings, job_factory
 ):
     """The embedded console stopping stops its scheduler loop first so nothing lands on the
-    node that is going away: an exit report then must not run a cycle of its own."""
+    node that is going away: an exit report's trigger then wakes no loop, and the request
+    runs no cycle of its own."""
     from console.loops import stop_loops
-    from jobs.scheduler.cycle import resume_placements_here, run_cycle
+    from jobs.scheduler.cycle import run_cycle
     from tests.web.conftest import submit
 
     settings.CONSOLE_LOOPS = "inprocess"
-    settings.SCHEDULE_ON_AGENT_REPORT = True
     node, token = register(client, gpus=2)
     job, pods = job_factory([node], gpus=2, status=JobStatus.RUNNING, pod_status=PodStatus.RUNNING)
     waiting = submit(job.owner, job.workspace, job.quota, gpus_per_worker=2)
     run_cycle()
     stop_loops(["scheduler"])  # as run_console's shutdown does (no loop was started here)
-    try:
-        done = {**running(pods[0]), "state": "exited", "exit_code": 0}
-        reply = heartbeat(client, token, workers=[done], gpus=2).json()
-        assert waiting.pk not in {s["job_id"] for s in reply["run"]}
-        assert Job.objects.get(pk=waiting.pk).status == JobStatus.INQUEUE
-    finally:
-        resume_placements_here()
+    done = {**running(pods[0]), "state": "exited", "exit_code": 0}
+    reply = heartbeat(client, token, workers=[done], gpus=2).json()
+    assert waiting.pk not in {s["job_id"] for s in reply["run"]}
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.INQUEUE
 
 
 # --- an idle node: quiet without this process having answered it before ---
@@ -163,7 +196,7 @@ def test_no_exit_report_places_a_job_once_the_scheduler_loop_is_stopped(
 def _idle(client, name: str = "n1"):
     """A registered node without workers, its facts recorded by one full heartbeat; then
     this process forgets it (as another gunicorn process, or a restarted one, has)."""
-    from agents import quiet
+    from agents.heartbeat import quiet
 
     node, token = register(client, name)
     full = heartbeat(client, token)

@@ -10,7 +10,7 @@ import time
 import pytest
 from django.apps import apps
 
-from agents.actions import worker_spec
+from agents.heartbeat.actions import worker_spec
 from agents.node.gpus import GpuInfo, worker_gpu_usage
 from cluster.models import GpuDevice, Node
 from jobs.actions.submit import JobSpec, create_job

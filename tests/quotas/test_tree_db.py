@@ -1,13 +1,12 @@
 """The database's own checks on the tree's fields, and the same values refused earlier as
-field errors by `Quota.clean` (quotas.validation): a form never reaches an IntegrityError.
-Runs on SQLite and PostgreSQL (both enforce check constraints)."""
+field errors by `Quota.clean` (quotas.models.validate_quota_change): a form never reaches an
+IntegrityError. Runs on SQLite and PostgreSQL (both enforce check constraints)."""
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from quotas.models import Quota, ResourceType
-from quotas.validation import validate_quota_change
+from quotas.models import Quota, ResourceType, validate_quota_change
 
 
 @pytest.fixture

@@ -76,12 +76,11 @@ def test_beat_schedules_every_tick(settings):
 
 
 def test_a_tick_leaves_the_cycle_to_the_running_one_which_runs_again(submit, node, settings):
-    """Coalescing (jobs.tasks): while a cycle runs, a tick returns at once and leaves its
-    mark; the next cycle takes the mark and admits."""
+    """Coalescing (jobs.scheduler.coalesce): while a cycle runs, a tick returns at once and
+    leaves its mark; the next cycle takes the mark and admits."""
     import threading
 
-    from jobs import tasks
-    from jobs.scheduler import cycle
+    from jobs.scheduler import coalesce, cycle
 
     url = redis_or_skip(settings.REDIS_URL or URL)
     if cycle.connection.vendor != "sqlite":
@@ -98,38 +97,29 @@ def test_a_tick_leaves_the_cycle_to_the_running_one_which_runs_again(submit, nod
     other = threading.Thread(target=running_cycle)
     other.start()
     held.wait(10)
-    tasks.want_cycle()
-    assert tasks.run_coalesced() == {"skipped": "a cycle was running"}
-    assert tasks._redis().exists(tasks.WANTED)  # left for the running cycle
+    coalesce.want_cycle()
+    assert coalesce.run_coalesced() == {"skipped": "a cycle was running"}
+    assert coalesce._redis().exists(coalesce.WANTED)  # left for the running cycle
     release.set()
     other.join()
-    summary = tasks.run_coalesced()
+    summary = coalesce.run_coalesced()
     assert list(summary["admitted"]) == [job.pk]
-    assert not tasks._redis().exists(tasks.WANTED)
+    assert not coalesce._redis().exists(coalesce.WANTED)
 
 
-@pytest.mark.django_db(transaction=True)  # admit_now runs outside any transaction
-def test_an_agents_report_runs_one_cycle_and_hands_a_wanted_one_to_a_task(
+def test_a_task_runs_cycles_while_one_is_wanted_at_most_max_rounds(
     submit, node, settings, monkeypatch
 ):
-    """`admit_now` (an exit report's cycle, in the agent's request) runs one cycle; a
-    trigger that arrived meanwhile (its task found the cycle running and left its mark)
-    is handed to a task, not run in the agent's request, which would wait for it."""
-    from jobs import tasks, triggers
-    from jobs.scheduler import cycle
+    """A task runs again while a cycle is wanted (here: each of its cycles wants another),
+    and stops after MAX_ROUNDS in a row: beat sends the next."""
+    from jobs.scheduler import coalesce
     from tests.scheduler.seams import after_plan
 
-    url = redis_or_skip(settings.REDIS_URL or URL)
-    settings.REDIS_URL = url
-    settings.SCHEDULE_ON_AGENT_REPORT = True
+    settings.REDIS_URL = redis_or_skip(settings.REDIS_URL or URL)
     submit(gpus=2)
     cycles = []
-    after_plan(monkeypatch, lambda decided: (cycles.append(decided), tasks.want_cycle()))
-    sent = []
-    monkeypatch.setitem(triggers._senders, triggers.SCHEDULER, lambda: sent.append(1))
-    cycle.admit_now()
-    assert (len(cycles), len(sent)) == (1, 1)  # one cycle here, the wanted one handed over
-    assert tasks._redis().exists(tasks.WANTED)  # …for the task to take
-    # A task runs cycles while one is wanted (here: each of its cycles wants another).
-    assert tasks.run_coalesced()
-    assert len(cycles) == 1 + tasks.MAX_ROUNDS and len(sent) == 1
+    after_plan(monkeypatch, lambda decided: (cycles.append(decided), coalesce.want_cycle()))
+    coalesce.want_cycle()
+    assert schedule_tick.apply().successful()
+    assert len(cycles) == coalesce.MAX_ROUNDS
+    assert coalesce._redis().exists(coalesce.WANTED)  # left for the next task
