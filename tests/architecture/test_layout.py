@@ -119,3 +119,53 @@ def test_only_the_cycle_shell_of_the_scheduler_imports_actions():
         if imp.target.startswith("jobs.actions") and imp.module != "jobs.scheduler.cycle"
     ]
     assert offenders == []
+
+
+def test_the_policy_core_and_simulator_import_without_django_or_the_apps():
+    """`policy` and `simulator` are pure: every module imports with Django, Celery and every
+    app of ours absent (only `protocol` below them)."""
+    probe = textwrap.dedent(
+        """
+        import importlib, pkgutil, sys
+
+        class Absent:
+            blocked = ("django", "celery", "ninja", "django_htmx", "console", "jobs",
+                       "quotas", "cluster", "accounts", "api", "audit", "notifications",
+                       "agents", "kube", "usage", "web")
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in self.blocked:
+                    raise ImportError(f"{name} may not be imported by the pure core")
+                return None
+
+        sys.meta_path.insert(0, Absent())
+        import policy, simulator
+        names = []
+        for package in (policy, simulator):
+            names.append(package.__name__)
+            for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+                names.append(info.name)
+        for name in names:
+            importlib.import_module(name)
+        print(len(names))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=rules.ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 40  # every module of the core and the simulator
+
+
+def test_the_purity_rules_catch_django_or_an_app_in_the_core():
+    """A core module importing an app, or Django, is reported (the rule cannot pass
+    vacuously)."""
+    bad = rules.ROOT / "policy" / "_purity_probe.py"
+    bad.write_text(
+        "from django.db import models  # noqa: F401\nfrom jobs.models import Job  # noqa: F401\n"
+    )
+    try:
+        found = [v for v in rules.layer_violations() if v.startswith("policy._purity_probe")]
+    finally:
+        bad.unlink()
+    assert any("(policy → jobs)" in v for v in found), found
+    assert any("no Django here" in v for v in found), found
