@@ -197,6 +197,10 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 # The embedded console serves static files itself (no collectstatic step needed).
 WHITENOISE_USE_FINDERS = not PRODUCTION
+if not PRODUCTION:
+    # WhiteNoise also reads STATIC_ROOT at start and warns ("No directory at") when it is
+    # missing; outside production it stays empty (collectstatic fills it in the image).
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
