@@ -13,6 +13,7 @@ from django.utils.csp import CSP
 
 from console.env import (
     env_bool,
+    env_float,
     env_int,
     env_list,
     env_rate,
@@ -267,6 +268,7 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-console@localhost")
 SESSION_COOKIE_SECURE = PRODUCTION
 CSRF_COOKIE_SECURE = PRODUCTION
 SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 14 * 24 * 3600, minimum=60)
 SECURE_SSL_REDIRECT = PRODUCTION and env_bool("SECURE_SSL_REDIRECT", True)
 # The health check is plain HTTP from inside the web container (no proxy in between).
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
@@ -350,6 +352,12 @@ SCHEDULER_INTERVAL = env_int("SCHEDULER_INTERVAL", 5, minimum=1)
 # An agent's report that frees GPUs (an exit) runs a cycle in the same request, after its
 # commit, when no other cycle is running, and the reply carries the node's new pods.
 SCHEDULE_ON_AGENT_REPORT = env_bool("SCHEDULE_ON_AGENT_REPORT", True)
+# Against flapping: a borrower runs at least this long before it is reclaimed (seconds).
+SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = env_int(
+    "SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM", 300, minimum=0
+)
+# The starvation rule (docs/scheduling.md): a job waiting this long may hold back later ones.
+SCHEDULER_RESERVE_AFTER = env_int("SCHEDULER_RESERVE_AFTER", 600, minimum=0)
 MONITOR_INTERVAL = env_int("MONITOR_INTERVAL", 5, minimum=1)
 # Usage history (docs/usage-history.md): the roll-up's cadence, how long buckets are kept
 # (at least 13 months), and the most hours one run writes (a first run backfills in steps).
@@ -359,7 +367,7 @@ USAGE_ROLLUP_MAX_HOURS = env_int("USAGE_ROLLUP_MAX_HOURS", 168, minimum=1)
 # A periodic roll-up is skipped while the last one took more than this share of the time
 # since it ran: under heavy churn (an open hour of 50,000 pods took 14 s to recompute) the
 # history lags instead of the roll-up taking a worker's CPU from the scheduler.
-USAGE_ROLLUP_MAX_SHARE = 0.1
+USAGE_ROLLUP_MAX_SHARE = env_float("USAGE_ROLLUP_MAX_SHARE", 0.1, minimum=0.001, maximum=1.0)
 
 # Agent protocol.
 AGENT_HEARTBEAT_INTERVAL = env_int("AGENT_HEARTBEAT_INTERVAL", 5, minimum=1)
