@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import (
+    Http404,
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
@@ -211,6 +212,9 @@ def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc} must be an integer")
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
+    missing = logview.missing_pod(job, pod, rank=rank, attempt=attempt)
+    if missing:
+        raise Http404(missing)
     as_json = request.GET.get("format") == "json"
     limit = logview.DEFAULT_LIMIT if as_json else logview.MAX_LIMIT
     lines = logview.read_after(pod, after, limit) if pod else []
@@ -252,10 +256,13 @@ def job_logs_raw(request: HttpRequest, pk: int) -> HttpResponse:
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc} must be an integer")
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
+    missing = logview.missing_pod(job, pod, rank=rank, attempt=attempt)
+    if missing:  # a worker that never runs: not an empty file (one not placed yet is)
+        raise Http404(missing)
     response = StreamingHttpResponse(
         logview.raw_text(pod) if pod else iter(()), content_type="text/plain; charset=utf-8"
     )
-    name = f"job-{job.pk}-attempt-{pod.attempt if pod else 0}-worker-{rank}.log"
+    name = f"job-{job.pk}-attempt-{pod.attempt if pod else job.attempt}-worker-{rank}.log"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
 
