@@ -31,7 +31,8 @@ from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_r
 from jobs.forecast import cached_expected_starts
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
-from policy.display import is_live
+from jobs.runtime import pod_spans, running_spans
+from policy.display import is_live, running_time
 from policy.statuses import FINAL_JOB_STATUSES, WAITING_JOB_STATUSES, IdleResources, JobStatus
 from protocol import limits
 from web import charts as metrics
@@ -98,6 +99,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
         error, page, next_cursor = exc.message, [], None
         filters = JobFilters()
     live = any(is_live(job.status) for job in page)
+    now, spans = timezone.now(), running_spans(job.pk for job in page)
+    for job in page:
+        job.running_for = running_time(spans.get(job.pk, ()), job.finished_at or now)
     waiting = {job.pk for job in page if job.status in WAITING_JOB_STATUSES}
     if waiting:
         estimates = cached_expected_starts(waiting)
@@ -158,6 +162,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
     events.reverse()
     live = is_live(job.status)
+    job.running_for = running_time(pod_spans(pods), job.finished_at or timezone.now())
     context = {
         "job": job,
         "pods": pods,
