@@ -60,6 +60,7 @@ from jobs.actions.workers import (
 from jobs.models import Pod
 from jobs.scheduler.cycle import admit_now
 from policy.statuses import ACTIVE_POD_STATUSES
+from protocol import words
 from protocol.agent import (
     ClearHealthMark,
     HeartbeatReply,
@@ -230,7 +231,7 @@ def register_node(
             "register again (Nodes → Allow re-registration)",
             "name",
         ) from None
-    log.info("node %s registered (id %s, %d GPUs)", node.name, node.pk, len(req.facts.gpus))
+    log.info("node %s registered (id %s, %s)", node.name, node.pk, words.gpus(len(req.facts.gpus)))
     return node, new.plain
 
 

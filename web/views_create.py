@@ -25,6 +25,7 @@ from policy.accounting import QuotaUsage, account
 from policy.scheduler.model import JobSnap
 from policy.scheduler.plan import plan
 from policy.statuses import IdleResources, JobStatus
+from protocol import words
 from web.forms import JobForm, initial_from_job
 
 SECTIONS = [
@@ -56,8 +57,8 @@ def quota_hint(quota: QuotaUsage) -> str:
     """Used and free of the guarantee its jobs' pods use: a tree quota's own guarantee, and
     its subtree's limit where it has one (docs/quota-tree.md "Accounting")."""
     if not quota.in_tree:
-        return f"{quota.used}/{quota.size} GPUs used, {quota.free} free"
-    hint = f"{quota.used}/{quota.own} own GPUs used, {quota.free} free"
+        return f"{quota.used}/{quota.size} {words.gpu_noun(quota.size)} used, {quota.free} free"
+    hint = f"{quota.used}/{quota.own} own {words.gpu_noun(quota.own)} used, {quota.free} free"
     if quota.max_gpus is not None:
         hint += f", limit {quota.max_gpus} ({quota.subtree_used} in use)"
     return hint

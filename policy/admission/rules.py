@@ -19,7 +19,7 @@ from policy.faulttolerance.policy import FtConfig, HangAction, RestartPolicy, Ru
 from policy.scheduler.fit import QuotaSize, never_fits
 from policy.scheduler.model import QuotaSnap
 from policy.statuses import IdleResources
-from protocol import limits
+from protocol import limits, words
 from protocol.agent import job_problems
 from protocol.text import name_problem, text_problem
 
@@ -395,7 +395,7 @@ def _fits_a_node(verdict: Verdict, quota: QuotaFacts, pool: PoolFacts) -> None:
         add_problem(
             verdict,
             None,
-            f"No single {kind} node has {values['gpus_per_worker']} GPUs, "
+            f"No single {kind} node has {words.gpus(values['gpus_per_worker'])}, "
             f"{values['cpus_per_worker']} CPUs and {values['memory_gb_per_worker']} GB at once.",
         )
 
