@@ -3,9 +3,9 @@ bucket's numbers over the part of it the history covers.
 
 The history covers time up to its horizon: the last roll-up's run, never after now. A
 bucket that starts at or after the horizon has no numbers yet (None: the chart leaves it
-blank instead of drawing a 0 for the future); the bucket the horizon falls in counts only
-its covered part (an hour 40 minutes old is a share of 40 minutes, not of 60: a cluster
-busy for those 40 minutes is at 100 %, not 67 %); earlier buckets are whole.
+blank instead of drawing a 0 for the future); the bucket the horizon falls in is measured
+over its covered part only (an hour 40 minutes old is a share of 40 minutes, not of 60: a
+cluster busy for those 40 minutes is at 100 %, not 67 %); earlier buckets are whole.
 """
 
 from collections.abc import Sequence
@@ -25,17 +25,23 @@ def covered_seconds(
     ]
 
 
-def gpu_hours(used_us: Sequence[int], covered: Sequence[float | None]) -> list[float | None]:
-    """GPU-microseconds per bucket as GPU-hours; None where nothing is covered yet."""
+def gpu_hours(
+    used_us: Sequence[int], covered: Sequence[float | None], whole: float
+) -> list[float | None]:
+    """GPU-microseconds per bucket as GPU-hours per bucket (`whole` seconds long) at the
+    pace of its covered part: a whole bucket's GPU-hours; the current one's so far, scaled
+    to the bucket (3 GPUs for the 40 minutes of an hour so far: 3, not 2). None where
+    nothing is covered yet."""
     return [
-        None if c is None else round(u / (3600 * MICROS), 2)
+        None if not c else round(u / (3600 * MICROS) * whole / c, 2)
         for u, c in zip(used_us, covered, strict=True)
     ]
 
 
-def guarantee_hours(gpus: int, covered: Sequence[float | None]) -> list[float | None]:
-    """What a guarantee of `gpus` GPUs amounts to over each bucket's covered part."""
-    return [None if c is None else round(gpus * c / 3600, 2) for c in covered]
+def guarantee_hours(gpus: int, covered: Sequence[float | None], whole: float) -> list[float | None]:
+    """What a guarantee of `gpus` GPUs amounts to over a bucket; None where nothing is
+    covered yet (the chart stops where the history does)."""
+    return [None if not c else round(gpus * whole / 3600, 2) for c in covered]
 
 
 def share_percent(

@@ -178,14 +178,16 @@ def chart_series(scope: UsageScope, request: UsageRequest, now: datetime) -> dic
         held[from_epoch(period)], idle[from_epoch(period)] = h or 0, i or 0
     cluster_gpus = Node.objects.aggregate(g=Sum("gpus"))["g"] or 0
     t = [int(p.timestamp()) for p in periods]
-    used_hours = gpu_hours([used[p] for p in periods], covered)
-    lent_hours = gpu_hours([lent[p] for p in periods], covered)
+    whole = step.total_seconds()
+    used_hours = gpu_hours([used[p] for p in periods], covered, whole)
+    lent_hours = gpu_hours([lent[p] for p in periods], covered, whole)
+    guarantee = guarantee_hours(guaranteed, covered, whole)
     return {
         "guarantee": {
             "t": t,
             "series": [
                 {"label": "Used (GPU-hours)", "values": used_hours},
-                {"label": "Guarantee (GPU-hours)", "values": guarantee_hours(guaranteed, covered)},
+                {"label": "Guarantee (GPU-hours)", "values": guarantee},
                 {"label": "Lent (GPU-hours)", "values": lent_hours},
             ],
         },

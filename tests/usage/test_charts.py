@@ -43,19 +43,27 @@ def test_covered_seconds_of_days():
 @pytest.mark.parametrize(
     ("used", "gpus", "covered", "hours", "guarantee", "share"),
     [
-        # 8 GPUs busy for the 40 minutes so far: 100 %, not 67 % (nor 11 % of a day).
-        (8 * 2400 * 10**6, 8, 2400.0, 5.33, 5.33, 100.0),
+        # 8 GPUs busy for the 40 minutes so far: 100 %, not 67 % (nor 11 % of a day), and
+        # 8 GPU-hours an hour at that pace against a guarantee of 8.
+        (8 * 2400 * 10**6, 8, 2400.0, 8.0, 8.0, 100.0),
         (8 * 3600 * 10**6, 8, 3600.0, 8.0, 8.0, 100.0),
         (2 * 3600 * 10**6, 8, 3600.0, 2.0, 8.0, 25.0),
+        (1 * 1800 * 10**6, 8, 3600.0, 0.5, 8.0, 6.25),  # one GPU for half of a past hour
         (0, 8, 3600.0, 0.0, 8.0, 0.0),  # covered and unused: a real 0
         (0, 8, None, None, None, None),  # not covered: blank
         (5, 0, 3600.0, 0.0, 0.0, None),  # no GPUs: no share of them
     ],
 )
 def test_a_buckets_numbers_over_its_covered_part(used, gpus, covered, hours, guarantee, share):
-    assert gpu_hours([used], [covered]) == [hours]
-    assert guarantee_hours(gpus, [covered]) == [guarantee]
+    assert gpu_hours([used], [covered], 3600.0) == [hours]
+    assert guarantee_hours(gpus, [covered], 3600.0) == [guarantee]
     assert share_percent([used], gpus, [covered]) == [share]
+
+
+def test_a_days_bucket_is_per_day():
+    six_hours = 6 * 3600.0  # a day 6 hours old, 2 GPUs busy all along: 48 a day at that pace
+    assert gpu_hours([2 * 6 * 3600 * 10**6], [six_hours], 86400.0) == [48.0]
+    assert guarantee_hours(2, [six_hours, None], 86400.0) == [48.0, None]
 
 
 def _charts(user, day: str) -> dict:
@@ -83,9 +91,8 @@ def test_the_day_chart_leaves_the_future_blank_and_counts_the_hour_so_far(
         assert None not in held[:15] + used[:15]
         # 14:00-14:40 (the history's horizon, even ten minutes later): 3 GPUs busy.
         assert held[14] == round(100 * 3 / cluster_gpus, 2)
-        assert used[14] == 2.0  # 3 GPUs x 40 minutes
-        assert guarantee[14] == round(guaranteed * 40 / 60, 2)
-        assert guarantee[13] == guaranteed
+        assert used[14] == 3.0  # 3 GPUs x 40 minutes: 3 GPU-hours an hour at that pace
+        assert guarantee[14] == guarantee[13] == guaranteed
     with time_machine.travel(until, tick=False):
         yesterday = _charts(researcher, "2026-11-01")
     assert all(None not in s["values"] for s in yesterday["cluster"]["series"])
