@@ -31,6 +31,7 @@ from cluster.models import Node, NodeState
 from jobs.actions.logs import append_log_lines
 from jobs.actions.workers import note_refusal
 from jobs.models import Pod
+from protocol import words
 from protocol.agent import LogAck, LogLines, NodeFacts, RegisterRequest
 from protocol.batches import LogItems
 
@@ -191,7 +192,7 @@ def register_node(
             "register again (Nodes → Allow re-registration)",
             "name",
         ) from None
-    log.info("node %s registered (id %s, %d GPUs)", node.name, node.pk, len(req.facts.gpus))
+    log.info("node %s registered (id %s, %s)", node.name, node.pk, words.gpus(len(req.facts.gpus)))
     return node, new.plain
 
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 from ninja import Query, Router
 from pydantic import Field
 
+from accounts.api_auth import ApiError
 from api import schemas
 from api.jobs import READ_ERRORS
 from api.parsing import reject_unknown_query
@@ -58,13 +59,18 @@ def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
     """Page with `after=<next_after>`. With `follow=true` an empty answer waits up to `wait`
     seconds for lines. Follow a job across restarts by moving to `newer_attempt` (after=-1)
     once an answer has no more lines: it is set only when this attempt's worker has ended
-    and its last lines had time to arrive. Stop at `complete`."""
+    and its last lines had time to arrive. Stop at `complete`. A worker that does not exist
+    and never will (a rank beyond the job's workers, an attempt it did not run in, a job
+    that ended before placing it) is 404; one not placed yet answers no lines."""
     reject_unknown_query(request, LogParams)
     job = get_job_for_user(request.user, job_id)
     wait = min(params.wait, settings.API_LOG_WAIT_MAX) if params.follow else 0
     deadline = time.monotonic() + wait
     while True:
         pod = logview.pick_pod(job, rank=params.rank, attempt=params.attempt)
+        missing = logview.missing_pod(job, pod, rank=params.rank, attempt=params.attempt)
+        if missing:  # not "no lines yet": that worker never runs
+            raise ApiError(404, "not_found", missing)
         lines = logview.read_after(pod, params.after, params.limit) if pod else []
         state = logview.follow(job, pod, caught_up=len(lines) < params.limit, now=timezone.now())
         complete, newer = state.complete, state.newer_attempt

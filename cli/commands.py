@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from cli.client import ApiFailure, Client, new_idempotency_key
-from cli.output import age, duration, gpus, print_json, runtime, table
+from cli.output import age, duration, gpus, plural, print_json, runtime, table
 
 FINAL = {"Completed", "Failed", "Stopped", "Preempted", "Terminated"}
 # `wait`'s exit codes: the job's outcome, for pipelines (`gpu-console wait 12 && next`).
@@ -74,8 +74,8 @@ def cmd_show(client: Client, args: argparse.Namespace) -> int:
         ("Command", job["command"]),
         (
             "Workers",
-            f"{job['workers']} x {job['gpus_per_worker']} GPU, {job['cpus_per_worker']} CPU, "
-            f"{job['memory_gb_per_worker']} GB",
+            f"{job['workers']} x {plural(job['gpus_per_worker'], 'GPU')}, "
+            f"{plural(job['cpus_per_worker'], 'CPU')}, {job['memory_gb_per_worker']} GB",
         ),
         ("Priority / idle", f"{job['priority']} / {job['idle_resources']}"),
         (

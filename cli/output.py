@@ -55,5 +55,10 @@ def runtime(job: dict, now: datetime | None = None) -> str:
     return duration((end - started).total_seconds())
 
 
+def plural(count: int, noun: str) -> str:
+    """ "1 GPU", "2 GPUs" (the console's own rule, protocol.words: the CLI imports nothing)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def gpus(job: dict) -> int:
     return job["workers"] * job["gpus_per_worker"]

@@ -13,6 +13,7 @@ from django.utils.csp import CSP
 
 from console.env import (
     env_bool,
+    env_float,
     env_int,
     env_list,
     env_rate,
@@ -197,6 +198,10 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 # The embedded console serves static files itself (no collectstatic step needed).
 WHITENOISE_USE_FINDERS = not PRODUCTION
+if not PRODUCTION:
+    # WhiteNoise also reads STATIC_ROOT at start and warns ("No directory at") when it is
+    # missing; outside production it stays empty (collectstatic fills it in the image).
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -263,6 +268,7 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-console@localhost")
 SESSION_COOKIE_SECURE = PRODUCTION
 CSRF_COOKIE_SECURE = PRODUCTION
 SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 14 * 24 * 3600, minimum=60)
 SECURE_SSL_REDIRECT = PRODUCTION and env_bool("SECURE_SSL_REDIRECT", True)
 # The health check is plain HTTP from inside the web container (no proxy in between).
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
@@ -343,6 +349,12 @@ FORECAST_CACHE_SECONDS = env_int("FORECAST_CACHE_SECONDS", 10, minimum=0)
 
 # Scheduling and monitoring cadence (seconds).
 SCHEDULER_INTERVAL = env_int("SCHEDULER_INTERVAL", 5, minimum=1)
+# Against flapping: a borrower runs at least this long before it is reclaimed (seconds).
+SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM = env_int(
+    "SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM", 300, minimum=0
+)
+# The starvation rule (docs/scheduling.md): a job waiting this long may hold back later ones.
+SCHEDULER_RESERVE_AFTER = env_int("SCHEDULER_RESERVE_AFTER", 600, minimum=0)
 MONITOR_INTERVAL = env_int("MONITOR_INTERVAL", 5, minimum=1)
 # Usage history (docs/usage-history.md): the roll-up's cadence, how long buckets are kept
 # (at least 13 months), and the most hours one run writes (a first run backfills in steps).
@@ -352,7 +364,7 @@ USAGE_ROLLUP_MAX_HOURS = env_int("USAGE_ROLLUP_MAX_HOURS", 168, minimum=1)
 # A periodic roll-up is skipped while the last one took more than this share of the time
 # since it ran: under heavy churn (an open hour of 50,000 pods took 14 s to recompute) the
 # history lags instead of the roll-up taking a worker's CPU from the scheduler.
-USAGE_ROLLUP_MAX_SHARE = 0.1
+USAGE_ROLLUP_MAX_SHARE = env_float("USAGE_ROLLUP_MAX_SHARE", 0.1, minimum=0.001, maximum=1.0)
 
 # Agent protocol.
 AGENT_HEARTBEAT_INTERVAL = env_int("AGENT_HEARTBEAT_INTERVAL", 5, minimum=1)

@@ -131,6 +131,36 @@ def pick_pod(job: Job, *, rank: int | None, attempt: int | None) -> Pod | None:
     return pods.filter(attempt=attempt).first()
 
 
+def missing_worker(
+    *, rank: int, attempt: int | None, found: bool, workers: int, job_attempt: int, final: bool
+) -> str:
+    """Why the log asked for is of a worker that does not exist and never will (pure), or ""
+    when it exists or may still (a waiting job's workers are not placed yet)."""
+    if found:
+        return ""
+    if rank >= workers:
+        return f"The job has {workers} worker{'s' if workers != 1 else ''}: no rank {rank}."
+    if attempt is not None and attempt > job_attempt:
+        return f"The job's newest attempt is {job_attempt}: no attempt {attempt}."
+    if attempt is not None and attempt < job_attempt:
+        return f"Worker {rank} did not run in attempt {attempt}."
+    if final:
+        return f"Worker {rank} never ran: the job ended before it was placed."
+    return ""
+
+
+def missing_pod(job: Job, pod: Pod | None, *, rank: int | None, attempt: int | None) -> str:
+    """`missing_worker` for `pick_pod`'s answer."""
+    return missing_worker(
+        rank=rank or 0,
+        attempt=attempt,
+        found=pod is not None,
+        workers=job.workers,
+        job_attempt=job.attempt,
+        final=job.status in FINAL_JOB_STATUSES,
+    )
+
+
 def settle_seconds() -> int:
     """How long after a job ends its last log lines may still arrive (agents batch them)."""
     return 3 * settings.AGENT_HEARTBEAT_INTERVAL

@@ -7,6 +7,7 @@ sequences for display; HTML escaping is left to template autoescape.
 """
 
 import re
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from policy.statuses import ACTIVE_JOB_STATUSES, JobStatus, PodStatus
@@ -80,6 +81,27 @@ def duration(
         return None
     end = finished_at or now
     return max(end - started_at, timedelta(0))
+
+
+def running_time(
+    spans: Iterable[tuple[datetime | None, datetime | None]], until: datetime
+) -> timedelta | None:
+    """How long the job ran: the union of its workers' running spans (start, end; no end
+    while running, counted to `until`: its end or now). Time spent waiting between attempts
+    (a fault-tolerance restart queued, a crash-loop backoff, a preempted job waiting) is
+    not running time. None when no worker has run yet."""
+    ordered = sorted((start, min(end or until, until)) for start, end in spans if start)
+    if not ordered:
+        return None
+    total = timedelta(0)
+    first, last = ordered[0]
+    for start, end in ordered[1:]:
+        if start > last:
+            total += max(last - first, timedelta(0))
+            first, last = start, end
+        else:
+            last = max(last, end)
+    return total + max(last - first, timedelta(0))
 
 
 def format_duration(value: timedelta | None) -> str:

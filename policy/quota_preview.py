@@ -25,6 +25,7 @@ from policy.scheduler.plan import PlanOptions, plan
 from policy.scheduler.preempt import victim_order
 from policy.scheduler.tree import QuotaTree
 from policy.scheduler.treeuse import TreeUse
+from protocol import words
 
 NEW_QUOTA_ID = -1  # the id a quota being created has in the what-if
 EDITABLE = ("name", "gpus", "parent_id", "max_gpus", "lending_limit", "weight")
@@ -220,13 +221,14 @@ def _limits_passed(after: Snapshot, edit: QuotaEdit) -> tuple[str, ...]:
     held, lent, out = use.held.get(quota.id, 0), use.lent.get(quota.id, 0), []
     if quota.max_gpus is not None and held > quota.max_gpus:
         out.append(
-            f"The jobs of {quota.name}'s subtree hold {held} GPUs, above the new limit of "
+            f"The jobs of {quota.name}'s subtree hold {words.gpus(held)}, above the new limit of "
             f"{quota.max_gpus}: they keep running, and none of its jobs starts until they "
             "hold less."
         )
     if quota.lending_limit is not None and lent > quota.lending_limit:
         out.append(
-            f"{lent} GPUs of {quota.name}'s subtree are lent out, above the new lending "
+            f"{words.gpus(lent)} of {quota.name}'s subtree {'is' if lent == 1 else 'are'} lent "
+            "out, above the new lending "
             f"limit of {quota.lending_limit}: the borrowers keep running; nothing more is "
             "lent until they end or are reclaimed."
         )
@@ -272,11 +274,12 @@ def _over_guarantee(before: Snapshot, after: Snapshot, now: datetime) -> tuple[O
                 detail = (
                     f"runs in quota: keeps running (in-quota work is never stopped for a "
                     f"resize); nothing new starts in quota {q.name} while more than its "
-                    f"{own_after} GPUs are charged to it"
+                    f"{words.gpus(own_after)} {'is' if own_after == 1 else 'are'} charged to it"
                 )
             else:
                 detail = (
-                    f"borrows {gpus} GPUs of {q.name}: reclaimed when {q.name}'s jobs need them"
+                    f"borrows {words.gpus(gpus)} of {q.name}: "
+                    f"reclaimed when {q.name}'s jobs need them"
                 )
             out_job = JobEffect(r.id, r.name, names.get(r.quota_id, ""), gpus, detail)
             jobs.append(out_job)

@@ -17,6 +17,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from protocol import words
+
 type Problems = dict[str, list[str]]
 
 
@@ -61,7 +63,11 @@ def _own_values(q: QuotaFacts) -> list[tuple[str, str]]:
         out.append(("gpus", "The guarantee cannot be negative."))
     if q.max_gpus is not None and q.max_gpus < q.gpus:
         out.append(
-            ("max_gpus", f"The limit ({q.max_gpus} GPUs) is below the guarantee ({q.gpus} GPUs).")
+            (
+                "max_gpus",
+                f"The limit ({words.gpus(q.max_gpus)}) is below the guarantee "
+                f"({words.gpus(q.gpus)}).",
+            )
         )
     if q.lending_limit is not None and q.lending_limit < 0:
         out.append(("lending_limit", "The lending limit cannot be negative (0: it never lends)."))
@@ -98,7 +104,7 @@ def _parent_rules(q: QuotaFacts, others: dict[int, QuotaFacts]) -> list[tuple[st
         out.append(
             (
                 "gpus",
-                f"Quota {parent.name} guarantees {parent.gpus} GPUs; its children would "
+                f"Quota {parent.name} guarantees {words.gpus(parent.gpus)}; its children would "
                 f"carve out {carved} ({q.gpus} here{rest}).",
             )
         )
@@ -117,7 +123,7 @@ def _children_rules(q: QuotaFacts, others: dict[int, QuotaFacts]) -> list[tuple[
         out.append(
             (
                 "gpus",
-                f"Its children {_names(children)} carve out {carved} GPUs; the guarantee "
+                f"Its children {_names(children)} carve out {words.gpus(carved)}; the guarantee "
                 f"cannot be below that ({q.gpus}).",
             )
         )
@@ -161,7 +167,7 @@ def overcommitted(guaranteed: int, cluster_gpus: int, resource_type: str, gpu_ty
     if guaranteed <= cluster_gpus:
         return ""
     return (
-        f"The {resource_type} {gpu_type} quotas guarantee {guaranteed} GPUs, "
-        f"but the cluster has {cluster_gpus} {gpu_type} GPUs: not every guarantee can be "
+        f"The {resource_type} {gpu_type} quotas guarantee {words.gpus(guaranteed)}, "
+        f"but the cluster has {words.gpus(cluster_gpus, gpu_type)}: not every guarantee can be "
         "met at once."
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from policy.faulttolerance.policy import FtConfig
 from policy.jobspec import FIELD
 from policy.statuses import IdleResources
+from protocol import words
 from simulator.scenario_tree import (
     TREE_FIELDS,
     ScenarioError,
@@ -311,7 +312,7 @@ def _jobs(raw, quotas: dict[str, QuotaSpec], nodes: list[NodeSpec]) -> list[JobS
         largest = max((n.gpus for n in pool), default=0)
         if gpus > largest:
             raise ScenarioError(
-                f"{where}.gpus_per_worker: {gpus} GPUs is more than any "
+                f"{where}.gpus_per_worker: {words.gpus(gpus)} is more than any "
                 f"{q.resource_type} {q.gpu_type} node has ({largest})"
             )
         priority = d.get("priority", FIELD["priority"].default)

@@ -2,6 +2,8 @@
 fields, `max_gpus`, `lending_limit`, `weight`, and the rules an invalid tree breaks. Every
 error names the field ("quotas[3].parent: unknown quota 'orgg'"); pure."""
 
+from protocol import words
+
 INHERITED = ("tenant", "resource_type", "gpu_type")
 TREE_FIELDS = ("parent", "max_gpus", "lending_limit", "weight")
 
@@ -86,6 +88,6 @@ def check_tree(quotas: list) -> None:
         if carved > q.gpus:
             first = index[children[0].name]
             raise ScenarioError(
-                f"quotas[{first}].gpus: the children of {q.name!r} have {carved} GPUs "
+                f"quotas[{first}].gpus: the children of {q.name!r} have {words.gpus(carved)} "
                 f"together, above its {q.gpus}"
             )

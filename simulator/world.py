@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from policy.faulttolerance.policy import Counters
 from policy.scheduler.model import JobSnap, NodeSnap
 from policy.statuses import FINAL_POD_STATUSES, JobStatus, PodStatus
+from protocol import words
 from simulator.scenario import JobSpec, NodeSpec
 
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
@@ -246,7 +247,8 @@ def check_invariants(sim, jobs) -> list[Violation]:
     for qid, q in sim.quotas.values():
         own = sim.own_gpus[qid]  # its own guarantee (docs/quota-tree.md); flat: its gpus
         if sim.charged[qid] > own:
-            out.append(Violation(sim.t, f"quota {q.name}: {sim.charged[qid]}/{own} GPUs charged"))
+            charged = f"{sim.charged[qid]}/{own} {words.gpu_noun(own)}"
+            out.append(Violation(sim.t, f"quota {q.name}: {charged} charged"))
     if sim.has_tree:
         out.extend(tree_violations(sim))
     nodes = {p.node.id: p.node for job in jobs for p in job.pods}
@@ -256,7 +258,8 @@ def check_invariants(sim, jobs) -> list[Violation]:
         node.double_booked.clear()
         held = sum(len(p.gpus) for p in node.pods)
         if held > node.spec.gpus:
-            out.append(Violation(sim.t, f"{node.name}: {held}/{node.spec.gpus} GPUs held"))
+            size = f"{node.spec.gpus} {words.gpu_noun(node.spec.gpus)}"
+            out.append(Violation(sim.t, f"{node.name}: {held}/{size} held"))
     for job in jobs:
         own = sim.quotas[job.spec.quota][1]
         live = [p for p in job.pods if p.status not in FINAL_POD_STATUSES]
@@ -303,8 +306,9 @@ def tree_violations(sim) -> list[Violation]:
     out = []
     for qid, q in tree.quotas.items():
         if q.max_gpus is not None and held.get(qid, 0) > q.max_gpus:
-            out.append(Violation(sim.t, f"{q.name}: {held[qid]} GPUs held, limit {q.max_gpus}"))
+            text = f"{q.name}: {words.gpus(held[qid])} held, limit {q.max_gpus}"
+            out.append(Violation(sim.t, text))
         if q.lending_limit is not None and lent.get(qid, 0) > q.lending_limit:
-            text = f"{q.name}: {lent[qid]} GPUs lent, lending limit {q.lending_limit}"
+            text = f"{q.name}: {words.gpus(lent[qid])} lent, lending limit {q.lending_limit}"
             out.append(Violation(sim.t, text))
     return out

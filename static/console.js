@@ -42,8 +42,94 @@
     if (question && !window.confirm(question)) event.preventDefault();
   }, true);
 
-  // -- Job page: charts (uPlot) ------------------------------------------------------------
+  // -- Charts (uPlot): the job page's and the Usage page's ---------------------------------
   var PALETTE = ["#2f5fd0", "#c23934", "#17843a", "#9a4a0b", "#6b3fb3", "#0a7a8a", "#8a5a00", "#444"];
+
+  // The time axis. Ticks come from the range and the room there is for their labels: the
+  // finest step whose labels fit side by side, at whole multiples of the step (UTC), each
+  // labelled as precisely as the step needs (seconds only below a minute, the day once the
+  // range is a day or more), so no two labels read the same. The labels are HTML elements
+  // under the plot (placeTicks), which a test can measure.
+  var DAY = 86400;
+  var STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+    43200, DAY, 2 * DAY, 7 * DAY, 14 * DAY, 28 * DAY, 56 * DAY, 91 * DAY, 182 * DAY, 364 * DAY];
+  var TICK_FONT = "12px system-ui, -apple-system, 'Segoe UI', sans-serif";
+  var TICK_GAP = 16; // px at least between two labels
+  var SAMPLES = { hms: "00:00:00", hm: "00:00", dhm: "00-00 00:00", d: "00-00", ymd: "0000-00-00" };
+  var measuring = null;
+
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+
+  function textWidth(text) {
+    if (!measuring) {
+      measuring = document.createElement("canvas").getContext("2d");
+      measuring.font = TICK_FONT;
+    }
+    return measuring.measureText(text).width;
+  }
+
+  function tickFormat(step, span) {
+    if (step < 60) return "hms";
+    if (step < DAY) return span < DAY ? "hm" : "dhm";
+    return span < 360 * DAY ? "d" : "ymd";
+  }
+
+  function tickLabel(ts, format) {
+    var d = new Date(ts * 1e3);
+    var day = pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate());
+    var hm = pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes());
+    if (format === "hms") return hm + ":" + pad(d.getUTCSeconds());
+    if (format === "hm") return hm;
+    if (format === "dhm") return day + " " + hm;
+    if (format === "d") return day;
+    return d.getUTCFullYear() + "-" + day;
+  }
+
+  // {step, ticks, labels} for the range [min, max] (seconds) drawn over `width` px.
+  function timeTicks(min, max, width) {
+    var span = Math.max(max - min, 1);
+    var step = STEPS[STEPS.length - 1];
+    for (var i = 0; i < STEPS.length; i++) {
+      var room = textWidth(SAMPLES[tickFormat(STEPS[i], span)]) + TICK_GAP;
+      if ((span / STEPS[i]) * room <= width) { step = STEPS[i]; break; }
+    }
+    var format = tickFormat(step, span);
+    var ticks = [];
+    for (var t = Math.ceil(min / step) * step; t <= max; t += step) ticks.push(t);
+    if (!ticks.length) ticks.push(min);
+    return { step: step, ticks: ticks, labels: ticks.map(function (x) { return tickLabel(x, format); }) };
+  }
+
+  // The labels as elements under the plot, centred on their ticks, kept inside the chart; a
+  // label that would still touch its neighbour (at the edges) is left out.
+  function placeTicks(u) {
+    var wrap = u.root.querySelector(".u-wrap");
+    var row = wrap.querySelector(".chart-ticks");
+    if (!row) {
+      row = document.createElement("div");
+      row.className = "chart-ticks";
+      row.setAttribute("aria-hidden", "true"); // the table and the legend carry the numbers
+      wrap.appendChild(row);
+    }
+    row.textContent = "";
+    row.style.top = (u.over.offsetTop + u.over.offsetHeight + 5) + "px";
+    var found = u._timeTicks || { ticks: [], labels: [] };
+    var right = -Infinity;
+    var limit = wrap.clientWidth;
+    found.ticks.forEach(function (t, i) {
+      var x = u.over.offsetLeft + u.valToPos(t, "x");
+      if (x < u.over.offsetLeft - 1 || x > u.over.offsetLeft + u.over.offsetWidth + 1) return;
+      var span = document.createElement("span");
+      span.textContent = found.labels[i];
+      span.style.font = TICK_FONT;
+      row.appendChild(span);
+      var w = span.offsetWidth;
+      var left = Math.min(Math.max(x - w / 2, 0), limit - w);
+      if (left < right + 4) { row.removeChild(span); return; }
+      span.style.left = left + "px";
+      right = left + w;
+    });
+  }
 
   function chartOptions(width, data) {
     var series = [{}];
@@ -54,11 +140,25 @@
       width: width,
       height: 180,
       series: series,
-      // The page shows times in 24-hour UTC: so do the axes (ticks on UTC boundaries too).
-      tzDate: function (ts) { return window.uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
       scales: { x: { time: true, range: timeRange } },
-      axes: [{ values: utcTicks, label: "UTC", labelSize: 14 }, { size: 50 }],
+      axes: [
+        {
+          // uPlot hands the plot's width to `space` first: the ticks are ours (timeTicks).
+          space: function (u, axis, min, max, dim) { u._plotWidth = dim; return 40; },
+          splits: function (u, axis, min, max) {
+            u._timeTicks = timeTicks(min, max, u._plotWidth || u.width);
+            return u._timeTicks.ticks;
+          },
+          values: function (u, splits) { return splits.map(function () { return ""; }); },
+          ticks: { size: 4 },
+          size: 24,
+          label: "UTC",
+          labelSize: 16,
+        },
+        { size: 50 },
+      ],
       legend: { live: false },
+      hooks: { draw: [placeTicks] },
     };
   }
 
@@ -70,18 +170,7 @@
     return [min, max];
   }
 
-  function pad(n) { return (n < 10 ? "0" : "") + n; }
-
-  function utcTicks(u, splits) {
-    var span = splits.length > 1 ? splits[splits.length - 1] - splits[0] : 0;
-    return splits.map(function (ts) {
-      var d = new Date(ts * 1e3);
-      var hm = pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes());
-      if (span < 180) return hm + ":" + pad(d.getUTCSeconds());
-      if (span < 2 * 86400) return hm;
-      return d.getUTCFullYear() + "-" + pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate()) + " " + hm;
-    });
-  }
+  function plotWidth(holder) { return Math.max(holder.clientWidth, 240); }
 
   function charts(section) {
     var url = section.getAttribute("data-src");
@@ -93,15 +182,22 @@
         var holder = figure.querySelector(".chart-plot");
         if (!data || !data.t.length) return;
         var columns = [data.t].concat(data.series.map(function (s) { return s.values; }));
-        var width = Math.max(holder.clientWidth, 240);
         if (plots[key] && plots[key].series.length === columns.length) {
           plots[key].setData(columns);
           return;
         }
         if (plots[key]) plots[key].destroy();
         holder.textContent = "";
-        plots[key] = new window.uPlot(chartOptions(width, data), columns, holder);
-        holder.uplot = plots[key]; // for the browser tests: the drawn scales and tick labels
+        plots[key] = new window.uPlot(chartOptions(plotWidth(holder), data), columns, holder);
+        holder.uplot = plots[key]; // for the browser tests: the drawn scales and data
+        // A narrower window (a phone turned, a side panel) redraws at the new width.
+        if (window.ResizeObserver && !holder.hasAttribute("data-resizing")) {
+          holder.setAttribute("data-resizing", "");
+          new ResizeObserver(function () {
+            var plot = holder.uplot;
+            if (plot && plot.width !== plotWidth(holder)) plot.setSize({ width: plotWidth(holder), height: 180 });
+          }).observe(holder);
+        }
       });
       section.setAttribute("data-loaded", "");
     }
@@ -117,6 +213,9 @@
     }
     if (window.uPlot) load();
   }
+
+  // The time axis's rule, for the browser tests' table of ranges and widths.
+  window.GpuConsole = { timeTicks: timeTicks };
 
   // -- Job page: the log viewer ------------------------------------------------------------
   // Follows new lines (polls twice a second while the tab is visible), keeps the view at the

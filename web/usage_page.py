@@ -11,10 +11,11 @@ from django.db.models import BigIntegerField, F, Sum
 from django.db.models.functions import Cast
 
 from cluster.models import Node
+from policy.usage_chart import covered_seconds, gpu_hours, guarantee_hours, share_percent
 from policy.usage_history import BORROWED, IN_QUOTA, LENT
 from protocol import limits
 from quotas.models import Quota
-from usage.models import UsageBucket
+from usage.models import UsageBucket, UsageRollup
 from usage.query import Epoch, covering, fetch, from_epoch, pieces
 from usage.report import (
     GROUPS,
@@ -126,17 +127,25 @@ def top_users(scope: UsageScope, request: UsageRequest) -> list[GroupTotal]:
     ]
 
 
-def _periods(request: UsageRequest) -> list[datetime]:
+def _periods(request: UsageRequest) -> tuple[list[datetime], timedelta]:
     step = timedelta(hours=1) if request.granularity == "hour" else timedelta(days=1)
     count = int((request.until - request.since) / step)
-    return [request.since + step * i for i in range(count)]
+    return [request.since + step * i for i in range(count)], step
 
 
-def chart_series(scope: UsageScope, request: UsageRequest) -> dict:
+def history_horizon(now: datetime) -> datetime:
+    """Up to when the history is written: the last roll-up's run, never after now (before
+    any roll-up: now, the history is empty)."""
+    ran_at = UsageRollup.objects.filter(pk=1).values_list("ran_at", flat=True).first()
+    return min(ran_at or now, now)
+
+
+def chart_series(scope: UsageScope, request: UsageRequest, now: datetime) -> dict:
     """uPlot data (console.js): use against guarantee for the quotas shown, and the whole
-    cluster's utilisation (held and idle-held share of its GPUs), per hour or day."""
-    periods = _periods(request)
-    seconds = (periods[1] - periods[0]).total_seconds() if len(periods) > 1 else 3600.0
+    cluster's utilisation (held and idle-held share of its GPUs), per hour or day; buckets
+    not covered yet are None, the current one counts its covered part (policy.usage_chart)."""
+    periods, step = _periods(request)
+    covered = covered_seconds(periods, step, history_horizon(now))
     used, lent = defaultdict(int), defaultdict(int)
     for epoch, *values in grouped(scope, request, None, by_period=True):
         start = from_epoch(epoch)
@@ -147,7 +156,7 @@ def chart_series(scope: UsageScope, request: UsageRequest) -> dict:
         if scope.quota_ids is None
         else Quota.objects.filter(pk__in=scope.quota_ids)
     )
-    guarantee = (quotas.aggregate(g=Sum("gpus"))["g"] or 0) * seconds / 3600
+    guaranteed = quotas.aggregate(g=Sum("gpus"))["g"] or 0
     cluster = (
         UsageBucket.objects.filter(
             span="h" if request.granularity == "hour" else "d",
@@ -164,33 +173,35 @@ def chart_series(scope: UsageScope, request: UsageRequest) -> dict:
         .order_by()
         .values_list("period", "held", "idle")
     )
-    by_start = {from_epoch(p): {"held": h, "idle": i} for p, h, i in fetch(cluster)}
-    capacity = (Node.objects.aggregate(g=Sum("gpus"))["g"] or 0) * seconds * 1_000_000
+    held, idle = defaultdict(int), defaultdict(int)
+    for period, h, i in fetch(cluster):
+        held[from_epoch(period)], idle[from_epoch(period)] = h or 0, i or 0
+    cluster_gpus = Node.objects.aggregate(g=Sum("gpus"))["g"] or 0
     t = [int(p.timestamp()) for p in periods]
-
-    def share(key: str) -> list[float | None]:
-        if not capacity:
-            return [None for _ in periods]
-        return [round(100 * ((by_start.get(p) or {}).get(key) or 0) / capacity, 2) for p in periods]
-
-    gpu_hours = [round(used[p] / HOUR_US, 2) for p in periods]
+    whole = step.total_seconds()
+    used_hours = gpu_hours([used[p] for p in periods], covered, whole)
+    lent_hours = gpu_hours([lent[p] for p in periods], covered, whole)
+    guarantee = guarantee_hours(guaranteed, covered, whole)
     return {
         "guarantee": {
             "t": t,
             "series": [
-                {"label": "Used (GPU-hours)", "values": gpu_hours},
-                {"label": "Guarantee (GPU-hours)", "values": [round(guarantee, 2)] * len(periods)},
-                {
-                    "label": "Lent (GPU-hours)",
-                    "values": [round(lent[p] / HOUR_US, 2) for p in periods],
-                },
+                {"label": "Used (GPU-hours)", "values": used_hours},
+                {"label": "Guarantee (GPU-hours)", "values": guarantee},
+                {"label": "Lent (GPU-hours)", "values": lent_hours},
             ],
         },
         "cluster": {
             "t": t,
             "series": [
-                {"label": "Held (% of cluster GPUs)", "values": share("held")},
-                {"label": "Held but idle (%)", "values": share("idle")},
+                {
+                    "label": "Held (% of cluster GPUs)",
+                    "values": share_percent([held[p] for p in periods], cluster_gpus, covered),
+                },
+                {
+                    "label": "Held but idle (%)",
+                    "values": share_percent([idle[p] for p in periods], cluster_gpus, covered),
+                },
             ],
         },
         "live": False,

@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import (
+    Http404,
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
@@ -30,7 +31,8 @@ from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_r
 from jobs.forecast import cached_expected_starts
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
-from policy.display import is_live
+from jobs.runtime import pod_spans, running_spans
+from policy.display import is_live, running_time
 from policy.statuses import FINAL_JOB_STATUSES, WAITING_JOB_STATUSES, IdleResources, JobStatus
 from protocol import limits
 from web import charts as metrics
@@ -97,6 +99,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
         error, page, next_cursor = exc.message, [], None
         filters = JobFilters()
     live = any(is_live(job.status) for job in page)
+    now, spans = timezone.now(), running_spans(job.pk for job in page)
+    for job in page:
+        job.running_for = running_time(spans.get(job.pk, ()), job.finished_at or now)
     waiting = {job.pk for job in page if job.status in WAITING_JOB_STATUSES}
     if waiting:
         estimates = cached_expected_starts(waiting)
@@ -157,6 +162,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
     events.reverse()
     live = is_live(job.status)
+    job.running_for = running_time(pod_spans(pods), job.finished_at or timezone.now())
     context = {
         "job": job,
         "pods": pods,
@@ -211,6 +217,9 @@ def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc} must be an integer")
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
+    missing = logview.missing_pod(job, pod, rank=rank, attempt=attempt)
+    if missing:
+        raise Http404(missing)
     as_json = request.GET.get("format") == "json"
     limit = logview.DEFAULT_LIMIT if as_json else logview.MAX_LIMIT
     lines = logview.read_after(pod, after, limit) if pod else []
@@ -252,10 +261,13 @@ def job_logs_raw(request: HttpRequest, pk: int) -> HttpResponse:
     except ValueError as exc:
         return HttpResponseBadRequest(f"{exc} must be an integer")
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
+    missing = logview.missing_pod(job, pod, rank=rank, attempt=attempt)
+    if missing:  # a worker that never runs: not an empty file (one not placed yet is)
+        raise Http404(missing)
     response = StreamingHttpResponse(
         logview.raw_text(pod) if pod else iter(()), content_type="text/plain; charset=utf-8"
     )
-    name = f"job-{job.pk}-attempt-{pod.attempt if pod else 0}-worker-{rank}.log"
+    name = f"job-{job.pk}-attempt-{pod.attempt if pod else job.attempt}-worker-{rank}.log"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
 

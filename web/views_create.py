@@ -27,6 +27,7 @@ from policy.jobspec import ADVANCED, FAULT_TOLERANCE
 from policy.scheduler.model import JobSnap
 from policy.scheduler.plan import plan
 from policy.statuses import IdleResources, JobStatus
+from protocol import words
 from web.forms import JobForm, initial_from_job
 
 # The page's sections (policy.jobspec.PAGE): Automatic Fault Tolerance folds (its first field
@@ -58,8 +59,8 @@ def quota_hint(quota: QuotaUsage) -> str:
     """Used and free of the guarantee its jobs' pods use: a tree quota's own guarantee, and
     its subtree's limit where it has one (docs/quota-tree.md "Accounting")."""
     if not quota.in_tree:
-        return f"{quota.used}/{quota.size} GPUs used, {quota.free} free"
-    hint = f"{quota.used}/{quota.own} own GPUs used, {quota.free} free"
+        return f"{quota.used}/{quota.size} {words.gpu_noun(quota.size)} used, {quota.free} free"
+    hint = f"{quota.used}/{quota.own} own {words.gpu_noun(quota.own)} used, {quota.free} free"
     if quota.max_gpus is not None:
         hint += f", limit {quota.max_gpus} ({quota.subtree_used} in use)"
     return hint

@@ -76,4 +76,4 @@ def usage_charts(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             {"error": {"code": "validation_error", "fields": form.errors}}, status=400
         )
-    return JsonResponse(chart_series(scope_for(request.user), wanted))
+    return JsonResponse(chart_series(scope_for(request.user), wanted, timezone.now()))

@@ -15,6 +15,7 @@ from dataclasses import replace
 from agents.node.gpuhealth import HealthWatcher
 from agents.node.gpuinfo import GpuInfo, MigInfo, worker_gpu_usage
 from agents.node.nvml import NvmlReader
+from protocol import words
 
 __all__ = [
     "GpuInfo",
@@ -115,7 +116,9 @@ def resolve(
     for n, index in enumerate(indices):
         device = by_index.get(index)
         if device is None:
-            raise GpuMismatch(f"GPU {index} does not exist on this node ({len(devices)} GPUs)")
+            raise GpuMismatch(
+                f"GPU {index} does not exist on this node ({words.gpus(len(devices))})"
+            )
         wanted = uuids[n] if n < len(uuids) else ""
         if not device.uuid:
             raise GpuMismatch(f"GPU {index}: NVML cannot read its UUID")

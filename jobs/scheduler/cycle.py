@@ -112,11 +112,8 @@ def run_cycle(
 
 
 def plan_options() -> PlanOptions:
-    """Scheduler knobs from settings (optional; defaults in PlanOptions)."""
-    defaults = PlanOptions()
+    """Scheduler knobs from settings (README "Settings"; the others: PlanOptions' defaults)."""
     return PlanOptions(
-        min_runtime_before_reclaim_s=getattr(
-            settings, "SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM", defaults.min_runtime_before_reclaim_s
-        ),
-        reserve_after_s=getattr(settings, "SCHEDULER_RESERVE_AFTER", defaults.reserve_after_s),
+        min_runtime_before_reclaim_s=settings.SCHEDULER_MIN_RUNTIME_BEFORE_RECLAIM,
+        reserve_after_s=settings.SCHEDULER_RESERVE_AFTER,
     )

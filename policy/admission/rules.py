@@ -18,6 +18,7 @@ from policy.admission.values import default_name  # noqa: F401 - the name rule, 
 from policy.scheduler.fit import QuotaSize, never_fits
 from policy.scheduler.model import QuotaSnap
 from policy.statuses import IdleResources
+from protocol import words
 from protocol.agent import job_problems
 
 ALL = "__all__"  # a problem of the job as a whole (Django's NON_FIELD_ERRORS)
@@ -199,7 +200,7 @@ def _fits_a_node(verdict: Verdict, quota: QuotaFacts, pool: PoolFacts) -> None:
         add_problem(
             verdict,
             None,
-            f"No single {kind} node has {values['gpus_per_worker']} GPUs, "
+            f"No single {kind} node has {words.gpus(values['gpus_per_worker'])}, "
             f"{values['cpus_per_worker']} CPUs and {values['memory_gb_per_worker']} GB at once.",
         )
 

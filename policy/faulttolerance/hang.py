@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from protocol import words
+
 # How many distinct recent lines a worker remembers: a loop printing up to this many
 # different lines over and over is still recognised as repetition.
 RECENT_LINES = 32
@@ -108,9 +110,11 @@ def hang_reason(state: HangInput, now: datetime) -> str:
     text = f"{what} for {quiet}s (hang timeout {state.timeout_seconds}s)"
     if state.gpu_utilization:
         if max(state.gpu_utilization) == 0:
-            text += f"; its {len(state.gpu_utilization)} GPU(s) are idle (0% utilization)"
+            idle = len(state.gpu_utilization)
+            verb = "is" if idle == 1 else "are"
+            text += f"; its {words.gpus(idle)} {verb} idle (0% utilization)"
         else:
             text += f"; GPU utilization {max(state.gpu_utilization)}% at most"
     if state.gpu_utilization_unknown:  # MIG mode or unreadable: says nothing either way
-        text += f"; utilization of {state.gpu_utilization_unknown} GPU(s) unknown"
+        text += f"; utilization of {words.gpus(state.gpu_utilization_unknown)} unknown"
     return text

@@ -11,6 +11,7 @@ from policy.scheduler.guaranteed import _wait_guaranteed
 from policy.scheduler.model import Admission, JobSnap, PoolKey, QuotaSnap
 from policy.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
 from policy.scheduler.working import _Both, _diagnose, _place, _Short, _Working, scope_of
+from protocol import words
 
 
 def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str | _Short | _Both:
@@ -87,7 +88,10 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
             free += ", being reclaimed"
         limited = _limited_lender(lenders, quota.id, room, state)
         if len(lenders) == 1:
-            return f"idle resources: quota {quota.name} has {free} GPUs, job needs {need}{limited}"
+            unused = words.gpu_noun(max(room[best.id], 0))
+            return (
+                f"idle resources: quota {quota.name} has {free} {unused}, job needs {need}{limited}"
+            )
         # Several lenders are pooled (whole workers each): say what they have together.
         short = (
             f"job needs {need}"
@@ -96,7 +100,7 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         )
         most = f" (most: {best.name}, {free})" if total or best.id in state.reclaiming else ""
         return (
-            f"idle resources: the {quota.gpu_type} quotas of this tenant have {total} GPUs "
+            f"idle resources: the {quota.gpu_type} quotas of this tenant have {words.gpus(total)} "
             f"unused in all, {short}{most}{limited}"
         )
     key = quota.pool
@@ -207,4 +211,4 @@ def _limited_lender(lenders: list[QuotaSnap], borrower: int, room: dict, state: 
     lent = next(
         state.tree.lent.get(i, 0) for i, q in state.tree.tree.quotas.items() if q.name == name
     )
-    return f"; {name}: lending limit {limit} GPUs, {lent} lent"
+    return f"; {name}: lending limit {words.gpus(limit)}, {lent} lent"

@@ -12,6 +12,7 @@ from policy.scheduler.model import JobSnap, Preemption, QuotaSnap, RunningSnap
 from policy.scheduler.preempt import choose_victims, preempted_within_hour, reclaimable
 from policy.scheduler.reasons import _n
 from policy.scheduler.working import _Working, scope_of
+from protocol import words
 
 
 def fair_share_preempt(job: JobSnap, quota: QuotaSnap, state: _Working) -> str | None:
@@ -54,7 +55,8 @@ def fair_share_preempt(job: JobSnap, quota: QuotaSnap, state: _Working) -> str |
                 victim_quota = state.quotas[v.quota_id]
                 why = (
                     f"preempted for the fair share of quota {quota.name} ({job.label}): "
-                    f"{after:g} GPUs per weight after, {state.tree.share(v.quota_id):g} for "
+                    f"{words.plural(float(after), 'GPU')} per weight after, "
+                    f"{state.tree.share(v.quota_id):g} for "
                     f"quota {victim_quota.name} before"
                 )
                 state.preemptions.append(Preemption(v.id, job.id, why, reclaim=False))

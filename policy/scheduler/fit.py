@@ -24,6 +24,7 @@ from policy.scheduler.model import QuotaSnap
 from policy.scheduler.scope import lending_limited, scope_capacity
 from policy.scheduler.tree import QuotaTree
 from policy.statuses import IdleResources
+from protocol import words
 
 LINGJUN = "Lingjun"
 
@@ -94,7 +95,7 @@ def _beyond_tree(
     idle: IdleResources | str,
 ) -> str | None:
     gpus = workers * gpus_per_worker
-    need = f"{gpus} GPUs ({_workers(workers)} of {gpus_per_worker})"
+    need = f"{words.gpus(gpus)} ({_workers(workers)} of {gpus_per_worker})"
     own = tree.own_gpus(quota.id)
     borrows = quota.resource_type == LINGJUN and IdleResources(idle) != IdleResources.OFF
     if not borrows and gpus > own:  # guaranteed pods use only the own guarantee
@@ -111,7 +112,7 @@ def _beyond_tree(
     limit = tree.limit(quota.id)
     if limit is not None and gpus > limit[0]:
         return (
-            f"Quota {tree.quotas[limit[1]].name}: limit {limit[0]} GPUs, job needs {need}, "
+            f"Quota {tree.quotas[limit[1]].name}: limit {words.gpus(limit[0])}, job needs {need}, "
             "so it could never start."
         )
     if not borrows:
@@ -128,13 +129,13 @@ def _beyond_tree(
     lendable = scope_capacity(tree, quota.id)
     if gpus > lendable:
         return (
-            f"The job needs {need}; {scope} could lend it {lendable} GPUs at most{limits}, "
+            f"The job needs {need}; {scope} could lend it {words.gpus(lendable)} at most{limits}, "
             "so it could never start."
         )
     hosts = scope_capacity(tree, quota.id, gpus_per_worker) if gpus_per_worker else workers
     if gpus > own and hosts < workers:
         return (
-            f"The job needs {_workers(workers)} of {gpus_per_worker} GPUs; each worker is "
+            f"The job needs {_workers(workers)} of {words.gpus(gpus_per_worker)}; each worker is "
             f"charged to one quota, and {scope} can hold {_workers(hosts)} of that size at "
             f"most{limits}, so it could never start."
         )
@@ -149,7 +150,7 @@ def _beyond_pool(
     hosts = sum(n // gpus_per_worker for n in node_gpus)
     if 0 < hosts < workers:  # (0: a worker larger than any node, the node check's error)
         return (
-            f"The job needs {_workers(workers)} of {gpus_per_worker} GPUs; the "
+            f"The job needs {_workers(workers)} of {words.gpus(gpus_per_worker)}; the "
             f"{quota.resource_type} {quota.gpu_type} nodes can host {hosts} at most, "
             "so it could never start."
         )
@@ -169,7 +170,7 @@ def _beyond_quota(
         pooled = max(quota.tenant_gpus, quota.gpus)
         if gpus > pooled:
             return (
-                f"The job needs {gpus} GPUs ({_workers(workers)} of {gpus_per_worker}); "
+                f"The job needs {words.gpus(gpus)} ({_workers(workers)} of {gpus_per_worker}); "
                 f"all {quota.gpu_type} quotas of this tenant have {pooled} in all, "
                 "so it could never start."
             )
@@ -177,22 +178,24 @@ def _beyond_quota(
             hosts = sum(q // gpus_per_worker for q in quota.tenant_quota_gpus)
             if hosts < workers:
                 return (
-                    f"The job needs {_workers(workers)} of {gpus_per_worker} GPUs; each worker "
-                    f"is charged to one quota, and the {quota.gpu_type} quotas of this tenant "
+                    f"The job needs {_workers(workers)} of {words.gpus(gpus_per_worker)}; "
+                    f"each worker is charged to one quota, and the {quota.gpu_type} quotas of "
+                    "this tenant "
                     f"can hold {_workers(hosts)} of that size at most, so it could never start."
                 )
         return None
-    checks = [("GPUs", quota.gpus, gpus, gpus_per_worker)]
+    checks = [("GPU", quota.gpus, gpus, gpus_per_worker)]
     if quota.cpus:
-        checks.append(("CPUs", quota.cpus, workers * cpus_per_worker, cpus_per_worker))
+        checks.append(("CPU", quota.cpus, workers * cpus_per_worker, cpus_per_worker))
     if quota.memory_gb:
         checks.append(
             ("GB memory", quota.memory_gb, workers * memory_gb_per_worker, memory_gb_per_worker)
         )
     for unit, size, need, each in checks:
         if need > size:
+            many = unit if unit == "GB memory" else ""
             return (
-                f"The job needs {need} {unit} ({_workers(workers)} of {each}); "
+                f"The job needs {words.plural(need, unit, many)} ({_workers(workers)} of {each}); "
                 f"quota {quota.name} has {size} in all, so it could never start."
             )
     return None

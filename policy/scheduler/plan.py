@@ -71,6 +71,7 @@ from policy.scheduler.working import (
     admission_order,
     quota_shortfall,
 )
+from protocol import words
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ def _word(short: _Short, job: JobSnap, state: _Working) -> str:
         q = short.quota
         if used.gpus + job.total_gpus > q.gpus:
             return (
-                f"quota {q.name}: {used.gpus}/{q.gpus} GPUs in use "
+                f"quota {q.name}: {used.gpus}/{q.gpus} {words.gpu_noun(q.gpus)} in use "
                 f"({used.borrowed} lent to idle jobs), job needs {job.total_gpus}"
             )
         if short.pool is None:

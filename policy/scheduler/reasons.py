@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from policy.scheduler.model import JobSnap, Placement, PoolKey
 from policy.scheduler.placement import PoolIndex
+from protocol import words
 
 
 def _n(count: int, noun: str) -> str:
@@ -15,7 +16,7 @@ def _n(count: int, noun: str) -> str:
 
 
 def _gpus(count: int, gpu_type: str) -> str:
-    return f"{count} {gpu_type} GPU" if count == 1 else f"{count} {gpu_type} GPUs"
+    return words.gpus(count, gpu_type)
 
 
 # -- diagnosis ------------------------------------------------------------------------------

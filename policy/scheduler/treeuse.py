@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from policy.scheduler.model import QuotaSnap, RunningSnap
 from policy.scheduler.tree import QuotaTree
+from protocol import words
 
 
 @dataclass(slots=True)
@@ -80,7 +81,7 @@ class TreeUse:
                 continue
             held = self.held.get(a, 0)
             if held + need > q.max_gpus:
-                return f"{q.name}: limit {q.max_gpus} GPUs, {held} in use, job needs {need}"
+                return f"{q.name}: limit {words.gpus(q.max_gpus)}, {held} in use, job needs {need}"
         return None
 
     def loan_room(self, lender_id: int, borrower_quota_id: int) -> tuple[int, str] | None:

@@ -1,11 +1,11 @@
 """A quota owner manages the tree in a real browser (Debian's Chromium, with HTMX): creates
-a child quota, resizes a quota below what runs with the preview (the job above the new
-guarantee named before anything is saved) and confirms, creates a second child and moves the
-first under it with a limit, a lending limit and a weight, creates a workspace bound to a
-quota, adds a member by e-mail, changes their role, removes them after the confirmation page,
-and deletes the child quotas. Every
-step is screenshotted into var/artifacts/browser/quota-owner-pages/ and checked by axe-core
-(docs/quota-tree.md "Owner pages")."""
+a child quota (previewed twice: the heading follows each swap), resizes a quota below what
+runs with the preview (the job above the new guarantee named before anything is saved) and
+confirms, creates a second child and moves the first under it with a limit, a lending limit
+and a weight, creates a workspace bound to a quota, adds a member by e-mail, changes their
+role, removes them after the confirmation page, and deletes the child quotas. Every step is
+screenshotted into var/artifacts/browser/quota-owner-pages/, checked by axe-core and looked
+at in a phone's window (docs/quota-tree.md "Owner pages")."""
 
 import pytest
 
@@ -40,11 +40,20 @@ def test_an_owner_changes_the_tree_and_the_members_in_a_browser(browser, owned):
     # A child quota of vision-h200: the preview, then the confirm (HTMX swaps the panel).
     page.click("a[aria-label='Add child of vision-h200']")
     page.wait_for_load_state("networkidle")
-    page.fill("input[name=name]", "vision-nlp")
+    page.fill("input[name=name]", "vision-tmp")
     page.fill("input[name=gpus]", "1")
     walk.check("new-child-form")
     page.click("button[name=preview]")
     page.wait_for_selector("[data-section=preview]")
+    assert page.locator("h1").inner_text() == "Preview: new quota vision-tmp"
+    # Back to the form, another name, a second preview: the heading follows each swap.
+    page.click("button[name=back]")
+    page.wait_for_selector("button[name=preview]")
+    assert page.locator("h1").inner_text() == "New child quota of vision-h200"
+    page.fill("input[name=name]", "vision-nlp")
+    page.click("button[name=preview]")
+    page.wait_for_selector("[data-section=preview]")
+    assert page.locator("h1").inner_text() == "Preview: new quota vision-nlp"
     assert "vision-h200: 4" in page.locator("[data-effect=own]").inner_text()
     walk.check("new-child-preview")
     page.click("button[name=confirm]")

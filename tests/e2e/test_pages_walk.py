@@ -4,9 +4,11 @@ One console (`make run`'s processes) with a known state: a training job reportin
 an idle job borrowing another quota's GPUs, a failure, a finished job with a 200-character
 name and a job waiting for its quota. Each page is screenshotted into var/artifacts/browser/
 (kept by CI), checked by axe-core (no serious or critical violation), checked for CSP
-violations and script errors, and compared with the database: the dashboard's and Quotas
-page's numbers with `manage.py quota_usage --json` (the scheduler's own snapshot and
-accounting), lists and statuses with the API.
+violations and script errors, for empty bands in its cards and for chart labels that touch
+or repeat, then looked at again in a phone's 390x844 window (no sideways scrolling, the
+navigation's links all reachable; `Walk.phone`), and compared with the database: the
+dashboard's and Quotas page's numbers with `manage.py quota_usage --json` (the
+scheduler's own snapshot and accounting), lists and statuses with the API.
 """
 
 import json
@@ -19,6 +21,13 @@ import pytest
 import requests
 
 from tests.e2e.conftest import ROOT, RunningConsole, manage, start_console, wait_for
+from tests.e2e.layout import (
+    CARD_BANDS,
+    PHONE,
+    PHONE_LAYOUT,
+    time_labels,
+    wait_for_charts_width,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +50,8 @@ for step in range(1, 100000):
 
 
 class Walk:
-    """A browser page that records console errors, CSP violations and axe results."""
+    """A browser page that records console errors, CSP violations and axe results, and
+    looks at each page at a desktop's width and at a phone's."""
 
     def __init__(self, browser, console: RunningConsole, role: str) -> None:
         self.console = console
@@ -76,11 +86,22 @@ class Walk:
         self.page.goto(f"{self.console.url}{path}")
         self.page.wait_for_load_state("networkidle")
 
-    def check(self, name: str) -> None:
-        """Screenshot, axe-core and the problems seen so far, for the page shown now."""
+    def check(self, name: str, axe: bool = True) -> None:
+        """Screenshot, axe-core and the problems seen so far, for the page shown now; then
+        the same page at a phone's width (`phone`)."""
         self.shots += 1
         shot = ARTIFACTS / self.role / f"{self.shots:02d}-{name}.png"
         self.page.screenshot(path=str(shot), full_page=True)
+        if axe:
+            self._axe(name)
+        width = self.page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1280, f"{self.role} {name}: the page is {width}px wide"
+        assert self.page.evaluate(CARD_BANDS) == [], f"{self.role} {name}: empty bands"
+        time_labels(self.page)
+        self.phone(name)
+        assert not self.problems, f"{self.role} {name}: {self.problems}"
+
+    def _axe(self, name: str) -> None:
         if not self.page.evaluate("typeof window.axe !== 'undefined'"):
             self.page.evaluate(AXE.read_text())
         result = self.page.evaluate("axe.run(document, {resultTypes: ['violations']})")
@@ -90,9 +111,30 @@ class Walk:
             if v["impact"] in SERIOUS
         ]
         assert not serious, f"{self.role} {name}: {serious}"
-        width = self.page.evaluate("document.documentElement.scrollWidth")
-        assert width <= 1280, f"{self.role} {name}: the page is {width}px wide"
-        assert not self.problems, f"{self.role} {name}: {self.problems}"
+
+    def phone(self, name: str) -> None:
+        """The page shown now in a 390x844 window: no sideways scrolling (a table scrolls
+        in its own box), every link of the navigation on screen and clickable, no control
+        sticking out, no empty band in a card, the charts redrawn with their labels apart.
+        Back to the desktop's width afterwards (the page is not reloaded: a preview or a
+        form's state shown by HTMX is measured as it is)."""
+        self.page.set_viewport_size(PHONE)
+        try:
+            wait_for_charts_width(self.page)
+            shot = ARTIFACTS / self.role / "phone" / f"{self.shots:02d}-{name}.png"
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(shot), full_page=True)
+            layout = self.page.evaluate(PHONE_LAYOUT)
+            where = f"{self.role} {name} at 390px"
+            assert layout["page"] <= PHONE["width"], f"{where}: {layout['page']}px wide"
+            hidden = [link["text"] for link in layout["links"] if not link["reachable"]]
+            assert not hidden, f"{where}: navigation links out of reach: {hidden}"
+            assert not layout["sticking"], f"{where}: {layout['sticking']}"
+            assert self.page.evaluate(CARD_BANDS) == [], f"{where}: empty bands"
+            time_labels(self.page)
+        finally:
+            self.page.set_viewport_size({"width": 1280, "height": 900})
+            wait_for_charts_width(self.page)
 
     def values(self, selector: str) -> dict[str, str]:
         """{data-k: text} inside the first element matching `selector`."""
@@ -248,6 +290,7 @@ def test_researcher_walks_every_page(browser, world):
     walk.visit(f"/jobs/{ids['train']}/")
     page.wait_for_selector("section.charts[data-loaded]")
     assert page.locator("figure[data-chart=progress] canvas").count() == 1
+    assert all(len(labels) >= 2 for labels in time_labels(page))  # apart, none repeated
     assert page.locator("figure[data-chart=metrics] .u-legend").inner_text().count("loss") == 1
     gpus = page.locator("table.workers tbody tr td:nth-child(4) span[title]").first
     assert gpus.inner_text() == "1" and gpus.get_attribute("title") == "GPU indices: 0"
@@ -288,6 +331,9 @@ def test_researcher_walks_every_page(browser, world):
 
     walk.visit(f"/jobs/{ids['failed']}/")
     assert "ValueError: bad" in page.locator("table.workers .error-tail").inner_text()
+    page.wait_for_selector("section.charts[data-loaded]")
+    empty = page.locator("figure[data-chart=progress] .chart-empty").inner_text()
+    assert empty == "No samples were recorded."  # not "yet": the job is over
     walk.check("job-detail-failed")
 
     walk.visit(f"/jobs/{ids['train']}/logs/")
@@ -328,6 +374,18 @@ def test_researcher_walks_every_page(browser, world):
     walk.visit(f"/jobs/new/?clone={ids['train']}")
     assert page.input_value("input[name=name]") == "resnet"
     walk.check("clone")
+
+    # Usage (the roll-up runs every minute: the history may still be empty), notifications,
+    # the API's documentation (Swagger UI's own page: no axe run).
+    for period in ("week", "day"):
+        walk.visit(f"/usage/?period={period}")
+        page.wait_for_selector("#usage-charts[data-loaded]")
+        walk.check(f"usage-{period}")
+    walk.visit("/account/notifications/")
+    walk.check("notifications")
+    walk.visit("/api/v1/docs")
+    page.locator("text=GPU console API").first.wait_for()
+    walk.check("api-docs", axe=False)
 
     # API token: shown once after POST-redirect-GET, rotation asks first.
     walk.visit("/account/token/")
@@ -410,6 +468,9 @@ def test_quota_owner_walks_every_page(browser, world):
     walk.visit(f"/jobs/{ids['borrower']}/")
     assert "Not in Quota" in page.locator("table.workers").inner_text()
     walk.check("job-detail")
+    walk.visit("/usage/")
+    page.wait_for_selector("#usage-charts[data-loaded]")
+    walk.check("usage")
 
     walk.visit("/admin/")
     walk.check("admin")

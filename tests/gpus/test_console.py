@@ -117,9 +117,9 @@ def test_unknown_utilization_is_neither_idle_nor_busy():
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     late = datetime(2026, 1, 1, 1, tzinfo=UTC)
     state = hang.HangInput(600, t0, t0, None, gpu_utilization=[], gpu_utilization_unknown=2)
-    assert hang.hang_reason(state, late).endswith("; utilization of 2 GPU(s) unknown")
+    assert hang.hang_reason(state, late).endswith("; utilization of 2 GPUs unknown")
     mixed = hang.HangInput(600, t0, t0, None, gpu_utilization=[0], gpu_utilization_unknown=1)
-    assert "its 1 GPU(s) are idle" in hang.hang_reason(mixed, late)
+    assert "its 1 GPU is idle" in hang.hang_reason(mixed, late)
 
 
 def test_a_workers_gpu_use_is_its_assigned_devices():

@@ -169,3 +169,28 @@ def test_every_time_on_the_job_page_says_utc(member_client, job, node):
     html = member_client.get(reverse("web:detail", args=[job.pk])).text
     started = html[html.index("<dt>Started</dt>") :]
     assert started[: started.index("</dd>")].endswith(" UTC")
+
+
+def test_a_chart_without_samples_says_what_is_true(
+    member_client, researcher, workspace, quota, node
+):
+    """A live job's empty chart waits for samples; a finished one's had none recorded."""
+    running = submit(researcher, workspace, quota, name="live")
+    place(running, node)
+    page = member_client.get(reverse("web:detail", args=[running.pk])).text
+    assert "No samples yet." in page and "No samples were recorded." not in page
+    done = finish(submit(researcher, workspace, quota, name="done", gpus_per_worker=0), node)
+    page = member_client.get(reverse("web:detail", args=[done.pk])).text
+    assert "No samples were recorded." in page and "No samples yet." not in page
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cpus", "shown"),
+    [(1, 1, "1 \u00d7 (1 GPU, 1 CPU, 4 GB)"), (2, 8, "1 \u00d7 (2 GPUs, 8 CPUs, 4 GB)")],
+)
+def test_the_workers_size_agrees_with_its_numbers(
+    member_client, researcher, workspace, quota, gpus, cpus, shown
+):
+    size = {"gpus_per_worker": gpus, "cpus_per_worker": cpus, "memory_gb_per_worker": 4}
+    job = submit(researcher, workspace, quota, **size)
+    assert f"<dd>{shown}</dd>" in member_client.get(reverse("web:detail", args=[job.pk])).text

@@ -437,3 +437,26 @@ def test_re_parent_a_quota_with_its_preview(owner, owner_client, tenant, quota, 
     assert saved.status_code == 302 and Quota.objects.get(pk=kid.pk).parent == other_quota
     entry = AuditEntry.objects.get(action="quota.change")
     assert entry.detail["changes"] == {"parent": [quota.pk, other_quota.pk]}
+
+
+def test_each_htmx_panel_brings_its_own_heading(owner_client, quota, tenant):
+    """The panel HTMX swaps holds the page's heading: after a preview, a step back and a
+    second preview with another name, the heading names what is shown now."""
+    new = reverse("owner-quota-new", args=[tenant.pk]) + f"?parent={quota.pk}"
+    child = {"name": "first-name", "gpus": 1, "parent": quota.pk, "weight": 1}
+
+    def heading(response) -> str:
+        return re.search(r"<h1>(.*?)</h1>", response.text).group(1)
+
+    assert heading(owner_client.get(new, **HTMX)) == f"New child quota of {quota.name}"
+    first = owner_client.post(new, child, **HTMX)
+    assert heading(first) == "Preview: new quota first-name"
+    back = owner_client.post(new, child | {"back": "1"}, **HTMX)
+    assert heading(back) == f"New child quota of {quota.name}"
+    second = owner_client.post(new, child | {"name": "second-name"}, **HTMX)
+    assert heading(second) == "Preview: new quota second-name"
+    edit = reverse("owner-quota-edit", args=[quota.pk])
+    assert heading(owner_client.post(edit, form_of(quota, weight=2), **HTMX)) == (
+        f"Preview: change to {quota.name}"
+    )
+    assert heading(owner_client.get(edit, **HTMX)) == f"Edit quota {quota.name}"

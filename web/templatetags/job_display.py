@@ -36,9 +36,9 @@ def badge(label: str) -> str:
 
 @register.filter
 def job_duration(job: Job) -> str:
-    return display.format_duration(
-        display.duration(job.started_at, job.finished_at, timezone.now())
-    )
+    """How long the job ran (`running_for`, set by the view from its workers' spans:
+    `policy.display.running_time`), not the time since it first started."""
+    return display.format_duration(job.running_for)
 
 
 @register.filter
