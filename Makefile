@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: run test test-deploy test-k8s chaos venv lint format check bench clean
+.PHONY: run test test-tools test-deploy test-k8s api-conformance chaos venv lint format check bench clean
 
 $(BIN)/.installed: pyproject.toml agents/node/fence/fencewrap.c
 	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
@@ -20,9 +20,22 @@ run: venv
 	$(PY) manage.py seed_demo
 	$(PY) manage.py run_console $(RUN_ARGS)
 
-## make test: the whole suite (PostgreSQL when DATABASE_URL is set, else SQLite)
-test: venv
+## make test: the whole suite (PostgreSQL when DATABASE_URL is set, else SQLite). First sets
+## up what the suite needs of the machine when it is missing, as `.ci/run` does
+## (scripts/test-tools: Chromium, a C compiler, podman and its test image; apt-get as root,
+## otherwise it prints the command to run)
+test: test-tools
+	@$(MAKE) --no-print-directory venv
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-tools:
+	scripts/test-tools
+
+## make api-conformance: Schemathesis against the real console (a fresh SQLite console, a
+## simulated agent, rate limits raised), a few minutes; 0 server errors and 0 conformance
+## failures, reports in var/artifacts/schemathesis/ (scripts/api_conformance.py)
+api-conformance: venv
+	$(PY) scripts/api_conformance.py $(CONFORMANCE_ARGS)
 
 ## make test-deploy: build the images (Debian base made here), bring the compose stack up
 ## on podman, run jobs through it, restart, back up and restore, tear it all down

@@ -11,5 +11,5 @@ urlpatterns = [
     path("heartbeat/", views.heartbeat, name="heartbeat"),
     path("logs/", views.logs, name="logs"),
     path("wait/", views.wait, name="wait"),
-    re_path(r"^(?P<path>.*)$", views.not_found),
+    re_path(r"^(?P<path>[\s\S]*)$", views.not_found),  # any path, a newline in it too
 ]

@@ -41,7 +41,11 @@ def _clean_ref(ref: str, what: str) -> str:
 def _quota_or_404(user, ref: str) -> Quota:
     ref = _clean_ref(ref, "quota")
     quotas = my_quotas(user)
-    found = quotas.filter(pk=int(ref)).first() if ref.isdigit() and len(ref) < 19 else None
+    found = (
+        quotas.filter(pk=int(ref)).first()
+        if ref.isascii() and ref.isdigit() and len(ref) < 19
+        else None
+    )
     found = found or quotas.filter(name=ref).first()
     if found is None:
         raise ApiError(404, "not_found", f"No quota {ref[:100]!r} in your workspaces.")

@@ -13,10 +13,12 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.schema import OpenAPISchema
 
 from accounts.api_auth import ApiError, error_response
 from accounts.dbloss import is_lost_connection, lost_connection_response
 from api import schemas
+from api.links import add_links
 from api.parsing import SafeJsonParser
 from api.security import ConsoleSession, TokenAuth
 from audit.actions import record
@@ -37,7 +39,17 @@ too_large, rate_limited, server_error). Requests are limited per token; a 429 ca
 key returns the jobs of the first request instead of creating new ones.
 """
 
-api = NinjaAPI(
+
+class ConsoleApi(NinjaAPI):
+    """The document django-ninja generates, with the links a client follows from a created
+    job to its operations (`api.links`)."""
+
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None) -> OpenAPISchema:
+        document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        return add_links(document)
+
+
+api = ConsoleApi(
     title="GPU console API",
     version="1",
     description=DESCRIPTION,

@@ -3,20 +3,24 @@
 Requests are strict about JSON types (no "2" for 2, no true for 1, no unknown fields: a
 typo is an error, not a silent default). Everything beyond types — bounds, the user's
 quotas and workspaces, whether a worker fits a node — is `jobs.admission`'s, the same
-rules as the create page's; the bounds shown in the schema are the ones those rules read
-(`protocol.limits`), so the document and the validation cannot disagree.
+rules as the create page's; the limits the document shows (ranges, lengths, choices,
+patterns) are the ones those rules read (`protocol.limits` via the job's shape), so the
+document refuses nothing the rules accept.
 
 A job's own fields come from its shape (`policy.jobspec.FIELDS`): `JobCreate` takes them,
 `Job` shows them (`shown`), each with the JSON type of its kind.
 """
 
+from copy import deepcopy
 from typing import Annotated, Any
 
 from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 
+from policy.admission import values
 from policy.jobspec import FIELDS, JobField, Kind, shown_groups
 from policy.statuses import JobStatus
+from protocol import limits
 
 
 class Strict(Schema):
@@ -36,18 +40,65 @@ REQUEST_TYPES: dict[Kind, Any] = {
 }
 
 
+# An environment sent as an object (policy.admission.env): its variables' names and values.
+ENV_OBJECT = {
+    "maxProperties": limits.ENV_VARS,
+    "propertyNames": {"pattern": limits.ENV_NAME_PATTERN},
+    "additionalProperties": {"maxLength": limits.ENV_VALUE, "pattern": values.NO_NUL},
+}
+
+
+def field_limits(described: JobField) -> dict[str, dict[str, Any]]:
+    """One field's limits as JSON Schema keywords, by the JSON type its value is sent as,
+    from its kind and its description in the job's shape (bounds, lengths, choices,
+    patterns: `protocol.limits`' numbers, which the admission rules read too)."""
+    if described.kind is Kind.INT:
+        low, high = described.bounds
+        return {"integer": {"minimum": low, "maximum": high}}
+    if described.kind is Kind.CHOICE:
+        return {"string": {"enum": [choice.value for choice in described.choices]}}
+    if described.kind is Kind.ENV:
+        return {"object": ENV_OBJECT, "string": {"pattern": values.NO_NUL}}
+    if described.kind in (Kind.TEXT, Kind.REF):
+        text: dict[str, Any] = {"pattern": values.as_submitted(described.pattern)}
+        if described.required:
+            text["minLength"] = 1
+        if described.max_length is not None:
+            text["maxLength"] = described.max_length
+        return {"string": text}
+    return {}
+
+
+def _merged(into: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merged(into[key], value)
+        else:
+            into[key] = deepcopy(value)
+
+
+def with_limits(by_type: dict[str, dict[str, Any]]):
+    """A `json_schema_extra` that writes each JSON type's limits into the member of that
+    type (of `anyOf`, or the schema itself): never beside a null the API accepts."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        for member in schema.get("anyOf", [schema]):
+            _merged(member, by_type.get(member.get("type"), {}))
+
+    return extra
+
+
 def _request_field(described: JobField) -> tuple[Any, Any]:
     """(type, default) of one field: required ones have no default; the others are None
-    when absent. A number's bounds and a choice's values are in the document."""
-    kind, description, extra = REQUEST_TYPES[described.kind], described.doc or None, None
+    when absent. Its limits are in the document (`field_limits`)."""
+    kind, description = REQUEST_TYPES[described.kind], described.doc or None
     if described.kind is Kind.INT:
         low, high = described.bounds
         description = f"{described.doc} {low} to {high}.".strip()
-        extra = {"minimum": low, "maximum": high}
     elif described.kind is Kind.CHOICE:
         description = described.doc  # even "": the document has always carried it
-        extra = {"enum": [choice.value for choice in described.choices]}
     default = ... if described.required else None
+    extra = with_limits(field_limits(described))
     info = Field(default, description=description, json_schema_extra=extra)
     return (kind, info) if described.required else (kind | None, info)
 

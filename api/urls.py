@@ -18,7 +18,7 @@ def json_errors(view):
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         length = request.META.get("CONTENT_LENGTH") or "0"
-        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+        if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY_BYTES:
             return error_response(413, "too_large", f"The body exceeds {MAX_BODY_BYTES} bytes.")
         try:
             response = view(request, *args, **kwargs)
@@ -51,6 +51,7 @@ def _routes() -> list[URLPattern]:
 
 urlpatterns = [
     *_routes(),
-    # Anything else under /api/v1/ answers in the API's error shape, not an HTML page.
-    re_path(r"^.*$", not_found),
+    # Anything else under /api/v1/ answers in the API's error shape, not an HTML page: any
+    # character at all, a newline included ("." stops at one: /jobs/9%0Ax/stop).
+    re_path(r"^[\s\S]*$", not_found),
 ]

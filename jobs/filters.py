@@ -183,7 +183,7 @@ def filter_jobs(jobs: QuerySet[Job], filters: JobFilters, *, user, now: datetime
 
 
 def _by_name_or_id(field: str, value: str) -> Q:
-    if value.isdigit() and len(value) <= 18:
+    if value.isascii() and value.isdigit() and len(value) <= 18:
         return Q(**{f"{field}_id": int(value)}) | Q(**{f"{field}__name": value})
     return Q(**{f"{field}__name": value})
 

@@ -63,7 +63,7 @@ def next_attempt_at(
 
 def _retry_after(response: outbound.OutboundResponse) -> float | None:
     value = response.headers.get("retry-after", "")
-    return float(value) if value.isdigit() else None
+    return float(value) if value.isascii() and value.isdigit() else None
 
 
 def body_for(delivery: Delivery) -> dict:

@@ -1,10 +1,10 @@
 """The job's shape (docs/job-shape.md): every field a researcher submits, written once.
 
 `FIELDS` describes each field — its kind, label and help, the API's description, default,
-choices, limits (the numbers themselves are `protocol.limits`'), its own rule, the job row's
-column that stores it, where the API's JSON of a job shows it, whether a clone copies it,
-the worker spec's field that carries it to the agent, and the create page's section that
-shows it (`PAGE`). Everything else is built from these:
+choices, limits (the numbers and patterns themselves are `protocol.limits`'), its own rule,
+the job row's column that stores it, where the API's JSON of a job shows it, whether a clone
+copies it, the worker spec's field that carries it to the agent, and the create page's
+section that shows it (`PAGE`). Everything else is built from these:
 
 - `JobSpec`, the plain value a new job is written from (one attribute per stored column),
   with JSON in (`from_json`: the fields as submitted → a spec and the problems of each
@@ -56,7 +56,10 @@ class JobField:
     # What an empty value becomes. A text without one (None) must be given to a JobSpec.
     default: Any = None
     bounds: tuple[int, int] | None = None  # a number's, inclusive (protocol.limits)
-    max_length: int | None = None  # a text's (protocol.limits)
+    max_length: int | None = None  # a text's, as submitted (protocol.limits)
+    # A regular expression a text matches once read (protocol.limits): what its own rule
+    # (`check`) lets through, said in the API's document; the rule's messages say why not.
+    pattern: str | None = None
     choices: type[StrEnum] | None = None
     check: Callable[[str], str] | None = None  # a text's own rule, once read
     # The job row's column ("": the field's name; "ft_config.<key>": a key of that JSON
@@ -128,7 +131,7 @@ FIELDS: tuple[JobField, ...] = (
     ),
     JobField(
         "image", Kind.TEXT, "Image", section=BASICS, required=True, max_length=limits.IMAGE,
-        check=values.image, worker="image",
+        check=values.image, pattern=limits.IMAGE_PATTERN, worker="image",
     ),
     JobField(
         "command", Kind.TEXT, "Command", section=BASICS, required=True,
@@ -205,7 +208,8 @@ FIELDS: tuple[JobField, ...] = (
     # docs/fault-tolerance.md.
     JobField(
         "checkpoint_dir", Kind.TEXT, "Checkpoint folder", section=ADVANCED, default="",
-        max_length=limits.CHECKPOINT_DIR, check=values.checkpoint_dir, cloned=False,
+        max_length=limits.CHECKPOINT_DIR, check=values.checkpoint_dir,
+        pattern=limits.CHECKPOINT_DIR_GIVEN, cloned=False,
         help="A folder of your workspace's checkpoint area; default job-<id>.",
         doc="A folder under your workspace's checkpoint area.", worker="checkpoint_subdir",
     ),

@@ -22,6 +22,8 @@ JOB_BOUNDS = {
 }
 JOB_NAME = 200
 IMAGE = 500
+# An image reference: printable ASCII without spaces (policy.admission.values.image).
+IMAGE_PATTERN = r"[!-~]+"
 COMMAND = 20_000
 ENV_VARS = 200  # variables per job
 ENV_NAME = 255  # characters of a variable name
@@ -34,10 +36,11 @@ ENV_NAME_RE = re.compile(ENV_NAME_PATTERN)
 CHECKPOINT_DIR = 500
 CHECKPOINT_SEGMENT = 100
 CHECKPOINT_DEPTH = 8
-CHECKPOINT_DIR_PATTERN = (
-    rf"^$|^[A-Za-z0-9_.-]{{1,{CHECKPOINT_SEGMENT}}}"
-    rf"(/[A-Za-z0-9_.-]{{1,{CHECKPOINT_SEGMENT}}}){{0,{CHECKPOINT_DEPTH - 1}}}$"
-)
+_CHECKPOINT_SEGMENT = rf"[A-Za-z0-9_.-]{{1,{CHECKPOINT_SEGMENT}}}"
+CHECKPOINT_FOLDER = rf"{_CHECKPOINT_SEGMENT}(?:/{_CHECKPOINT_SEGMENT}){{0,{CHECKPOINT_DEPTH - 1}}}"
+CHECKPOINT_DIR_PATTERN = rf"^$|^{CHECKPOINT_FOLDER}$"  # as stored and sent to an agent
+# As a user gives it: trailing slashes are dropped ("runs/exp1/" is runs/exp1).
+CHECKPOINT_DIR_GIVEN = rf"(?:{CHECKPOINT_FOLDER}/*)?"
 PATH = 1000  # a checkpoint path on a node (Checkpoint.path, Job.resume_from)
 
 # --- what the console and agents write about workers -------------------------------------

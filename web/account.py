@@ -78,7 +78,7 @@ def _token_post(request: HttpRequest) -> HttpResponse:
         return response
     if action == "revoke":
         token_id = request.POST.get("token", "")
-        if not token_id.isdigit() or len(token_id) > 18:
+        if not (token_id.isascii() and token_id.isdigit()) or len(token_id) > 18:
             return HttpResponseBadRequest("token must be a token id")
         mine = ApiToken.objects.filter(user=request.user, pk=int(token_id))
         live = list(mine.filter(revoked_at__isnull=True))

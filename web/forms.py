@@ -4,8 +4,9 @@ bounds as input attributes), built from the job's shape (`policy.jobspec.FIELDS`
 
 The fields only render: `full_clean` hands the submitted values to
 `jobs.admission.facts.check_job` and copies its problems onto the fields, so the page says
-what the API says. Nothing is written until it is valid, and then only through
-`jobs.actions.submit.create_job`.
+what the API says. A text's input has no `maxlength` (a browser would cut a longer paste
+without a word): a text too long gets the API's field error. Nothing is written until it is
+valid, and then only through `jobs.actions.submit.create_job`.
 """
 
 from typing import Any
@@ -34,6 +35,16 @@ class EnvField(forms.Field):
         return value
 
 
+class TextField(forms.CharField):
+    """A text of the job's shape: its `max_length` is the rules' limit, never the input's
+    `maxlength` (with which a browser silently cuts what is pasted into it)."""
+
+    def widget_attrs(self, widget: forms.Widget) -> dict[str, Any]:
+        attrs = super().widget_attrs(widget)
+        attrs.pop("maxlength", None)
+        return attrs
+
+
 def _text_area(described: JobField) -> forms.Textarea:
     attrs: dict[str, Any] = {"rows": described.rows}
     if described.placeholder:
@@ -51,7 +62,7 @@ def form_field(described: JobField) -> forms.Field:
         return forms.CharField(widget=forms.Select, **common)
     if described.kind is Kind.TEXT:
         widget = _text_area(described) if described.rows else None
-        return forms.CharField(max_length=described.max_length, widget=widget, **common)
+        return TextField(max_length=described.max_length, widget=widget, **common)
     if described.kind is Kind.INT:
         low, high = described.bounds
         widget = forms.NumberInput(attrs={"min": low, "max": high})
@@ -107,13 +118,22 @@ class JobForm(JobFields):
         self.cleaned_data = {}
         if not self.is_bound:
             return
-        raw = {name: self[name].data for name in self.fields}
+        raw = {name: self._submitted(name) for name in self.fields}
         self.checked = check_job(raw, self.user, self._my_workspaces)
         self.cleaned_data = dict(self.checked.values)
         self.quota_obj = self.checked.quota
         self.workspace_obj = self.checked.workspace
         for name, messages in self.checked.problems.items():
             self.add_error(None if name == rules.ALL else name, messages)
+
+    def _submitted(self, name: str) -> Any:
+        """A field's value as the user gave it: a browser sends a text area's line breaks
+        as CRLF (HTML's form submission), read back as one character each, so a text is as
+        long here as the same text sent to the API."""
+        value = self[name].data
+        if isinstance(value, str) and isinstance(self.fields[name].widget, forms.Textarea):
+            return value.replace("\r\n", "\n")
+        return value
 
     def spec(self) -> JobSpec:
         return self.checked.spec()

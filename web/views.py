@@ -127,7 +127,7 @@ def _int_arg(request: HttpRequest, name: str, default: int | None) -> int | None
     raw = request.GET.get(name, "")
     if raw == "":
         return default
-    if not raw.lstrip("-").isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.lstrip("-").isdigit()) or len(raw) > 18:
         raise ValueError(name)
     return int(raw)
 

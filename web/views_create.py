@@ -94,7 +94,7 @@ def job_create(request: HttpRequest) -> HttpResponse:
     else:
         initial = {}
         clone = request.GET.get("clone", "")
-        if clone.isdigit():
+        if clone.isascii() and clone.isdigit():
             initial = initial_from_job(get_job_for_user(request.user, clone))
         form = JobForm(user=request.user, initial=initial)
     _describe_quotas(form, current_snapshot())

@@ -166,7 +166,7 @@ def quota_new(request: HttpRequest, tenant_id: int) -> HttpResponse:
         raise PermissionDenied("Only the tenant's quota owners change its quotas.")
     parent_id = request.GET.get("parent") or request.POST.get("parent") or ""
     parent = None
-    if parent_id.isdigit() and int(parent_id) <= MAX_ID:
+    if parent_id.isascii() and parent_id.isdigit() and int(parent_id) <= MAX_ID:
         parent = Quota.objects.filter(tenant=tenant, pk=int(parent_id)).first()
     return _quota_flow(request, tenant, None, parent)
 

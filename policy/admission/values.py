@@ -5,6 +5,9 @@ in, the clean value out or a `Problem` with the messages a user sees.
 environment) and, for a text, the field's own rule (`image`, `command`, `name`,
 `checkpoint_dir` below). The wording of missing, too long, not a number and unknown choice
 is Django's forms' own, so the page and the API say what they always said.
+
+A text's length is the value's as submitted (the API's document says `maxLength` of what is
+sent: docs/job-shape.md); it is then read without its surrounding whitespace.
 """
 
 import re
@@ -20,8 +23,20 @@ NOT_A_NUMBER = "Enter a whole number."
 EMPTY = (None, "", [], (), {})
 _DECIMAL = re.compile(r"\.0*\s*$")
 _WHITESPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
+IMAGE = re.compile(limits.IMAGE_PATTERN)
 # A checkpoint folder: plain path segments inside the job's workspace area.
-CHECKPOINT_DIR = re.compile(limits.CHECKPOINT_DIR_PATTERN.removeprefix("^$|^").removesuffix("$"))
+CHECKPOINT_DIR = re.compile(limits.CHECKPOINT_FOLDER)
+# What every text refuses (`text`), as a JSON Schema pattern.
+NO_NUL = r"^[^\x00]*$"
+# What `str.strip()` removes (the characters `str.isspace` calls whitespace), spelled out:
+# JSON Schema's `\s` (ECMA-262's) is another set (it has U+FEFF, lacks U+001C-U+001F, U+0085).
+WHITESPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+
+
+def as_submitted(pattern: str | None) -> str:
+    """The pattern a text matches as submitted (a JSON Schema `pattern`), from the one it
+    matches once read: `text` reads it without surrounding whitespace, and refuses a NUL."""
+    return rf"^{WHITESPACE}*(?:{pattern}){WHITESPACE}*$" if pattern else NO_NUL
 
 
 class Problem(ValueError):
@@ -34,20 +49,19 @@ class Problem(ValueError):
 
 
 def text(value: Any, *, required: bool = False, max_length: int | None = None) -> str:
-    read = "" if value in EMPTY else str(value).strip()
-    if not read:
-        if required:
-            raise Problem(REQUIRED)
-        return ""
+    given = "" if value in EMPTY else str(value)
     messages = []
-    if max_length is not None and len(read) > max_length:
+    if max_length is not None and len(given) > max_length:
         messages.append(
-            f"Ensure this value has at most {max_length} characters (it has {len(read)})."
+            f"Ensure this value has at most {max_length} characters (it has {len(given)})."
         )
-    if "\x00" in read:
+    if "\x00" in given:
         messages.append("Null characters are not allowed.")
     if messages:
         raise Problem(*messages)
+    read = given.strip()
+    if not read and required:
+        raise Problem(REQUIRED)
     return read
 
 
@@ -86,11 +100,11 @@ def env(value: Any) -> dict[str, str]:
 
 
 def image(read: str) -> str:
+    if IMAGE.fullmatch(read):
+        return read
     if _WHITESPACE_OR_CONTROL.search(read):
         raise Problem("An image reference cannot contain spaces.")
-    if not read.isascii() or not read.isprintable():
-        raise Problem("An image reference is printable ASCII.")
-    return read
+    raise Problem("An image reference is printable ASCII.")
 
 
 def command(read: str) -> str:

@@ -170,13 +170,13 @@ TEST_IMAGE = "localhost/busybox:test"
 def docker_url() -> str:
     """Start (once) podman's Docker-compatible service with a local busybox image;
     scripts/podman-service is idempotent. Skipped only where podman is not installed
-    (`.ci/run` installs it)."""
+    (`make test` and `.ci/run` install it: scripts/test-tools)."""
     import shutil
     import subprocess
     from pathlib import Path
 
     if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (.ci/run installs podman, runc, busybox-static)")
+        pytest.skip("podman is not installed (make test installs it: scripts/test-tools)")
     script = Path(__file__).resolve().parents[2] / "scripts" / "podman-service"
     done = subprocess.run([str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -53,7 +53,8 @@ def test_openapi_document(client, db):
     assert {"201", "400", "401", "422", "429"} <= set(create["responses"])
     assert any(p["name"] == "Idempotency-Key" for p in create["parameters"])
     workers = doc["components"]["schemas"]["JobCreate"]["properties"]["workers"]
-    assert (workers["minimum"], workers["maximum"]) == (1, 64)  # the form's own limits
+    workers, null = workers["anyOf"]  # the limits are the number's; null (absent) is allowed
+    assert (workers["minimum"], workers["maximum"], null) == (1, 64, {"type": "null"})
     assert doc["components"]["securitySchemes"]["TokenAuth"]["scheme"] == "bearer"
 
 
@@ -79,8 +80,10 @@ def test_the_document_states_the_forms_own_rules(client, db):
     fields = client.get("/api/v1/openapi.json").json()["components"]["schemas"]["JobCreate"]
     properties = fields["properties"]
     for name, (low, high) in LIMITS.items():
-        assert (properties[name]["minimum"], properties[name]["maximum"]) == (low, high), name
+        number, _null = properties[name]["anyOf"]
+        assert (number["minimum"], number["maximum"]) == (low, high), name
     for name in ("idle_resources", "run_type", "restart_policy", "hang_action"):
         choices = [value for value, _ in JobForm.base_fields[name].choices]
-        assert properties[name]["enum"] == choices, name
+        choice, _null = properties[name]["anyOf"]
+        assert choice["enum"] == choices, name
     assert set(properties) == set(JobForm.base_fields), "the API and the form take one set"

@@ -49,6 +49,13 @@ def test_the_form_is_the_shape():
             assert field.initial == described.default.value
 
 
+def _member(prop: dict, json_type: str) -> dict:
+    """The member of a property's schema for one JSON type (its limits are there, not
+    beside the null an optional field may be)."""
+    (member,) = [m for m in prop.get("anyOf", [prop]) if m.get("type") == json_type]
+    return member
+
+
 def test_the_api_takes_and_shows_the_shape(client, db):
     document = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
     create = document["JobCreate"]
@@ -56,10 +63,15 @@ def test_the_api_takes_and_shows_the_shape(client, db):
     assert create["required"] == [f.name for f in FIELDS if f.required]
     for described in jobspec.fields_by_kind(Kind.INT):
         low, high = described.bounds
-        prop = create["properties"][described.name]
+        prop = _member(create["properties"][described.name], "integer")
         assert (prop["minimum"], prop["maximum"]) == (low, high)
     for described in jobspec.fields_by_kind(Kind.CHOICE):
-        assert create["properties"][described.name]["enum"] == [c.value for c in described.choices]
+        prop = _member(create["properties"][described.name], "string")
+        assert prop["enum"] == [c.value for c in described.choices]
+    for described in jobspec.fields_by_kind(Kind.TEXT):
+        prop = _member(create["properties"][described.name], "string")
+        assert prop.get("maxLength") == described.max_length
+        assert (described.pattern or "") in prop["pattern"]
     shown = {f.shown.partition(".")[0] for f in FIELDS if f.shown}
     assert shown <= set(document["Job"]["properties"])
     for group, members in jobspec.shown_groups().items():
@@ -174,6 +186,9 @@ assert form.fields["run_label"].label == "Run label", "the form"
 assert form.fields["run_label"].max_length == 200
 assert views_create._PAGE["Advanced"][-1] == "run_label", "the page"
 assert "run_label" in schemas.JobCreate.model_fields, "the API's request"
+documented = schemas.JobCreate.model_json_schema()["properties"]["run_label"]["anyOf"][0]
+assert documented["maxLength"] == 200, "the API document's limits"
+assert "maxlength" not in str(form["run_label"]), "the page's input never cuts a paste"
 assert "run_label" in schemas.Job.model_fields, "the API's response"
 assert JobSpec(name="n", image="i", command="c").run_label == "", "the spec"
 too_long = "Ensure this value has at most 200 characters (it has 201)."

@@ -198,7 +198,7 @@ CHROMIUM_ARGS = [
 def browser():
     """Debian's Chromium through Playwright (never `playwright install`)."""
     if not os.path.exists(CHROMIUM):
-        pytest.fail("Chromium is required for browser tests (apt-get install chromium)")
+        pytest.fail("Chromium is required for browser tests (scripts/test-tools installs it)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
