@@ -60,15 +60,17 @@ def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
     seconds for lines. Follow a job across restarts by moving to `newer_attempt` (after=-1)
     once an answer has no more lines: it is set only when this attempt's worker has ended
     and its last lines had time to arrive. Stop at `complete`. A worker that does not exist
-    and never will (a rank beyond the job's workers, an attempt it did not run in, a job
-    that ended before placing it) is 404; one not placed yet answers no lines."""
+    and never will (a rank beyond the job's workers, an attempt it did not run in, a worker named
+    of a job that ended before placing it) is 404; one not placed yet answers no lines, and
+    the log of a job that ended before placing any worker is empty and complete."""
     reject_unknown_query(request, LogParams)
     job = get_job_for_user(request.user, job_id)
     wait = min(params.wait, settings.API_LOG_WAIT_MAX) if params.follow else 0
     deadline = time.monotonic() + wait
     while True:
         pod = logview.pick_pod(job, rank=params.rank, attempt=params.attempt)
-        missing = logview.missing_pod(job, pod, rank=params.rank, attempt=params.attempt)
+        named = params.rank if "rank" in request.GET else None  # the job's log: rank 0
+        missing = logview.missing_pod(job, pod, rank=named, attempt=params.attempt)
         if missing:  # not "no lines yet": that worker never runs
             raise ApiError(404, "not_found", missing)
         lines = logview.read_after(pod, params.after, params.limit) if pod else []

@@ -132,10 +132,20 @@ def pick_pod(job: Job, *, rank: int | None, attempt: int | None) -> Pod | None:
 
 
 def missing_worker(
-    *, rank: int, attempt: int | None, found: bool, workers: int, job_attempt: int, final: bool
+    *,
+    rank: int,
+    attempt: int | None,
+    found: bool,
+    workers: int,
+    job_attempt: int,
+    final: bool,
+    named: bool = True,
 ) -> str:
     """Why the log asked for is of a worker that does not exist and never will (pure), or ""
-    when it exists or may still (a waiting job's workers are not placed yet)."""
+    when it exists or may still (a waiting job's workers are not placed yet). A job's log
+    asked for without naming a worker (`named` False: rank 0 by default) of a job that ended
+    before placing any is an empty log, not a missing one: `logs JOB` of a job stopped in
+    its queue prints nothing and ends."""
     if found:
         return ""
     if rank >= workers:
@@ -144,7 +154,7 @@ def missing_worker(
         return f"The job's newest attempt is {job_attempt}: no attempt {attempt}."
     if attempt is not None and attempt < job_attempt:
         return f"Worker {rank} did not run in attempt {attempt}."
-    if final:
+    if final and named:
         return f"Worker {rank} never ran: the job ended before it was placed."
     return ""
 
@@ -158,6 +168,7 @@ def missing_pod(job: Job, pod: Pod | None, *, rank: int | None, attempt: int | N
         workers=job.workers,
         job_attempt=job.attempt,
         final=job.status in FINAL_JOB_STATUSES,
+        named=rank is not None or attempt is not None,
     )
 
 
@@ -183,6 +194,8 @@ def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Foll
     once this worker has ended and its last lines had time to arrive (agents ship them in
     batches); until then the follower stays where it is.
     """
+    if pod is None and job.status in FINAL_JOB_STATUSES:
+        return Follow(complete=True, newer_attempt=None)  # it ended before any worker ran
     settle = settle_seconds()
     later = None
     # Only an ended worker can have a later attempt (the database keeps one live copy of a

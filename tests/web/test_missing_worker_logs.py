@@ -40,6 +40,17 @@ def test_which_workers_are_missing(rank, attempt, found, workers, job_attempt, f
     assert got == why
 
 
+@pytest.mark.parametrize(
+    ("final", "why"),
+    [(False, ""), (True, "")],  # the job's log, no worker named: empty, never missing
+)
+def test_the_jobs_log_without_a_worker_named_is_never_missing(final, why):
+    got = missing_worker(
+        rank=0, attempt=None, found=False, workers=1, job_attempt=1, final=final, named=False
+    )
+    assert got == why
+
+
 @pytest.fixture
 def running(job, node):
     pod = place(job, node)[0]
@@ -69,14 +80,18 @@ def test_a_worker_that_exists_is_still_served(member_client, running, name):
 
 
 def test_a_job_that_ended_before_it_was_placed_has_no_log(member_client, api, job, researcher):
+    """Its worker named is missing (404); the job's log itself is empty, and complete."""
     request_stop(job, user=researcher)
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPED
     for name in WEB_VIEWS:
-        assert member_client.get(reverse(name, args=[job.pk])).status_code == 404
-    response = api.get(f"/api/v1/jobs/{job.pk}/logs")
+        assert member_client.get(reverse(name, args=[job.pk]) + "?rank=0").status_code == 404
+    response = api.get(f"/api/v1/jobs/{job.pk}/logs?rank=0")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+    response = api.get(f"/api/v1/jobs/{job.pk}/logs")
+    assert response.status_code == 200 and response.json()["lines"] == []
+    assert response.json()["complete"] is True
 
 
 def test_the_api_answers_404_for_a_worker_that_never_runs(api, running):
