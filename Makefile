@@ -2,8 +2,9 @@
 VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
+TORCH_VERSION ?= 2.13.0
 
-.PHONY: run test test-tools test-deploy test-k8s api-conformance chaos venv lint format check bench clean
+.PHONY: run test test-tools test-nightly test-deploy test-distributed test-k8s api-conformance chaos faults venv lint format check bench clean
 
 $(BIN)/.installed: pyproject.toml agents/node/fence/fencewrap.c
 	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
@@ -31,6 +32,12 @@ test: test-tools
 test-tools:
 	scripts/test-tools
 
+## make test-nightly: the property tests of the sharing rules with thousands of examples
+## (SHARING_PROPERTY_EXAMPLES=5000: 20,000 plans and 2,500 simulations; docs/scheduling.md)
+test-nightly: venv
+	SHARING_PROPERTY_EXAMPLES=$${SHARING_PROPERTY_EXAMPLES:-5000} $(BIN)/pytest -q -p no:randomly \
+		tests/scheduler/test_sharing_properties.py
+
 ## make api-conformance: Schemathesis against the real console (a fresh SQLite console, a
 ## simulated agent, rate limits raised), a few minutes; 0 server errors and 0 conformance
 ## failures, reports in var/artifacts/schemathesis/ (scripts/api_conformance.py)
@@ -44,6 +51,15 @@ test-deploy: venv
 	scripts/deploy-tools
 	DEPLOY_TEST=1 $(BIN)/pytest tests/deploy -p no:randomly -v -s --durations=0 $(PYTEST_ARGS)
 
+## make test-distributed: a real torch.distributed (gloo, CPU) job across two agents, before
+## and after a fault-tolerance restart (tests/distributed). Torch goes into its own venv,
+## .venv-torch, used only by the workers' program; the console and agents run from .venv
+test-distributed: venv
+	@test -x .venv-torch/bin/python || python3.11 -m venv .venv-torch
+	@.venv-torch/bin/python -c "import torch" 2>/dev/null || \
+		.venv-torch/bin/pip install torch==$(TORCH_VERSION)
+	DISTRIBUTED_TEST=1 $(BIN)/pytest tests/distributed -p no:randomly -v -s $(PYTEST_ARGS)
+
 ## make test-k8s: the Kubernetes backend against a real kube-apiserver and etcd
 ## (scripts/kube-build builds kube-apiserver 1.20.2 once into a cache outside the clone and
 ## installs etcd; the tests fail, never skip, when the server cannot start)
@@ -56,6 +72,12 @@ test-k8s: venv
 ## per rank
 chaos: venv
 	$(BIN)/pytest tests/faults -p no:randomly -v $(PYTEST_ARGS)
+
+## make faults: the console on PostgreSQL under a small concurrent load while its database
+## backends are killed; prints the 5xx count (goal 0). Needs DATABASE_URL naming a
+## PostgreSQL database of its own (scripts/faults/db_backend_kill.py), about a minute
+faults: venv
+	$(PY) scripts/faults/db_backend_kill.py $(FAULTS_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

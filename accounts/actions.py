@@ -165,3 +165,27 @@ def external_sign_in(issuer: str, claims: Claims, now: datetime | None = None):
             ExternalIdentity.objects.filter(pk=identity.pk).update(last_sign_in_at=now)
         _update_profile(identity.user, claims)
         return identity.user, ""
+
+
+def permission_group(name: str, defaults: list[str]) -> set[str]:
+    """The permissions ("app.codename") of the group `name`, created with `defaults` the
+    first time it is asked for (docs/quota-tree.md "Quota owners in the admin"): the group
+    is where staff widen or narrow what everyone in a role may do. Permissions not yet
+    created (a model's app not migrated) are left out."""
+    from django.contrib.auth.models import Group, Permission
+
+    group = Group.objects.filter(name=name).first()
+    if group is None:
+        with transaction.atomic():
+            group, created = Group.objects.get_or_create(name=name)
+            if created:
+                wanted = [d.split(".", 1) for d in defaults]
+                found = Permission.objects.filter(
+                    content_type__app_label__in={app for app, _ in wanted},
+                    codename__in={code for _, code in wanted},
+                ).select_related("content_type")
+                group.permissions.set(
+                    p for p in found if [p.content_type.app_label, p.codename] in wanted
+                )
+    rows = group.permissions.values_list("content_type__app_label", "codename")
+    return {f"{app}.{code}" for app, code in rows}

@@ -23,15 +23,16 @@ from django.utils import timezone
 from accounts.tokens import make_token, matches, split_prefix
 from agents.applying import FAILED, isolated
 from agents.auth import BOOTSTRAP_KIND, NODE_KIND, AgentApiError
-from agents.decisions import log_reject_reason, new_log_lines
+from agents.decisions import is_foreign, new_log_lines, not_ours_reason
+from agents.hooks import ForeignItems, announce_foreign
 from agents.models import BootstrapToken, RegistrationOutcome, RegistrationRecord
 from cluster.actions import NameTaken, save_registration, upsert_gpus
 from cluster.actions import allow_reregistration as allow_node_reregistration
 from cluster.models import Node, NodeState
-from jobs.actions.logs import append_log_lines
+from jobs.actions.logs import append_log_lines, note_log_end
 from jobs.actions.workers import note_refusal
 from jobs.models import Pod
-from protocol import words
+from protocol import limits, words
 from protocol.agent import LogAck, LogLines, NodeFacts, RegisterRequest
 from protocol.batches import LogItems
 
@@ -51,7 +52,7 @@ def gpu_rows(facts: NodeFacts) -> list[dict]:
 
 
 def fact_fields(facts: NodeFacts) -> dict:
-    return {
+    fields = {
         "agent_version": facts.agent_version,
         "runtime": facts.runtime,
         "gpu_type": facts.gpu_type,
@@ -59,6 +60,13 @@ def fact_fields(facts: NodeFacts) -> dict:
         "cpus": facts.cpus,
         "memory_gb": facts.memory_gb,
     }
+    # Only what the agent says (docs/distributed.md): a node that advertises no address
+    # keeps the one it registered from.
+    if facts.address:
+        fields["address"] = facts.address
+    if facts.rendezvous_ports is not None:
+        fields["rendezvous_port_first"], fields["rendezvous_port_last"] = facts.rendezvous_ports
+    return fields
 
 
 # --- bootstrap tokens ---------------------------------------------------------------------
@@ -153,6 +161,7 @@ def register_node(
             node, created = save_registration(
                 req.name,
                 {
+                    "address": req.facts.address or remote_addr[: limits.ADDRESS],
                     **fact_fields(req.facts),
                     "resource_type": req.facts.resource_type,
                     "state": NodeState.READY,
@@ -230,33 +239,82 @@ def record_refusals(
 
 
 def store_logs(
-    node: Node, items: LogItems, now: datetime, *, pods: dict[int, Pod] | None = None
+    node: Node,
+    items: LogItems,
+    now: datetime,
+    *,
+    pods: dict[int, Pod] | None = None,
+    foreign: dict[int, list[str]] | None = None,
 ) -> LogAck:
     """Store each sequence number once and acknowledge the next expected one per pod; a
-    stream that cannot be read or stored is refused alone. `pods`: already loaded with
-    their jobs (a heartbeat's), read again only for the ids it lacks."""
-    ids = {b.pod_id for b in items.batches} | set(items.refused)
-    pods = dict(pods or {})
-    missing = ids - pods.keys()
-    if missing:
-        pods |= {p.pk: p for p in Pod.objects.filter(pk__in=missing).select_related("job")}
+    stream that cannot be read or stored is refused alone, and so is a stream of a pod not
+    placed on this node in that attempt (`rejected`). `pods`: already loaded with their
+    jobs (a heartbeat's), read again only for the ids it lacks. `foreign`: where to note
+    the streams of other nodes' pods (a heartbeat announces them once with its other
+    items); None: announced here (the log endpoint)."""
+    pods = _with_pods(pods, {b.pod_id for b in items.batches} | set(items.refused))
     for problem in items.unnamed:
         log.warning("node %s: refused a log item: %s", node.name, problem)
     acks: dict[int, int] = {}
     rejected: dict[int, str] = {}
     refused = dict(items.refused)
+    noted: dict[int, list[str]] = {} if foreign is None else foreign
     for batch in items.batches:
         pod = pods.get(batch.pod_id)
-        reason = log_reject_reason(node.pk, pod, batch.attempt)
+        reason = not_ours_reason(node.pk, pod, batch.attempt)
         if reason:
             rejected[batch.pod_id] = reason
+            if is_foreign(node.pk, pod):
+                note_foreign(noted, batch.pod_id, "log lines")
         elif batch.pod_id not in refused:
-            current = acks.get(pod.pk, pod.log_next_seq)
-            stored = _store_batch(node, pod, batch, current, refused, now)
-            if stored is not FAILED:
-                acks[pod.pk] = stored
+            _store_stream(node, pod, batch, acks, refused, now)
     record_refusals(node, pods, refused, "log lines", now)
+    if foreign is None:
+        announce_foreign_items(node, "logs", noted, now)
     return LogAck(acks=acks, rejected=rejected, refused=refused)
+
+
+def _with_pods(pods: dict[int, Pod] | None, ids: set[int]) -> dict[int, Pod]:
+    """`pods` and the pods of `ids` it lacks, with their jobs."""
+    pods = dict(pods or {})
+    missing = ids - pods.keys()
+    if missing:
+        pods |= {p.pk: p for p in Pod.objects.filter(pk__in=missing).select_related("job")}
+    return pods
+
+
+def note_foreign(foreign: dict[int, list[str]], pod_id: int, what: str) -> None:
+    kinds = foreign.setdefault(pod_id, [])
+    if what not in kinds:
+        kinds.append(what)
+
+
+def announce_foreign_items(
+    node: Node, endpoint: str, foreign: dict[int, list[str]], now: datetime
+) -> None:
+    """One notice (the audit log hears it) for a request's items naming other nodes' pods."""
+    if not foreign:
+        return
+    log.warning("node %s: refused items of pods not placed on it: %s", node.name, sorted(foreign))
+    announce_foreign(ForeignItems(node.pk, node.name, endpoint, now, dict(foreign)))
+
+
+def _store_stream(
+    node: Node,
+    pod: Pod,
+    batch: LogLines,
+    acks: dict[int, int],
+    refused: dict[int, str],
+    now: datetime,
+) -> None:
+    """One stream's lines, acknowledged in `acks`; its end noted once all are stored."""
+    stored = _store_batch(node, pod, batch, acks.get(pod.pk, pod.log_next_seq), refused, now)
+    if stored is FAILED:
+        return
+    acks[pod.pk] = stored
+    end = batch.first_seq + len(batch.lines)
+    if batch.end and stored >= end:
+        note_log_end(pod, end)
 
 
 def _store_batch(

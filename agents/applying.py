@@ -53,6 +53,7 @@ def change_of(pod: Pod, report: WorkerReport) -> WorkerChange:
         error=report.error,
         container_id=report.container_id,
         logs_delivered=report.logs_delivered,
+        ended_by=report.ended_by or "",
     )
 
 

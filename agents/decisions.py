@@ -45,6 +45,9 @@ class Verdict(StrEnum):
     FENCE = "fence"  # a worker that must not run: order it stopped
 
 
+NOT_PLACED_HERE = "pod is not placed on this node"
+
+
 @dataclass(frozen=True)
 class PodFacts:
     node_id: int | None
@@ -60,7 +63,7 @@ def judge_report(node_id: int, pod: PodFacts | None, report: WorkerReport) -> tu
         return (Verdict.FENCE, "unknown pod") if running else (Verdict.IGNORE, "")
     if pod.node_id != node_id:
         return (
-            (Verdict.FENCE, "pod is not placed on this node")
+            (Verdict.FENCE, NOT_PLACED_HERE)
             if running
             else (
                 Verdict.IGNORE,
@@ -138,11 +141,20 @@ def new_log_lines(next_seq: int, first_seq: int, lines: Sequence[str]) -> Sequen
     return lines[next_seq - first_seq :]
 
 
-def log_reject_reason(node_id: int, pod: PodRow | None, attempt: int) -> str:
+def not_ours_reason(node_id: int, pod: PodRow | None, attempt: int) -> str:
+    """Why a node may not speak for this pod in this attempt ("" when it may). A node's
+    items (reports, progress, checkpoints, log lines) count only for the pods placed on it
+    in their current attempt (docs/agent-protocol.md, "Only a node's own pods")."""
     if pod is None:
         return "unknown pod"
     if pod.node_id != node_id:
-        return "pod is not placed on this node"
+        return NOT_PLACED_HERE
     if pod.attempt != attempt:
         return f"stale attempt {attempt}; the pod is attempt {pod.attempt}"
     return ""
+
+
+def is_foreign(node_id: int, pod: PodRow | None) -> bool:
+    """A pod that exists and is placed elsewhere (or nowhere): naming it is what the audit
+    log records; an unknown pod or a stale attempt of the node's own is a race, not that."""
+    return pod is not None and pod.node_id != node_id

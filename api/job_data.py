@@ -59,10 +59,11 @@ def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
     """Page with `after=<next_after>`. With `follow=true` an empty answer waits up to `wait`
     seconds for lines. Follow a job across restarts by moving to `newer_attempt` (after=-1)
     once an answer has no more lines: it is set only when this attempt's worker has ended
-    and its last lines had time to arrive. Stop at `complete`. A worker that does not exist
-    and never will (a rank beyond the job's workers, an attempt it did not run in, a worker named
-    of a job that ended before placing it) is 404; one not placed yet answers no lines, and
-    the log of a job that ended before placing any worker is empty and complete."""
+    and its agent said its log ended (or its node was lost: `log_gap`). Stop at `complete`.
+    A worker that does not exist and never will (a rank beyond the job's workers, an
+    attempt it did not run in, a worker named of a job that ended before placing it) is
+    404; one not placed yet answers no lines, and the log of a job that ended before placing
+    any worker is empty and complete."""
     reject_unknown_query(request, LogParams)
     job = get_job_for_user(request.user, job_id)
     wait = min(params.wait, settings.API_LOG_WAIT_MAX) if params.follow else 0
@@ -90,6 +91,7 @@ def job_logs(request: HttpRequest, job_id: int, params: Query[LogParams]):
         "complete": complete,
         "worker_final": worker_final,
         "newer_attempt": newer,
+        "log_gap": state.gap,
     }
 
 
@@ -133,6 +135,9 @@ def job_restarts(request: HttpRequest, job_id: int):
 
 class CheckpointParams(schemas.Schema):
     committed: bool | None = Field(None, description="Only committed (or uncommitted) ones.")
+    include_pruned: bool = Field(
+        False, description="Also the ones whose files are gone (pruned), with their pruned_at."
+    )
     limit: int = Field(100, ge=1, le=1000)
 
 
@@ -146,6 +151,8 @@ def job_checkpoints(request: HttpRequest, job_id: int, params: Query[CheckpointP
     reject_unknown_query(request, CheckpointParams)
     job = get_job_for_user(request.user, job_id)
     checkpoints = job.checkpoints.order_by("-step", "-id")
+    if not params.include_pruned:  # files gone (the agent's scan no longer finds them)
+        checkpoints = checkpoints.filter(pruned_at__isnull=True)
     if params.committed is not None:
         checkpoints = checkpoints.filter(committed=params.committed)
     return {"checkpoints": [checkpoint_json(c) for c in checkpoints[: params.limit]]}

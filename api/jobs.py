@@ -4,35 +4,33 @@ Every new job is checked by `jobs.admission` (the create page's rules too); the 
 only JSON strictness (api.schemas). Writes go through jobs.actions.
 """
 
-import re
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from ninja import Header, Query, Router, Status
-from pydantic import Field
 
 from accounts.api_auth import ApiError
 from api import idempotency, schemas
 from api.idempotency import Outcome
-from api.parsing import reject_unknown_query
+from api.job_filters import ListParams, filtered_jobs
+from api.parsing import reject_unknown_query, restart_options
 from api.serializers import expected_start_json, job_json
+from api.template_schemas import JobSubmit
 from jobs.access import MAX_ID, get_job_for_user, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
-from jobs.actions.submit import JobStillActive, create_jobs, resubmit_job
+from jobs.actions.submit import JobStillActive, ResumeRefused, create_jobs, resubmit_job
 from jobs.actions.submit import create_job as submit_job
 from jobs.actions.transitions import TransitionConflict
 from jobs.admission.facts import Checked, FactsLoader, check_job
-from jobs.filters import PLACEMENTS, SINCE, JobFilters, filter_jobs, with_live_resources
-from jobs.folders import FolderTaken, array_folders
+from jobs.folders import FolderRaced, FolderTaken, array_folders
 from jobs.models import Job, Pod
-from jobs.paging import DEFAULT_SORT, MAX_PAGE, SORTS, BadPageRequest, page_of_jobs, parse_statuses
+from jobs.paging import BadPageRequest, page_of_jobs
+from jobs.templates import TemplateProblem, submitted_fields
 from policy.admission.rules import ALL, add_problem
+from policy.admission.values import Problem
 from policy.jobspec import Kind, fields_by_kind, fields_of_job
-from policy.statuses import FINAL_JOB_STATUSES, IdleResources, JobStatus
+from policy.statuses import FINAL_JOB_STATUSES, JobStatus
 from protocol import limits
 
 router = Router()
@@ -41,7 +39,6 @@ CHECKPOINTS_SHOWN = 50
 E = schemas.ErrorBody
 READ_ERRORS = {400: E, 401: E, 404: E, 429: E}
 WRITE_ERRORS = {400: E, 401: E, 404: E, 409: E, 413: E, 422: E, 429: E}
-DATE_TIME = {"format": "date-time"}
 IdempotencyKey = Header(
     None,
     alias="Idempotency-Key",
@@ -58,7 +55,9 @@ def with_details(job: Job) -> Job:
         .order_by("attempt", "rank")
     )
     job.restart_list = list(job.restarts.order_by("created_at", "id"))
-    job.checkpoint_list = list(job.checkpoints.order_by("-step", "-id")[:CHECKPOINTS_SHOWN])
+    # Never one whose files are gone (pruned: the agent's scan no longer finds it).
+    live = job.checkpoints.filter(pruned_at__isnull=True)
+    job.checkpoint_list = list(live.order_by("-step", "-id")[:CHECKPOINTS_SHOWN])
     newest = job.events.select_related("user").order_by("-created_at", "-id")[: limits.EVENTS_SHOWN]
     job.event_list = list(reversed(newest))
     return job
@@ -111,11 +110,11 @@ CHOICE_FIELDS = {
 
 def checked_job(
     request: HttpRequest,
-    payload: schemas.JobCreate,
+    payload: schemas.JobCreate | dict[str, Any],
     extra_env=None,
     loader: FactsLoader | None = None,
 ) -> Checked:
-    data = payload.model_dump(exclude_none=True)
+    data = payload if isinstance(payload, dict) else payload.model_dump(exclude_none=True)
     if extra_env:
         env = data.get("env") or {}
         if isinstance(env, str):
@@ -150,19 +149,32 @@ def _created(request: HttpRequest, response: HttpResponse, outcome: Outcome) -> 
 def create_job(
     request: HttpRequest,
     response: HttpResponse,
-    payload: schemas.JobCreate,
+    payload: JobSubmit,
     idempotency_key: str | None = IdempotencyKey,
 ):
+    """The job's fields, or a template's name and the fields that replace its own
+    (docs/templates.md): either way checked exactly as the create page checks them."""
+
     def create() -> Outcome:
-        checked = checked_job(request, payload)
+        data = payload.model_dump(exclude_none=True)
+        name = data.pop("template", None)
+        if name is not None:
+            try:
+                data = submitted_fields(request.user, name, data)
+            except TemplateProblem as problem:
+                raise ApiError(400, "validation_error", problem.message, problem.field) from None
+        checked = checked_job(request, data)
         if not checked.ok:
             raise problems_error(checked)
-        job = submit_job(
-            user=request.user,
-            workspace=checked.workspace,
-            quota=checked.quota,
-            spec=checked.spec(),
-        )
+        try:
+            job = submit_job(
+                user=request.user,
+                workspace=checked.workspace,
+                quota=checked.quota,
+                spec=checked.spec(),
+            )
+        except FolderRaced as exc:  # taken by a submission that committed meanwhile
+            raise ApiError(400, "validation_error", str(exc), "checkpoint_dir") from None
         return Outcome(jobs=[job])
 
     outcome = idempotency.once(request, create)
@@ -190,12 +202,13 @@ def create_batch(
     and each invalid one is reported by its index. All invalid: 400."""
 
     def create() -> Outcome:
-        items, errors = [], []
+        items, errors, indexes = [], [], []
         loader = FactsLoader(request.user)  # the quotas, workspaces and pools: once a batch
         for index, spec in enumerate(payload.jobs):
             checked = checked_job(request, spec, loader=loader)
             if checked.ok:
                 items.append((checked.workspace, checked.quota, checked.spec()))
+                indexes.append(index)
             else:
                 error = problems_error(checked)
                 errors.append(
@@ -218,7 +231,11 @@ def create_batch(
             }
             where = f"jobs.{errors[0]['index']}"
             raise ApiError(400, "validation_error", f"{where}: {first['message']}", where, fields)
-        return Outcome(jobs=create_jobs(user=request.user, items=items), errors=errors)
+        try:
+            return Outcome(jobs=create_jobs(user=request.user, items=items), errors=errors)
+        except FolderRaced as exc:  # nothing created: the caller submits the batch again
+            where = f"jobs.{indexes[exc.index]}.checkpoint_dir"
+            raise ApiError(400, "validation_error", f"{where}: {exc}", where) from None
 
     outcome = idempotency.once(request, create)
     jobs = _created(request, response, outcome)
@@ -264,7 +281,10 @@ def create_array(
                 checkpoint_dir=folders[index],
             )
             items.append((checked.workspace, checked.quota, spec))
-        return Outcome(jobs=create_jobs(user=request.user, items=items))
+        try:
+            return Outcome(jobs=create_jobs(user=request.user, items=items))
+        except FolderRaced as exc:
+            raise ApiError(400, "validation_error", str(exc), "job.checkpoint_dir") from None
 
     outcome = idempotency.once(request, create)
     jobs = _created(request, response, outcome)
@@ -272,89 +292,6 @@ def create_array(
 
 
 # -- read ----------------------------------------------------------------------------------
-
-
-class ListParams(schemas.Schema):
-    status: str | None = Field(
-        None, description="Comma-separated statuses, e.g. Pending,Inqueue.", max_length=200
-    )
-    state: str | None = Field(
-        None, description="active or finished.", json_schema_extra={"enum": ["active", "finished"]}
-    )
-    quota: str | None = Field(None, description="Quota name or id.", max_length=200)
-    workspace: str | None = Field(None, description="Workspace name or id.", max_length=200)
-    owner: str | None = Field(None, description='A username, or "me".', max_length=150)
-    name: str | None = Field(None, description="Part of the job name.", max_length=200)
-    q: str | None = Field(None, description="Part of the job name or command.", max_length=200)
-    idle: str | None = Field(
-        None,
-        description="Idle Resources mode.",
-        json_schema_extra={"enum": [m.value for m in IdleResources]},
-    )
-    placement: str | None = Field(
-        None,
-        description="Jobs with a worker In Quota, or Not in Quota, now.",
-        json_schema_extra={"enum": list(PLACEMENTS)},
-    )
-    since: str | None = Field(
-        None, description="Submitted in the last …", json_schema_extra={"enum": list(SINCE)}
-    )
-    sort: str | None = Field(None, description="Order.", json_schema_extra={"enum": list(SORTS)})
-    created_after: str | None = Field(
-        None, description="RFC 3339, e.g. 2026-03-01T12:00:00Z.", json_schema_extra=DATE_TIME
-    )
-    created_before: str | None = Field(None, json_schema_extra=DATE_TIME)
-    cursor: str | None = Field(None, max_length=200, description="next_cursor of a page.")
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
-
-
-RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
-
-
-def _moment(value: str | None, name: str) -> datetime | None:
-    """An RFC 3339 date-time (with its offset), strictly: numbers and bare dates are not."""
-    if value is None:
-        return None
-    try:
-        if not RFC3339.fullmatch(value):
-            raise ValueError(value)
-        # In UTC: RFC 3339 allows offsets up to ±23:59, PostgreSQL only ±15:59.
-        return datetime.fromisoformat(value.replace("z", "Z")).astimezone(UTC)
-    except (ValueError, OverflowError):
-        raise BadPageRequest(
-            name, f"{name} must be an RFC 3339 date-time with an offset."
-        ) from None
-
-
-def filtered_jobs(request: HttpRequest, params: ListParams) -> tuple[QuerySet[Job], str]:
-    """The page's filters (jobs.filters), from the API's typed parameters."""
-    for name, choices in (
-        ("state", ("active", "finished")),
-        ("idle", [m.value for m in IdleResources]),
-        ("placement", list(PLACEMENTS)),
-        ("since", list(SINCE)),
-        ("sort", list(SORTS)),
-    ):
-        value = getattr(params, name)
-        if value is not None and value not in choices:
-            raise BadPageRequest(name, f"{name} must be one of: {', '.join(choices)}.")
-    filters = JobFilters(
-        statuses=tuple(parse_statuses(params.status)),
-        state=params.state or "",
-        quota=(params.quota or "").strip(),
-        workspace=(params.workspace or "").strip(),
-        owner=(params.owner or "").strip(),
-        idle=params.idle or "",
-        placement=params.placement or "",
-        since=params.since or "",
-        search=(params.q or "").strip(),
-        name=(params.name or "").strip(),
-        created_after=_moment(params.created_after, "created_after"),
-        created_before=_moment(params.created_before, "created_before"),
-        sort=params.sort or DEFAULT_SORT,
-    )
-    jobs = filter_jobs(visible_jobs(request.user), filters, user=request.user, now=timezone.now())
-    return with_live_resources(jobs), filters.sort
 
 
 @router.get(
@@ -412,6 +349,10 @@ def stop_job(request: HttpRequest, job_id: int):
     response={201: schemas.JobDetail, **WRITE_ERRORS},
     url_name="job-restart",
     summary="Restart (clone) a finished job as a new job",
+    description='Optional body {"result_inputs": "<version>", "from_scratch": false}: the '
+    "inputs changed (refused 409 resume_refused while units accepted from other inputs "
+    "would carry), or resume nothing: a folder of its own, no checkpoint, no units carried "
+    "(docs/results.md).",
 )
 def restart_job(
     request: HttpRequest,
@@ -420,6 +361,7 @@ def restart_job(
     idempotency_key: str | None = IdempotencyKey,
 ):
     job = get_job_for_user(request.user, job_id)
+    options = restart_options(request)
 
     def create() -> Outcome:
         if job.status not in FINAL_JOB_STATUSES:
@@ -430,9 +372,19 @@ def restart_job(
         if not checked.ok:
             raise problems_error(checked)
         try:
-            return Outcome(jobs=[resubmit_job(job, user=request.user)])
+            new_job = resubmit_job(
+                job,
+                user=request.user,
+                inputs=options.inputs,
+                from_scratch=options.from_scratch,
+            )
+            return Outcome(jobs=[new_job])
         except JobStillActive as exc:
             raise ApiError(409, "conflict", f"Cannot restart: {exc}.") from None
+        except ResumeRefused as exc:
+            raise ApiError(409, "resume_refused", f"Cannot restart: {exc}") from None
+        except Problem as exc:
+            raise ApiError(400, "validation_error", str(exc), "result_inputs") from None
 
     outcome = idempotency.once(request, create)
     jobs = _created(request, response, outcome)

@@ -22,19 +22,23 @@ from api.links import add_links
 from api.parsing import SafeJsonParser
 from api.security import ConsoleSession, TokenAuth
 from audit.actions import record
+from audit.denials import record_denial
+from quotas.access import HiddenObject
 
 log = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Submit and manage training jobs, read their logs, events, restarts, checkpoints and
-metrics, and see quotas, queues and nodes.
+metrics, and see quotas, queues and nodes. Quota owners change their tenant's quota tree
+(with a `preview=true` dry run), workspaces' members and roles.
 
 Authenticate with `Authorization: Bearer <token>` (create a token on the console's
 *API token* page). Errors have the shape
 `{"error": {"code": "...", "message": "...", "field": "...", "fields": {...}}}`;
 `code` is stable (validation_error, invalid_json, invalid_text, not_authenticated,
 permission_denied, not_found, method_not_allowed, conflict, idempotency_key_reused,
-too_large, rate_limited, server_error). Requests are limited per token; a 429 carries
+too_large, rate_limited, server_error; the owners' API adds stale_preview, last_owner,
+ambiguous). Requests are limited per token; a 429 carries
 `Retry-After`. Create requests accept an `Idempotency-Key` header: a retry with the same
 key returns the jobs of the first request instead of creating new ones.
 """
@@ -184,6 +188,8 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 @api.exception_handler(Http404)
 def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    if isinstance(exc, HiddenObject):  # it exists, the caller may not see it: audited
+        record_denial(request, 404, exc.object_type, exc.object_id, "not visible")
     return error_response(404, "not_found", "No such object.")
 
 
@@ -216,12 +222,15 @@ def _denied(request: HttpRequest, status: int, why: str) -> None:
 
 
 def _register() -> None:
-    from api import cluster, job_data, jobs, usage_history
+    from api import cluster, job_data, jobs, owners, results, templates, usage_history
 
     api.add_router("/jobs", jobs.router, tags=["jobs"])
     api.add_router("/jobs", job_data.router, tags=["job details"])
+    api.add_router("/jobs", results.router, tags=["job details"])
     api.add_router("/", cluster.router, tags=["quotas and nodes"])
     api.add_router("/", usage_history.router, tags=["usage history"])
+    api.add_router("/", owners.router, tags=["quota owners"])
+    api.add_router("/", templates.router, tags=["job templates"])
 
 
 _register()

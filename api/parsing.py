@@ -10,6 +10,8 @@ field error (one validation path for the page and the API). Size is capped befor
 is read; query strings are checked here (NUL, length).
 """
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest
@@ -70,3 +72,36 @@ def reject_unknown_query(request: HttpRequest, params: type[BaseModel]) -> None:
             raise ApiError(
                 400, "validation_error", f"Unknown query parameter {key[:100]!r}.", key[:100]
             )
+
+
+@dataclass(frozen=True)
+class RestartOptions:
+    inputs: str | None = None  # None: the original's
+    from_scratch: bool = False
+
+
+RESTART_BODY = 'The body is {"result_inputs": "…", "from_scratch": true|false} or empty.'
+
+
+def restart_options(request: HttpRequest) -> RestartOptions:
+    """A Restart's optional body (docs/results.md, "Resume without duplicates"):
+    `result_inputs` when the inputs changed, `from_scratch` to resume nothing."""
+    if not request.body.strip():
+        return RestartOptions()
+    if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        if not request.POST and not request.FILES:
+            return RestartOptions()  # a form post without fields: no body
+        raise ApiError(400, "validation_error", RESTART_BODY)
+    try:
+        body = json.loads(request.body)
+    except ValueError:
+        raise ApiError(400, "validation_error", "The body is not JSON.") from None
+    if not isinstance(body, dict) or set(body) - {"result_inputs", "from_scratch"}:
+        raise ApiError(400, "validation_error", RESTART_BODY)
+    value = body.get("result_inputs")
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, "validation_error", "result_inputs is a string.", "result_inputs")
+    scratch = body.get("from_scratch", False)
+    if not isinstance(scratch, bool):
+        raise ApiError(400, "validation_error", "from_scratch is true or false.", "from_scratch")
+    return RestartOptions(inputs=value, from_scratch=scratch)

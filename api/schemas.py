@@ -17,6 +17,8 @@ from typing import Annotated, Any
 from ninja import Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 
+from api.result_fields import RESULT_FIELDS
+from api.schemas_workers import Progress, Rendezvous, Worker
 from policy.admission import values
 from policy.jobspec import FIELDS, JobField, Kind, shown_groups
 from policy.statuses import JobStatus
@@ -37,6 +39,7 @@ REQUEST_TYPES: dict[Kind, Any] = {
     Kind.CHOICE: StrictStr,
     Kind.FLAG: StrictBool,
     Kind.ENV: dict[str, StrictStr] | StrictStr,
+    Kind.DATA: dict[str, StrictStr] | StrictStr,
 }
 
 
@@ -45,6 +48,14 @@ ENV_OBJECT = {
     "maxProperties": limits.ENV_VARS,
     "propertyNames": {"pattern": limits.ENV_NAME_PATTERN},
     "additionalProperties": {"maxLength": limits.ENV_VALUE, "pattern": values.NO_NUL},
+}
+
+
+# Read-only data folders sent as an object: name → a folder of the workspace's area.
+DATA_OBJECT = {
+    "maxProperties": limits.DATA_MOUNTS,
+    "propertyNames": {"pattern": limits.DATA_NAME_PATTERN},
+    "additionalProperties": {"maxLength": limits.CHECKPOINT_DIR, "pattern": values.NO_NUL},
 }
 
 
@@ -59,6 +70,8 @@ def field_limits(described: JobField) -> dict[str, dict[str, Any]]:
         return {"string": {"enum": [choice.value for choice in described.choices]}}
     if described.kind is Kind.ENV:
         return {"object": ENV_OBJECT, "string": {"pattern": values.NO_NUL}}
+    if described.kind is Kind.DATA:
+        return {"object": DATA_OBJECT, "string": {"pattern": values.NO_NUL}}
     if described.kind in (Kind.TEXT, Kind.REF):
         text: dict[str, Any] = {"pattern": values.as_submitted(described.pattern)}
         if described.required:
@@ -148,32 +161,6 @@ class NamedRef(Schema):
     name: str
 
 
-class Progress(Schema):
-    step: int
-    total: int | None
-    phase: str
-    metrics: dict[str, Any]
-    at: str | None
-
-
-class Worker(Schema):
-    rank: int
-    attempt: int
-    node: str | None
-    gpu_indices: list[int]
-    gpu_uuids: list[str]
-    charged_quota: str
-    in_quota: bool
-    status: str
-    status_reason: str
-    exit_code: int | None
-    progress: Progress | None
-    report_refused: str = Field(
-        description="The last report or log lines of this worker the console refused."
-    )
-    report_refused_at: str | None
-
-
 class Restart(Schema):
     from_attempt: int
     to_attempt: int
@@ -233,6 +220,7 @@ RESPONSE_TYPES: dict[Kind, Any] = {
     Kind.CHOICE: str,
     Kind.FLAG: bool,
     Kind.ENV: dict[str, str],
+    Kind.DATA: dict[str, str],
 }
 
 
@@ -297,6 +285,9 @@ Job = create_model(
     hang_deadline=(str | None, ...),
     resume_from=(str, ...),
     excluded_nodes=(list[str], ...),
+    roles=(dict[str, int], Field(description="How many workers have each role, rank 0's first.")),
+    rendezvous=(Rendezvous | None, Field(None, description="The current attempt's rendezvous.")),
+    **RESULT_FIELDS,  # counted results (docs/results.md)
     expected_start=(
         ExpectedStart | None,
         Field(None, description="For a waiting job: when it is expected to start (an estimate)."),
@@ -344,8 +335,14 @@ class Logs(Schema):
     lines: list[LogLine]
     next_after: int
     complete: bool = Field(
-        description="The job is final, this is the worker's last attempt and every line "
-        "has been read."
+        description="The job is final, this is the worker's last attempt, its agent said "
+        "the worker's log ended (or its node was lost: see log_gap) and every line has been "
+        "read."
+    )
+    log_gap: str = Field(
+        "",
+        description="Why this worker's log may lack its last lines (its node was lost), "
+        "once its log has ended; empty when it is whole.",
     )
     worker_final: bool = Field(description="This worker of this attempt has ended.")
     newer_attempt: int | None = Field(

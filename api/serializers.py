@@ -11,9 +11,12 @@ from typing import Any
 from jobs.forecast import Estimate, cached_expected_starts
 from jobs.logview import LogLine
 from jobs.models import Job, Pod
+from jobs.result_reads import has_run, progress_line, result_state
 from policy import jobspec
 from policy.display import display_reason, display_status
+from policy.rendezvous import job_roles, rendezvous_of
 from policy.scheduler.model import Snapshot
+from policy.secrets import redacted_fields
 from policy.statuses import WAITING_JOB_STATUSES
 
 
@@ -99,6 +102,12 @@ def event_json(event) -> dict[str, Any]:
     }
 
 
+def shown_shape(job: Job) -> dict[str, Any]:
+    """The job's shape as the API shows it: env values marked secret never appear
+    (policy.secrets); the workers get them from the agent's spec, not from here."""
+    return redacted_fields(jobspec.to_json(job))
+
+
 def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
     unknown = getattr(job, "has_unknown_worker", None)
     if unknown is None and pods is not None:
@@ -109,8 +118,8 @@ def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
         "workspace": {"id": job.workspace_id, "name": job.workspace.name},
         "quota": {"id": job.quota_id, "name": job.quota.name},
         "owner": job.owner.get_username(),
-        # The job's own fields, as its shape shows them (policy.jobspec).
-        **jobspec.to_json(job),
+        # The job's own fields, as its shape shows them (policy.jobspec); secrets redacted.
+        **shown_shape(job),
         "status": job.status,
         "display_status": display_status(
             job.status,
@@ -142,9 +151,19 @@ def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
         "resume_from": job.resume_from,
         # Nodes excluded after a retry-elsewhere failure (names stored with the ids).
         "excluded_nodes": [entry.get("name", "") for entry in job.excluded_nodes or []],
+        # Counted results (docs/results.md): the run, its accepted work, the verdict.
+        "run_id": job.run.run_id if has_run(job) else None,
+        "result_state": result_state(job),
+        "result_progress": progress_line(job),
     }
+    # How the workers meet (docs/distributed.md): each rank's role and the rendezvous.
+    roles = job_roles(job)
+    body["roles"] = {role: roles.count(role) for role in dict.fromkeys(roles)}
+    body["rendezvous"] = rendezvous_of(job)
     if pods is not None:
-        body["pods"] = [pod_json(p) for p in pods]
+        body["pods"] = [
+            {**pod_json(p), "role": roles[p.rank] if p.rank < len(roles) else ""} for p in pods
+        ]
     if hasattr(job, "restart_list"):
         body["restarts"] = [restart_json(r) for r in job.restart_list]
     if hasattr(job, "event_list"):

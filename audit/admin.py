@@ -1,35 +1,24 @@
 """The audit log in the admin: read-only, filterable, exportable as CSV (the selected
-entries, or everything the current filters show)."""
-
-import csv
+entries, or everything the current filters show). Quota owners see their tenants' entries
+only (`audit.tenants`, the owners' audit page's filter)."""
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.urls import path
 from django.utils import timezone
 
-from audit.export import rows
+from audit.export import csv_response
 from audit.models import AuditEntry
-
-
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
-def csv_response(entries, name: str) -> StreamingHttpResponse:
-    writer = csv.writer(_Echo())
-    response = StreamingHttpResponse(
-        (writer.writerow(row) for row in rows(entries)), content_type="text/csv; charset=utf-8"
-    )
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
+from audit.tenants import tenant_filter
+from quotas.admin_scope import TenantScopedAdmin, owned_by
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(TenantScopedAdmin):
+    tenant_lookup = ""  # not a column: the entries of the owner's tenants (get_queryset)
+    owner_may = ("view",)
     list_display = [
         "at",
         "action",
@@ -55,6 +44,12 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+    def get_queryset(self, request: HttpRequest):
+        queryset = super().get_queryset(request)
+        if self._scoped(request):
+            return queryset.filter(tenant_filter(owned_by(request)))
+        return queryset
 
     def get_urls(self):
         export = self.admin_site.admin_view(self.export_filtered)

@@ -1,7 +1,11 @@
-"""Audit entries as CSV (pure row shaping; the admin streams it)."""
+"""Audit entries as CSV: row shaping, and the streamed response the admin and the owners'
+audit page send."""
 
+import csv
 import json
 from collections.abc import Iterable, Iterator
+
+from django.http import StreamingHttpResponse
 
 from audit.models import AuditEntry
 
@@ -47,3 +51,17 @@ def rows(entries: Iterable[AuditEntry]) -> Iterator[list[str]]:
                 json.dumps(e.detail, sort_keys=True, ensure_ascii=False) if e.detail else "",
             )
         ]
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_response(entries: Iterable[AuditEntry], name: str) -> StreamingHttpResponse:
+    writer = csv.writer(_Echo())
+    response = StreamingHttpResponse(
+        (writer.writerow(row) for row in rows(entries)), content_type="text/csv; charset=utf-8"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response

@@ -1,10 +1,13 @@
 """Each request's source (address, web/API/admin, user agent) for the audit entries it
 causes; after an admin POST, the admin history entries it wrote are mirrored, whoever the
-admin let in (staff, and quota owners who are not staff: `console.admin_site`)."""
+admin let in (staff, and quota owners who are not staff: `console.admin_site`); a page
+refused to a user who may not see its object (404 of an existing one) or take its action
+(403) is recorded as denied access (`audit.denials`)."""
 
 from collections.abc import Callable
 
 from django.contrib.admin.models import LogEntry
+from django.core.exceptions import PermissionDenied
 from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -12,7 +15,9 @@ from django.urls import reverse
 from accounts.addresses import client_address
 from audit import context
 from audit.actions import mirror_admin_entries
+from audit.denials import record_denial
 from audit.models import Via
+from quotas.access import HiddenObject
 
 
 def _via(path: str, admin_prefix: str) -> str:
@@ -53,3 +58,11 @@ class AuditMiddleware:
             return response
         finally:
             context.leave(token)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
+        """A view's refusal of a hidden object or a forbidden action (the API's are
+        recorded by its own handlers, `api.main`); the response stays Django's."""
+        if isinstance(exception, HiddenObject):
+            record_denial(request, 404, exception.object_type, exception.object_id, "not visible")
+        elif isinstance(exception, PermissionDenied):
+            record_denial(request, 403, "page", request.path[:64], str(exception) or "forbidden")

@@ -68,7 +68,14 @@ def on_quota_change(change: QuotaChange) -> None:
     """Every write of a tenant, workspace, member or quota, whoever made it (an admin, a
     quota owner in the admin, a command): each field's before and after."""
     changes = {name: [_plain(old), _plain(new)] for name, (old, new) in change.changes.items()}
-    message = "; ".join(f"{name}: {old} → {new}" for name, (old, new) in changes.items())
+    about = {name: _plain(value) for name, value in change.about.items()}
+    message = "; ".join(
+        [f"{name} {value}" for name, value in about.items()]
+        + [f"{name}: {old} → {new}" for name, (old, new) in changes.items()]
+    )
+    detail = {"changes": changes, "message": message}
+    if about:
+        detail["about"] = about  # what the change concerns, unchanged (a role's member)
     # A savepoint: a failed insert must not abort the change being audited.
     with transaction.atomic():
         record(
@@ -77,7 +84,7 @@ def on_quota_change(change: QuotaChange) -> None:
             object_type=change.object_type,
             object_id=change.object_id or "",
             object_repr=change.object_repr,
-            detail={"changes": changes, "message": message},
+            detail=detail,
             at=change.at,
         )
 

@@ -35,6 +35,7 @@ from bench.synthetic import (  # noqa: E402  (re-exported: bench/forecast.py)
     SIZES,
     Size,
     synthetic_snapshot,
+    with_sharing_options,
     with_tree,
 )
 from policy.scheduler.plan import plan  # noqa: E402
@@ -56,6 +57,8 @@ def bench_plan(names: list[str], repeat: int, seed: int) -> list[dict]:
             ("GPUs+idle", 100.0, 0.3),
             ("tree+idle", 1.0, 0.3),  # 3-level quota trees (docs/quota-tree.md)
             ("tree+GPUs", 100.0, 0.3),
+            ("tree+options", 1.0, 0.3),  # the sharing options on (docs/scheduling.md)
+            ("tree+GPUs+options", 100.0, 0.3),
         ):
             rows.append(_bench_one(SIZES[name], bound, factor, repeat, seed, mix))
     return rows
@@ -67,6 +70,8 @@ def _bench_one(
     snap = synthetic_snapshot(size, seed, factor, idle_mix)
     if bound.startswith("tree"):
         snap = with_tree(snap, seed)
+    if bound.endswith("options"):
+        snap = with_sharing_options(snap, seed)
     times, result = [], None
     for _ in range(repeat):
         start = time.perf_counter()

@@ -208,3 +208,23 @@ def _depth(quota_id: int, parent: dict[int, int | None]) -> int:
     while parent[quota_id] is not None:
         quota_id, depth = parent[quota_id], depth + 1
     return depth
+
+
+def with_sharing_options(snap: Snapshot, seed: int = 1) -> Snapshot:
+    """The sharing options on (docs/scheduling.md, the decision table): fair-share
+    preemption for every tenant, a third of the quotas reclaiming from lower priorities
+    only, a quarter preempting newer jobs of equal priority, a fifth letting idle jobs
+    preempt borrowers up to priority 1 (where fair share is off: here, never; kept for the
+    cost of reading it)."""
+    rng = random.Random(seed)
+    quotas = tuple(
+        replace(
+            q,
+            fair_share_preemption=True,
+            reclaim_within_tree=rng.choice(["Any", "Any", "LowerPriority"]),
+            preemption=rng.choice(["Never", "LowerPriority", "LowerOrNewerEqualPriority", "Never"]),
+            borrow_within_tree_max_priority=1 if rng.random() < 0.2 else None,
+        )
+        for q in snap.quotas
+    )
+    return replace(snap, quotas=quotas)

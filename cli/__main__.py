@@ -9,7 +9,7 @@ import argparse
 import sys
 
 import cli
-from cli import __version__, commands, config, submit, usage
+from cli import __version__, commands, config, owners, result, submit, usage
 from cli.client import ApiFailure, Client
 
 USAGE_OR_REFUSED = 2
@@ -66,11 +66,23 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("restart", help="submit a finished job again as a new job")
     s.add_argument("job", type=_job_id)
+    s.add_argument(
+        "--inputs", metavar="VERSION", help="its inputs changed: refused if units would carry"
+    )
+    s.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="resume nothing: a folder of its own, no checkpoint, no accepted units carried",
+    )
     s.add_argument("--json", action="store_true")
 
-    s = sub.add_parser("quota", help="quota usage and your place in the queue")
+    s = sub.add_parser(
+        "quota",
+        help="quota usage and your place in the queue; `quota set NAME --gpus N --preview`",
+    )
     s.add_argument("name", nargs="?")
     s.add_argument("--json", action="store_true")
+    owners.add_arguments(s)
 
     s = sub.add_parser("wait", help="wait for jobs to finish; exit code = their outcome")
     s.add_argument("jobs", type=_job_id, nargs="+")
@@ -80,6 +92,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     usage.add_parser(sub)
+    result.add_parser(sub, _job_id)
+    result.add_compare_parser(sub, _job_id)
 
     s = sub.add_parser("whoami", help="who the token belongs to")
     s.add_argument("--json", action="store_true")
@@ -96,10 +110,12 @@ COMMANDS = {
     "logs": commands.cmd_logs,
     "stop": commands.cmd_stop,
     "restart": commands.cmd_restart,
-    "quota": commands.cmd_quota,
+    "quota": owners.cmd_quota,
     "wait": commands.cmd_wait,
     "whoami": commands.cmd_whoami,
     "usage": usage.cmd_usage,
+    "result": result.cmd_result,
+    "compare": result.cmd_compare,
 }
 
 

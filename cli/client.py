@@ -104,6 +104,13 @@ class Client:
             )
         raise ApiFailure(f"HTTP {response.status_code}", status=response.status_code)
 
+    def stream(self, path: str):
+        """The raw body of a GET, in blocks (a result file); ApiFailure on an error."""
+        response = self.session.get(self.url + path, stream=True, timeout=self.timeout)
+        if not response.ok:
+            self._result(response)
+        yield from response.iter_content(1 << 20)
+
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
 

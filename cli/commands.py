@@ -87,6 +87,7 @@ def cmd_show(client: Client, args: argparse.Namespace) -> int:
         ("Submitted", f"{job['created_at']} ({age(job['created_at'])} ago)"),
         ("Runtime", runtime(job)),
         ("Exit code", job["exit_code"]),
+        ("Result", job.get("result_progress")),
     ]
     width = max(len(k) for k, _ in facts)
     for key, value in facts:
@@ -200,11 +201,19 @@ def cmd_stop(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_restart(client: Client, args: argparse.Namespace) -> int:
-    job = client.post(f"/jobs/{args.job}/restart", idempotency_key=new_idempotency_key())
+    body: dict = {}
+    if getattr(args, "inputs", None) is not None:
+        body["result_inputs"] = args.inputs
+    if getattr(args, "from_scratch", False):
+        body["from_scratch"] = True
+    job = client.post(
+        f"/jobs/{args.job}/restart", body or None, idempotency_key=new_idempotency_key()
+    )
     if args.json:
         print_json(job)
     else:
-        print(f"job {args.job} restarted as job {job['id']} ({job['status']})")
+        how = " from scratch" if body.get("from_scratch") else ""
+        print(f"job {args.job} restarted{how} as job {job['id']} ({job['status']})")
     return 0
 
 
@@ -275,6 +284,8 @@ def _progress_line(job: dict) -> str:
         parts.append(f"attempt {job['attempt']}")
     if progress:
         parts.append(_progress(progress))
+    if job.get("result_progress"):
+        parts.append(job["result_progress"])
     return " · ".join(p for p in parts if p)
 
 

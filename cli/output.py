@@ -12,7 +12,8 @@ def print_json(data: Any, out: TextIO = sys.stdout) -> None:
     out.write("\n")
 
 
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: TextIO = sys.stdout) -> None:
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: TextIO | None = None) -> None:
+    out = out if out is not None else sys.stdout  # read now: a redirect after import counts
     cells = [[str(h) for h in headers]] + [
         ["" if v is None else str(v) for v in row] for row in rows
     ]

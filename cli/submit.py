@@ -1,8 +1,10 @@
 """`gpu-console submit`: a job from flags and/or a YAML job file; `--array N` for sweeps.
 
 The YAML file holds the API's fields (quota, image, command, workers, gpus_per_worker, env,
-fault_tolerance, …, and optionally `array: N`); flags override it. The console validates
-everything (the same rules as its create page) and names the offending field.
+fault_tolerance, …, and optionally `array: N`); flags override it. `--template NAME` starts
+from a template of your workspace and `--set FIELD=VALUE` sets any field
+(`gpu-console submit --template ddp-8gpu --set workers=4`). The console validates everything
+(the same rules as its create page) and names the offending field.
 """
 
 import argparse
@@ -43,6 +45,15 @@ class SpecError(Exception):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--file", type=Path, help="a YAML job file (API field names)")
+    parser.add_argument("--template", help="a template of your workspace (docs/templates.md)")
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any API field (a YAML value: workers=4, fault_tolerance=true)",
+    )
     parser.add_argument("--quota")
     parser.add_argument("--workspace", help="only when the quota is in several of yours")
     parser.add_argument("--name")
@@ -109,6 +120,20 @@ def _env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def _settings(pairs: list[str]) -> dict[str, Any]:
+    """`--set workers=4` → {"workers": 4}: the value read as YAML (a number, true, text)."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set wants FIELD=VALUE, got {pair!r}")
+        try:
+            settings[key] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            settings[key] = value
+    return settings
+
+
 def command_line(argv: list[str]) -> str:
     """The stored command (a line the worker runs with `/bin/sh -c`) for what followed `--`.
 
@@ -144,12 +169,17 @@ def build_spec(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
         if isinstance(env, str):
             raise SpecError("the job file's env is text; use a mapping to add --env values")
         spec["env"] = {**env, **_env(args.env)}
+    spec.update(_settings(args.settings))
+    if args.template:
+        spec["template"] = args.template
     if args.array is not None:
         array = args.array
+    if array is not None and spec.get("template"):
+        raise SpecError("--template does not combine with --array (an array takes the fields)")
     if array is not None and (not isinstance(array, int) or isinstance(array, bool)):
         raise SpecError("array must be a whole number")
     for required in ("quota", "image", "command"):
-        if not spec.get(required):
+        if not spec.get(required) and not spec.get("template"):
             raise SpecError(f"missing {required}: give --{required} or put it in the job file")
     return spec, array
 

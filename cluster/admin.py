@@ -121,6 +121,7 @@ class GpuDeviceAdmin(admin.ModelAdmin):
 class NodeAdmin(TenantScopedAdmin):
     tenant_lookup = ""  # nodes are shared: owners see them all
     owner_may = ("view",)
+    ordering = ["name"]
     list_display = [
         "name",
         "state",

@@ -7,6 +7,7 @@ Written by the agent API (agents.actions) from each node's heartbeats and by ope
 from django.db import models
 from django.db.models import Q
 
+from protocol import limits
 from quotas.models import ResourceType
 
 
@@ -37,6 +38,11 @@ class Node(models.Model):
     # node is drained once no live worker is left on it.
     drain_requested_at = models.DateTimeField(null=True, blank=True)
     runtime = models.CharField(max_length=20, default="process")
+    # Where the node's peers reach it (docs/distributed.md): what its agent advertises, else
+    # the address it registered from; and the ports it lends to rendezvous, inclusive.
+    address = models.CharField(max_length=limits.ADDRESS, blank=True)
+    rendezvous_port_first = models.PositiveIntegerField(default=limits.RENDEZVOUS_PORTS[0])
+    rendezvous_port_last = models.PositiveIntegerField(default=limits.RENDEZVOUS_PORTS[1])
     agent_version = models.CharField(max_length=40, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     # A digest of the facts and GPUs the last applied heartbeat reported

@@ -102,6 +102,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
                 "console.context_processors.roles",
+                "console.context_processors.node_banner",
             ],
         },
     },

@@ -1,6 +1,7 @@
 """How the core's triggers travel in this deployment (registered into `jobs.triggers` and
 `notifications.triggers`), and who hears the core's notices (`jobs.hooks`: notifications'
-outbox and the audit log; `quotas.hooks`: the audit log and a scheduling cycle).
+outbox and the audit log; `quotas.hooks`: the audit log and a scheduling cycle;
+`agents.hooks`: the audit log).
 
 `settings.CONSOLE_LOOPS` picks the transport, read at send time: a Celery task
 (production), a wake-up of an in-process loop (the embedded default), or a synchronous call
@@ -9,10 +10,15 @@ transaction commits, so a worker never runs before the data it needs is visible.
 """
 
 from django.conf import settings
+from django.db import transaction
 
+from agents import hooks as agent_hooks
+from agents.hooks import ForeignItems
 from jobs import hooks, triggers
 from quotas import hooks as quota_hooks
 from quotas.hooks import QuotaChange
+
+FOREIGN_PODS_AUDITED = 20  # pods named in one audit entry of a node's foreign items
 
 
 def send_scheduling() -> None:
@@ -63,6 +69,29 @@ def schedule_after_quota_change(change: QuotaChange) -> None:
     triggers.request_scheduling()
 
 
+def audit_foreign_items(notice: ForeignItems) -> None:
+    """A node named other nodes' pods (`agents.hooks`): one audit entry per request, in a
+    savepoint of its own (it never fails the request)."""
+    from audit.actions import record
+
+    pods = sorted(notice.pods)
+    with transaction.atomic():
+        record(
+            "node.foreign_items",
+            actor_name=f"node {notice.node_name}",
+            object_type="node",
+            object_id=notice.node_id,
+            object_repr=notice.node_name,
+            detail={
+                "endpoint": notice.endpoint,
+                "refused": len(pods),
+                # A bounded sample: one entry per request whatever its size.
+                "pods": {str(p): notice.pods[p] for p in pods[:FOREIGN_PODS_AUDITED]},
+            },
+            at=notice.at,
+        )
+
+
 def install() -> None:
     """Register the transports and the subscribers of the core's notices (called once at
     start-up, from ConsoleConfig.ready)."""
@@ -77,3 +106,4 @@ def install() -> None:
     hooks.subscribe("audit", audit_job_notices)
     quota_hooks.subscribe("audit", audit_quota_change)
     quota_hooks.subscribe("scheduling", schedule_after_quota_change)
+    agent_hooks.subscribe("audit", audit_foreign_items)

@@ -13,3 +13,7 @@ urlpatterns = [
     path("jobs/", include("web.urls")),
     path("", include("console.site_urls")),
 ]
+
+# An exception raised outside a view (a middleware's session or user lookup) that is a lost
+# database connection is a 503 too, retried when safe (console.dbretry).
+handler500 = "console.dbretry.server_error"

@@ -10,6 +10,7 @@ from django.http import Http404
 
 from jobs.models import Job, Pod
 from policy.statuses import PodStatus
+from quotas.access import HiddenObject
 from quotas.models import Membership
 
 
@@ -24,7 +25,7 @@ def visible_jobs(user) -> QuerySet[Job]:
         return Job.objects.none()
     return (
         Job.objects.filter(workspace_id__in=member_workspace_ids(user))
-        .select_related("workspace", "quota", "owner")
+        .select_related("workspace", "quota", "owner", "run")
         .annotate(
             has_unknown_worker=Exists(
                 Pod.objects.filter(job=OuterRef("pk"), status=PodStatus.UNKNOWN)
@@ -37,11 +38,14 @@ MAX_ID = 2**63 - 1
 
 
 def get_job_for_user(user, pk: int | str) -> Job:
-    """The job if the user is a member of its workspace (and so may also write it), else 404."""
+    """The job if the user is a member of its workspace (and so may also write it), else 404
+    (`HiddenObject` when the job exists: one more query, on that path only)."""
     pk = int(pk)
     if not 0 < pk <= MAX_ID:
         raise Http404("No such job")
     try:
         return visible_jobs(user).get(pk=pk)
     except Job.DoesNotExist:
+        if Job.objects.filter(pk=pk).exists():
+            raise HiddenObject("No such job", "job", pk) from None
         raise Http404("No such job") from None

@@ -6,6 +6,7 @@ from django.contrib import admin, messages
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import TransitionConflict
 from jobs.models import Job, JobEvent, Pod
+from policy.secrets import redact_env
 from policy.statuses import JobStatus
 from quotas.admin_scope import TenantScopedAdmin
 
@@ -73,6 +74,13 @@ class JobAdmin(TenantScopedAdmin):
     date_hierarchy = "created_at"
     inlines = [PodInline, JobEventInline]
     actions = ["terminate"]
+    # Env values marked secret are shown to no one, here neither (policy.secrets).
+    exclude = ["env"]
+    readonly_fields = ["environment"]
+
+    @admin.display(description="Environment (secret values redacted)")
+    def environment(self, obj: Job) -> str:
+        return "; ".join(f"{k}={v}" for k, v in redact_env(obj.env or {}).items()) or "—"
 
     # Jobs change only through jobs.actions, never by editing rows.
     def has_add_permission(self, request) -> bool:

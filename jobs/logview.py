@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from cluster.models import NodeState
 from jobs.models import Job, LogChunk, Pod
 from policy.display import clean_log_line
 from policy.statuses import FINAL_JOB_STATUSES, FINAL_POD_STATUSES
@@ -172,9 +173,16 @@ def missing_pod(job: Job, pod: Pod | None, *, rank: int | None, attempt: int | N
     )
 
 
-def settle_seconds() -> int:
-    """How long after a job ends its last log lines may still arrive (agents batch them)."""
-    return 3 * settings.AGENT_HEARTBEAT_INTERVAL
+def end_wait_seconds() -> int:
+    """How long after a worker ended the console waits for its agent's end of stream
+    before it calls the log complete with a gap: only an agent that never sends one (an
+    older agent, or a worker ended without its agent) waits this long; a node that stopped
+    answering is Lost by then (NODE_LOST_TIMEOUT) and its workers' logs end with a gap."""
+    return int(settings.NODE_LOST_TIMEOUT)
+
+
+NODE_LOST_GAP = "the worker's node was lost: lines it had not shipped are missing"
+NO_END_GAP = "the agent never said this worker's log ended: late lines may be missing"
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,7 @@ class Follow:
 
     complete: bool  # stop: nothing more will come, in this attempt or a later one
     newer_attempt: int | None  # move on to this attempt (after=-1): this one is all read
+    gap: str = ""  # why the log may lack lines at its end, when it does
 
 
 def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Follow:
@@ -191,12 +200,12 @@ def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Foll
 
     `complete` only on the worker's last attempt: a job that failed, restarted and finished
     before the reader came back still has the newer attempt's lines. `newer_attempt` only
-    once this worker has ended and its last lines had time to arrive (agents ship them in
-    batches); until then the follower stays where it is.
+    once this worker's log has ended; until then the follower stays where it is. A log has
+    ended when its agent said so (end of stream, or an exit reported with every line
+    delivered), or its node was lost (a gap, said in `gap`): never on a timer alone.
     """
     if pod is None and job.status in FINAL_JOB_STATUSES:
         return Follow(complete=True, newer_attempt=None)  # it ended before any worker ran
-    settle = settle_seconds()
     later = None
     # Only an ended worker can have a later attempt (the database keeps one live copy of a
     # rank): a running one costs no query.
@@ -207,38 +216,33 @@ def follow(job: Job, pod: Pod | None, *, caught_up: bool, now: datetime) -> Foll
             .values_list("attempt", flat=True)
             .first()
         )
-    # An agent that said it had delivered every line of this worker leaves nothing to wait
-    # for; otherwise its last lines get `settle` seconds to arrive.
-    delivered = pod is not None and pod.status in FINAL_POD_STATUSES and pod.logs_delivered
-    ended = (
-        later is not None
-        and pod is not None
-        and (
-            delivered
-            or pod.finished_at is None
-            or now - pod.finished_at >= timedelta(seconds=settle)
-        )
-    )
+    ended, gap = log_end(pod, now) if pod is not None else (False, "")
     complete = later is None and logs_complete(
-        job_final=job.status in FINAL_JOB_STATUSES,
-        finished_at=None if delivered else job.finished_at,
-        now=now,
-        caught_up=caught_up,
-        settle=settle,
+        job_final=job.status in FINAL_JOB_STATUSES, caught_up=caught_up, ended=ended
     )
-    return Follow(complete=complete, newer_attempt=later if ended else None)
+    return Follow(
+        complete=complete, newer_attempt=later if ended else None, gap=gap if ended else ""
+    )
 
 
-def logs_complete(
-    *, job_final: bool, finished_at: datetime | None, now: datetime, caught_up: bool, settle: int
-) -> bool:
-    """Whether a follower of this job's logs can stop polling (pure).
+def log_end(pod: Pod, now: datetime) -> tuple[bool, str]:
+    """Whether this worker's log has ended, and the gap it may have (see `follow`)."""
+    if pod.status not in FINAL_POD_STATUSES:
+        return False, ""
+    if pod.logs_delivered:
+        return True, ""  # the agent acknowledged the end of its stream
+    if pod.started_at is None and pod.log_next_seq == 0:
+        return True, ""  # never ran, never wrote: nothing is on its way
+    if pod.node_id is None or pod.node.state == NodeState.LOST:
+        return True, NODE_LOST_GAP
+    if pod.finished_at is not None and now - pod.finished_at >= timedelta(
+        seconds=end_wait_seconds()
+    ):
+        return True, NO_END_GAP
+    return False, ""
 
-    Only once the job is final, the reader has everything stored, and the agents had time to
-    deliver the lines they still buffered when the workers exited.
-    """
-    if not (job_final and caught_up):
-        return False
-    if finished_at is None:
-        return True
-    return now - finished_at >= timedelta(seconds=settle)
+
+def logs_complete(*, job_final: bool, caught_up: bool, ended: bool) -> bool:
+    """Whether a follower of this job's logs can stop polling (pure): the job is final, the
+    reader has everything stored, and the worker's log has ended (`log_end`)."""
+    return job_final and caught_up and ended

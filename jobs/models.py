@@ -51,6 +51,8 @@ class Job(models.Model):
     fault_tolerance = models.BooleanField(default=False)
     ft_config = models.JSONField(default=dict, blank=True)
     checkpoint_dir = models.CharField(max_length=limits.CHECKPOINT_DIR, blank=True)
+    # The work contract (docs/results.md; policy.jobspec's result_* fields).
+    result_contract = models.JSONField(default=dict, blank=True)
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     # Restart budgets counted separately (docs/traps.md): `restart_count` holds failure restarts
     # (they consume `max_restarts`); preemptions and node losses never exhaust it.
@@ -69,6 +71,20 @@ class Job(models.Model):
     # ECC/Xid): [{"id": node id, "name": node name, "rule": rule}]. Names are stored with
     # the ids so the page and the API show them without another query.
     excluded_nodes = models.JSONField(default=list, blank=True)
+    # Distributed jobs (docs/distributed.md): how the workers meet (policy.jobspec's
+    # "distributed" fields: framework, processes per worker, parameter servers) and the
+    # current attempt's rendezvous, written by the scheduling cycle that places the attempt:
+    # rank 0's node, the port reserved there (held while the job is live: the cycle never
+    # gives a port of a live job's node to another), and each rank's node address.
+    distributed = models.JSONField(default=dict, blank=True)
+    data = models.JSONField(default=dict, blank=True)  # read-only folders: name → folder
+    code = models.JSONField(default=dict, blank=True)  # {"repo", "ref"}: checked out by the agent
+    rendezvous_node = models.ForeignKey(
+        "cluster.Node", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    rendezvous_port = models.PositiveIntegerField(null=True, blank=True)
+    rendezvous_attempt = models.PositiveIntegerField(null=True, blank=True)
+    rendezvous_hosts = models.JSONField(default=list, blank=True)
 
     status = models.CharField(max_length=12, choices=_choices(JobStatus), default=JobStatus.PENDING)
     status_reason = CleanTextField(blank=True)
@@ -179,6 +195,10 @@ class Pod(models.Model):
     # The agent's exit report said every log line of this worker was acknowledged: a log
     # follower stops at once rather than waiting for late lines (jobs.logview.follow).
     logs_delivered = models.BooleanField(default=False)
+    # Who ended the worker when its exit does not tell (protocol.agent.WorkerReport.ended_by):
+    # "agent_shutdown", its node's agent stopped it while shutting down (the node left:
+    # docs/fault-tolerance.md, "A node leaving").
+    ended_by = models.CharField(max_length=16, blank=True, default="")
     progress_step = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)
     progress_phase = FittedCharField(max_length=limits.PHASE, blank=True)
@@ -369,6 +389,7 @@ class RestartKind(models.TextChoices):
     HANG = "hang", "Hang"
     PREEMPTION = "preemption", "Preemption"
     NODE_LOST = "node_lost", "Node lost"
+    NODE_REFUSED = "node_refused", "Node refused"
 
 
 class RestartRecord(models.Model):
@@ -463,3 +484,8 @@ class ChargeMove(models.Model):
 
     def __str__(self) -> str:
         return f"pod {self.pod_id}: quota {self.from_quota_id} → {self.to_quota_id}"
+
+
+# Counted results (docs/results.md): their tables live in their own module.
+from jobs.result_models import AttemptFacts, ResultConflict, ResultUnit, RunRecord  # noqa: E402, F401
+from jobs.template_models import JobTemplate  # noqa: E402, F401

@@ -20,6 +20,7 @@ from django.conf import settings
 from cluster.actions import sync_cluster_node
 from jobs.actions.logs import append_log_lines
 from jobs.actions.progress import store_checkpoints, store_progress
+from jobs.actions.results import store_facts, store_units
 from jobs.actions.workers import (
     apply_worker_state,
     end_pods_of_dead_nodes,
@@ -27,6 +28,7 @@ from jobs.actions.workers import (
 )
 from jobs.models import Pod
 from protocol import limits
+from protocol.agent import RunFacts
 from protocol.text import fit
 
 
@@ -67,8 +69,13 @@ def store_lines(pod: Pod, first_seq: int, lines: Sequence[str], now: datetime) -
     return append_log_lines(pod, current, fresh, now)
 
 
-def store_extras(pod: Pod, checkpoints: list, progress, now: datetime) -> None:
+def store_extras(
+    pod: Pod, checkpoints: list, progress, now: datetime, units=(), result_dir: str = ""
+) -> None:
     if checkpoints:
         store_checkpoints(pod, checkpoints, now)
     if progress is not None:
         store_progress(pod, progress, now)
+    if units:  # counted results (docs/results.md), promoted on the shared volume
+        store_facts(pod, RunFacts(result_dir=result_dir))
+        store_units(pod, units, now)

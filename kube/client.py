@@ -145,6 +145,14 @@ class KubeClient:
     def create_pod(self, manifest: dict) -> dict:
         return self.call("POST", self.pods_path(), body=manifest)
 
+    def create_service(self, manifest: dict) -> dict:
+        return self.call(
+            "POST", f"/api/v1/namespaces/{self.config.namespace}/services", body=manifest
+        )
+
+    def delete_service(self, name: str) -> dict:
+        return self.call("DELETE", f"/api/v1/namespaces/{self.config.namespace}/services/{name}")
+
     def delete_pod(self, name: str, grace: int) -> dict:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace}
         return self.call("DELETE", self.pods_path(name), body=body)

@@ -19,13 +19,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cluster.actions import KUBERNETES
-from jobs.models import Pod, PodDesired
+from jobs.models import Job, Pod, PodDesired
 from kube import actions
 from kube.client import KubeClient, KubeError
 from kube.config import KubeConfig
 from kube.decisions import ConsolePod, Do, Step, gpu_rows, plan_pod
 from kube.logs import Done, LogFollower
-from kube.manifest import WorkerFacts, pod_manifest
+from kube.manifest import WorkerFacts, pod_manifest, service_manifest, service_name
 from kube.objects import (
     FINALIZER,
     OWN_SELECTOR,
@@ -38,10 +38,10 @@ from kube.objects import (
     parse_node,
 )
 from kube.permissions import check_permissions
-from kube.volumes import job_checkpoints, worker_progress
+from kube.volumes import job_checkpoints, prepare_outputs, promote_units, worker_progress
 from kube.watch import Watched
 from policy.jobspec import worker_fields
-from policy.statuses import ACTIVE_POD_STATUSES
+from policy.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -202,14 +202,14 @@ class Controller:
                 continue
             job = pod.job
             try:
-                checkpoints = []
-                if job.pk not in scanned:
+                checkpoints, units, result_dir = [], [], ""
+                if job.pk not in scanned:  # the job's folders are shared by its workers
                     scanned.add(job.pk)
-                    checkpoints = job_checkpoints(
-                        self.config, job.workspace_id, job.pk, job.checkpoint_dir
-                    )
+                    where = (self.config, job.workspace_id, job.pk, job.checkpoint_dir)
+                    checkpoints = job_checkpoints(*where)
+                    units, result_dir = promote_units(*where, pod.attempt)
                 progress = worker_progress(self.config, job.workspace_id, pod.pk, pod.attempt)
-                actions.store_extras(pod, checkpoints, progress, now)
+                actions.store_extras(pod, checkpoints, progress, now, units, result_dir)
             except Exception:
                 log.exception("kube: reading checkpoints or progress of pod %s failed", pod.pk)
 
@@ -288,9 +288,15 @@ class Controller:
             grace_seconds=pod.stop_grace_seconds,
             workspace_id=job.workspace_id,
             resume_from=job.resume_from,
+            distributed=dict(job.distributed or {}),
+            gpus_per_worker=job.gpus_per_worker,
             **worker_fields(job),  # image, command, env, checkpoint folder (policy.jobspec)
         )
         try:
+            if pod.rank == 0:  # the job's DNS names (kube.manifest); AlreadyExists: done
+                self._create_service(job.pk)
+            if self.config.checkpoint_root:  # its output folders (docs/results.md)
+                self._prepare_outputs(job, pod.attempt)
             self.client.create_pod(pod_manifest(facts, self.config))
         except KubeError as exc:
             if exc.reason == "AlreadyExists":
@@ -301,6 +307,34 @@ class Controller:
             raise
         log.info("kube: created pod %s on %s", facts.name, facts.node_name)
         return True
+
+    def _prepare_outputs(self, job: Job, attempt: int) -> None:
+        """A volume the console cannot write is logged: the worker still starts (its units
+        are then not counted, and a contract rejects its result)."""
+        try:
+            prepare_outputs(self.config, job.workspace_id, job.pk, job.checkpoint_dir, attempt)
+        except OSError as exc:
+            log.warning("kube: cannot prepare the output folders of job %s: %s", job.pk, exc)
+
+    def _create_service(self, job_id: int) -> None:
+        try:
+            self.client.create_service(service_manifest(job_id, self.config))
+        except KubeError as exc:
+            if exc.reason != "AlreadyExists":
+                raise
+
+    def _drop_service(self, job_id: int | None) -> None:
+        """The job's Service once the job is final (its last Pod released)."""
+        if (
+            job_id is None
+            or not Job.objects.filter(pk=job_id, status__in=list(FINAL_JOB_STATUSES)).exists()
+        ):
+            return
+        try:
+            self.client.delete_service(service_name(job_id))
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
 
     def _delete(self, name: str, grace: int) -> None:
         try:
@@ -327,6 +361,7 @@ class Controller:
                 if exc.status != 404:
                     raise
         self._delete(api.name, 0)
+        self._drop_service(api.job_id)
 
     def _follow(self, name: str) -> None:
         follower = self.followers.get(name)

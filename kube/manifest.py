@@ -7,9 +7,16 @@ device plugin chooses the devices; the console never sets the visible-device var
 and the worker variables the agent sets (protocol.workerenv) with paths on the checkpoint
 volume. A finalizer keeps the Pod until the controller has read its last log lines and
 recorded its end.
+
+Workers meet (docs/distributed.md) through a headless Service per job (`service_manifest`,
+as JobSet and PyTorchJob do): each Pod's `hostname` is `w<rank>` and its `subdomain` the
+Service, so rank r is `w<r>.job-<id>.<namespace>.svc` in DNS whatever its attempt (only one
+attempt of a rank is live at a time), and MASTER_ADDR is rank 0's name. Every Pod has its
+own network namespace, so the port is the same for every job (`RENDEZVOUS_PORT`).
 """
 
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 from kube.config import KubeConfig
 from kube.objects import (
@@ -23,8 +30,12 @@ from kube.objects import (
     RANK,
     pod_name,
 )
+from policy.rendezvous import Meeting, shape_of, worker_env
+from protocol.outputs import output_paths
 
 VOLUME = "checkpoints"
+RENDEZVOUS_PORT = 29500
+DATA_MOUNT = "/data"
 
 
 @dataclass(frozen=True)
@@ -45,10 +56,59 @@ class WorkerFacts:
     checkpoint_subdir: str = ""
     resume_from: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    distributed: dict = field(default_factory=dict)  # Job.distributed (policy.rendezvous)
+    data: dict[str, str] = field(default_factory=dict)  # read-only folders: name → folder
+    # The job's code: not checked out on Kubernetes; the worker gets CODE_REPO/CODE_REF.
+    code_repo: str = ""
+    code_ref: str = ""
+    gpus_per_worker: int = 0
+    # The result's validator (docs/results.md): not run on Kubernetes yet, so a job with
+    # one is judged "validator did not report" (result_rejected).
+    result_validator: str = ""
+    # Free space the output needs (docs/results.md, "Before a long run"): checked by the
+    # agent; not on Kubernetes yet (the checkpoint volume is the cluster's storage).
+    expected_output_gb: int | None = None
+    # The preflight (docs/results.md): not run on Kubernetes yet (no OUTPUT_DIR there).
+    preflight_seconds: int | None = None
 
     @property
     def name(self) -> str:
         return pod_name(self.job_id, self.rank, self.attempt)
+
+
+def service_name(job_id: int) -> str:
+    return f"job-{job_id}"
+
+
+def peer_host(job_id: int, rank: int, config: KubeConfig) -> str:
+    """Rank `rank`'s DNS name through the job's headless Service."""
+    return f"w{rank}.{service_name(job_id)}.{config.namespace}.svc"
+
+
+def service_manifest(job_id: int, config: KubeConfig) -> dict:
+    """The job's headless Service: DNS names for its Pods, ready or not (a worker resolves
+    rank 0 before rank 0 listens)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(job_id),
+            "namespace": config.namespace,
+            "labels": {MANAGED_BY: MANAGER, JOB_ID: str(job_id)},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {MANAGED_BY: MANAGER, JOB_ID: str(job_id)},
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
+        },
+    }
+
+
+def rendezvous_env(w: WorkerFacts, config: KubeConfig) -> dict[str, str]:
+    hosts = tuple(peer_host(w.job_id, r, config) for r in range(w.world_size))
+    meeting = Meeting(hosts=hosts, port=RENDEZVOUS_PORT, attempt=w.attempt)
+    return worker_env(shape_of(w.distributed, w.gpus_per_worker), meeting, w.rank)
 
 
 def checkpoint_folder(config: KubeConfig, workspace_id: int, job_id: int, subdir: str) -> str:
@@ -67,10 +127,7 @@ def _env(w: WorkerFacts, config: KubeConfig) -> list[dict]:
         {
             "RANK": str(w.rank),
             "WORLD_SIZE": str(w.world_size),
-            # Rank 0's pod IP would need a Service per job; until then workers of a
-            # multi-node job find rank 0 by the job's own means.
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(20000 + w.job_id % 20000),
+            **rendezvous_env(w, config),  # rank 0's DNS name, torchrun's variables…
             "JOB_ID": str(w.job_id),
             "POD_ID": str(w.pod_id),
             "ATTEMPT": str(w.attempt),
@@ -78,12 +135,21 @@ def _env(w: WorkerFacts, config: KubeConfig) -> list[dict]:
             "PYTHONUNBUFFERED": "1",
         }
     )
+    if w.code_repo:
+        env.update(CODE_REPO=w.code_repo, CODE_REF=w.code_ref)
     if _volume(config):
         folder = checkpoint_folder(config, w.workspace_id, w.job_id, w.checkpoint_subdir)
         env["CHECKPOINT_DIR"] = folder
         env["PROGRESS_FILE"] = progress_path(config, w.workspace_id, w.pod_id, w.attempt)
         if w.resume_from:
             env["RESUME_FROM"] = w.resume_from
+        # Counted results (docs/results.md): the attempt's staging folder on the volume,
+        # promoted by the controller (kube.volumes.promote_units).
+        outputs = output_paths(PurePosixPath(folder), w.job_id, w.attempt)
+        env["OUTPUT_DIR"] = str(outputs.staging)
+        env["ACCEPTED_UNITS_FILE"] = str(outputs.accepted_file)
+        for name in w.data:
+            env[f"DATA_{name.upper()}"] = f"{DATA_MOUNT}/{name}"
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
@@ -113,6 +179,8 @@ def pod_manifest(w: WorkerFacts, config: KubeConfig) -> dict:
     }
     spec = {
         "nodeName": w.node_name,
+        "hostname": f"w{w.rank}",
+        "subdomain": service_name(w.job_id),
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": w.grace_seconds,
         "enableServiceLinks": False,
@@ -123,7 +191,19 @@ def pod_manifest(w: WorkerFacts, config: KubeConfig) -> dict:
     volume = _volume(config)
     if volume:
         spec["volumes"] = [volume]
-        container["volumeMounts"] = [{"name": VOLUME, "mountPath": config.checkpoint_mount}]
+        container["volumeMounts"] = [
+            {"name": VOLUME, "mountPath": config.checkpoint_mount},
+            # Read-only data: folders of the workspace's area on the same volume.
+            *(
+                {
+                    "name": VOLUME,
+                    "mountPath": f"{DATA_MOUNT}/{name}",
+                    "subPath": f"ws-{w.workspace_id}/{folder}",
+                    "readOnly": True,
+                }
+                for name, folder in sorted(w.data.items())
+            ),
+        ]
     labels = {
         MANAGED_BY: MANAGER,
         POD_ID: str(w.pod_id),

@@ -19,6 +19,8 @@ def needed(config: KubeConfig) -> list[tuple[str, str, str, str]]:
         ("get", "pods", "log", ns),
         ("create", "pods", "eviction", ns),
         ("create", "events", "", ns),
+        ("create", "services", "", ns),  # a headless Service per job (its workers' DNS names)
+        ("delete", "services", "", ns),
         ("list", "nodes", "", ""),
         ("watch", "nodes", "", ""),
         ("list", "pods", "", ""),  # every namespace: the GPUs other pods hold

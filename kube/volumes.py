@@ -8,7 +8,8 @@ from pathlib import Path
 
 from kube.config import KubeConfig
 from kube.manifest import checkpoint_folder, progress_path
-from protocol.agent import CheckpointReport, ProgressReport
+from protocol.agent import CheckpointReport, ProgressReport, UnitReport
+from protocol.outputs import OutputPaths, output_paths, promote, write_accepted_file
 from protocol.volumes import read_progress, scan_checkpoints
 
 
@@ -42,3 +43,36 @@ def worker_progress(
         return None
     path = _local(config, progress_path(config, workspace_id, pod_id, attempt))
     return read_progress(path) if path is not None else None
+
+
+def _outputs(
+    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int
+) -> OutputPaths | None:
+    """The attempt's output folders as the console sees them (shared by its workers)."""
+    if not config.checkpoint_root:
+        return None
+    folder = _local(config, checkpoint_folder(config, workspace_id, job_id, subdir))
+    return output_paths(folder, job_id, attempt) if folder is not None else None
+
+
+def prepare_outputs(
+    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int
+) -> None:
+    """Before a worker's Pod is created, as the agent does before a start: the staging and
+    result folders, and ACCEPTED_UNITS_FILE with the units accepted so far."""
+    paths = _outputs(config, workspace_id, job_id, subdir, attempt)
+    if paths is not None:
+        paths.staging.mkdir(parents=True, exist_ok=True)
+        paths.result.mkdir(parents=True, exist_ok=True)
+        write_accepted_file(paths)
+
+
+def promote_units(
+    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int
+) -> tuple[list[UnitReport], str]:
+    """The units the attempt's workers accepted since the last step, verified and promoted
+    (protocol.outputs.promote, the agent's rule), and the result folder's path here."""
+    paths = _outputs(config, workspace_id, job_id, subdir, attempt)
+    if paths is None or not paths.staging.is_dir():
+        return [], ""
+    return promote(paths, attempt), str(paths.result)

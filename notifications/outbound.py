@@ -2,7 +2,8 @@
 
 A URL is vetted before anything connects: http or https only, no user:password, and every
 address its host resolves to must be a public one (not loopback, link-local, private,
-shared, multicast, reserved or unspecified; IPv4-mapped IPv6 is judged as the IPv4 inside).
+shared, multicast, reserved or unspecified; an IPv6 address carrying an IPv4 one, i.e.
+IPv4-mapped, IPv4-compatible, 6to4, NAT64 or Teredo, is judged by the IPv4 inside too).
 The connection then goes to the vetted address itself, with the URL's host in `Host` (and
 in TLS's SNI and certificate check), so a second DNS answer (rebinding) cannot swap the
 destination. Redirects are never followed: a 3xx is the receiver's answer.
@@ -62,10 +63,34 @@ def system_resolve(host: str, port: int) -> list[str]:
 resolve: Resolver = system_resolve
 
 
-def refusal(address: IpAddress, allow_loopback: bool) -> str:
-    """Why `address` may not be contacted, or "" when it may (pure)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the IPv4 in the last 32 bits
+LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: the operator's own
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated ::a.b.c.d (not :: or ::1)
+TRANSLATED = frozenset({"NAT64", "6to4"})
+
+
+def embedded_ipv4(address: IpAddress) -> list[tuple[str, ipaddress.IPv4Address]]:
+    """The IPv4 addresses an IPv6 address carries, with the form that carries them (pure):
+    IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`), 6to4 (`2002::/16`),
+    NAT64 (`64:ff9b::/96`) and Teredo (`2001::/32`: its server and its client)."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    if address.ipv4_mapped is not None:
+        return [("IPv4-mapped", address.ipv4_mapped)]
+    if address.sixtofour is not None:
+        return [("6to4", address.sixtofour)]
+    if address.teredo is not None:
+        server, client = address.teredo
+        return [("Teredo", server), ("Teredo", client)]
+    low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in NAT64:
+        return [("NAT64", low)]
+    if address in IPV4_COMPATIBLE and int(address) > 1:
+        return [("IPv4-compatible", low)]
+    return []
+
+
+def _plain_refusal(address: IpAddress, allow_loopback: bool) -> str:
     if address.is_loopback:
         return "" if allow_loopback else "a loopback address"
     for kind, flag in (
@@ -79,6 +104,28 @@ def refusal(address: IpAddress, allow_loopback: bool) -> str:
         if flag:
             return kind
     return ""
+
+
+def refusal(address: IpAddress, allow_loopback: bool) -> str:
+    """Why `address` may not be contacted, or "" when it may (pure). An IPv6 address that
+    carries an IPv4 one (`embedded_ipv4`) is judged by that IPv4 too: IPv4-mapped as the
+    IPv4 itself (the kernel connects to it); a tunnel form (6to4, NAT64, Teredo,
+    IPv4-compatible) embedding a non-public IPv4 is refused even where loopback is allowed,
+    as it leads elsewhere than this host's loopback. NAT64 and 6to4 of a public IPv4 are
+    allowed (an IPv6-only network reaches IPv4 hosts that way); Teredo and IPv4-compatible
+    ones are judged as IPv6 addresses after that (not public)."""
+    if isinstance(address, ipaddress.IPv6Address) and address in LOCAL_NAT64:
+        return "a local-use NAT64 address"
+    for form, inner in embedded_ipv4(address):
+        why = _plain_refusal(inner, allow_loopback and form == "IPv4-mapped")
+        if form == "IPv4-mapped":
+            return why
+        if why:
+            article = "an" if form[0] in "AEIOU" else "a"
+            return f"{article} {form} address embedding {why}"
+    if any(form in TRANSLATED for form, _ in embedded_ipv4(address)):
+        return ""  # a translator (DNS64) or 6to4 relay in front of a public IPv4
+    return _plain_refusal(address, allow_loopback)
 
 
 def vet(url: str, *, allow_loopback: bool | None = None) -> Destination:

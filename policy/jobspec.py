@@ -21,84 +21,19 @@ The command line (`cli/`) imports nothing of ours: it passes a job file's fields
 API, which reads them with these. Django-free: plain values in and out.
 """
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, make_dataclass
+from collections.abc import Mapping
+from dataclasses import field, make_dataclass
 from enum import StrEnum
 from typing import Any
 
 from policy.admission import values
 from policy.admission.values import Problem
 from policy.faulttolerance.policy import HangAction, RestartPolicy, RunType
+from policy.jobfield import JobField, Kind
+from policy.rendezvous import Framework
+from policy.results import check_expected_units, check_inputs, check_unit_name
 from policy.statuses import IdleResources
 from protocol import limits
-
-
-class Kind(StrEnum):
-    REF = "ref"  # a quota or a workspace, by id or name (not stored as a value)
-    TEXT = "text"
-    INT = "int"  # a whole number within `bounds`
-    CHOICE = "choice"  # one of `choices` (a StrEnum)
-    FLAG = "flag"  # on or off
-    ENV = "env"  # variables: an object of strings, or KEY=VALUE lines
-
-
-@dataclass(frozen=True)
-class JobField:
-    """One field of a job, as every boundary reads, stores and shows it."""
-
-    name: str  # the form's, the API's and the job file's name
-    kind: Kind
-    label: str  # the page's label; a number's bounds message names it too
-    section: str = ""  # the create page's section that shows it (`PAGE`)
-    help: str = ""  # the page's help text
-    doc: str = ""  # the API document's description (a number's bounds are added to it)
-    required: bool = False
-    # What an empty value becomes. A text without one (None) must be given to a JobSpec.
-    default: Any = None
-    bounds: tuple[int, int] | None = None  # a number's, inclusive (protocol.limits)
-    max_length: int | None = None  # a text's, as submitted (protocol.limits)
-    # A regular expression a text matches once read (protocol.limits): what its own rule
-    # (`check`) lets through, said in the API's document; the rule's messages say why not.
-    pattern: str | None = None
-    choices: type[StrEnum] | None = None
-    check: Callable[[str], str] | None = None  # a text's own rule, once read
-    # The job row's column ("": the field's name; "ft_config.<key>": a key of that JSON
-    # column; None: not stored as a value, a reference).
-    stored: str | None = ""
-    # Where the API's JSON of a job shows it ("": the field's name; "<object>.<key>": a key
-    # of that object; None: not by the shape).
-    shown: str | None = ""
-    cloned: bool = True  # a clone starts with the job's value (False: the default)
-    worker: str = ""  # the worker spec's field carrying it (protocol.agent.JobRunSpec)
-    rows: int = 0  # the page shows a text area of this many rows
-    placeholder: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.section:
-            raise ValueError(f"{self.name}: every field is on the create page (its section)")
-        if self.kind is Kind.INT and self.bounds is None:
-            raise ValueError(f"{self.name}: a number needs its bounds (protocol.limits)")
-        if self.kind is Kind.CHOICE and (self.choices is None or self.default is None):
-            raise ValueError(f"{self.name}: a choice needs its choices and a default")
-        implied = {Kind.FLAG: False, Kind.ENV: {}}
-        if self.default is None and self.kind in implied:
-            object.__setattr__(self, "default", implied[self.kind])
-        for place in ("stored", "shown"):
-            if getattr(self, place) == "":
-                object.__setattr__(self, place, self.name)
-
-    def clean(self, value: Any) -> Any:
-        """The value as submitted → the clean value, or `Problem` with its messages."""
-        if self.kind in (Kind.REF, Kind.TEXT):
-            read = values.text(value, required=self.required, max_length=self.max_length)
-            return self.check(read) if self.check else read
-        if self.kind is Kind.INT:
-            return values.whole_number(value, self.label, self.bounds, self.default)
-        if self.kind is Kind.CHOICE:
-            return values.choice(value, self.choices, self.default)
-        if self.kind is Kind.FLAG:
-            return values.flag(value)
-        return values.env(value)
 
 
 def _ft(key: str) -> dict[str, str]:
@@ -111,7 +46,25 @@ def _ft(key: str) -> dict[str, str]:
     }
 
 
-BASICS, RESOURCES, IDLE = "Basics", "Resources", "Idle Resources"
+def _distributed(key: str) -> dict[str, str]:
+    """How the workers meet (policy.rendezvous.Shape): a key of `Job.distributed`, shown in
+    the API's "distributed" (docs/distributed.md)."""
+    return {"section": DISTRIBUTED, "stored": f"distributed.{key}", "shown": f"distributed.{key}"}
+
+
+def _result(key: str) -> dict[str, str]:
+    """The work contract (docs/results.md): a key of `Job.result_contract`, read by
+    `policy.results.Contract.of`, shown in the API's "result"."""
+    return {"section": RESULT, "stored": f"result_contract.{key}", "shown": f"result.{key}"}
+
+
+BASICS, RESOURCES, IDLE, DISTRIBUTED, RESULT = (
+    "Basics",
+    "Resources",
+    "Idle Resources",
+    "Distributed",
+    "Result",
+)
 FAULT_TOLERANCE, ADVANCED = "Automatic Fault Tolerance", "Advanced"
 # In the order their problems are listed (the page's layout: `PAGE`).
 # fmt: off
@@ -162,9 +115,46 @@ FIELDS: tuple[JobField, ...] = (
         default=IdleResources.OFF,
     ),
     JobField(
+        "framework", Kind.CHOICE, "Framework", choices=Framework, default=Framework.GENERIC,
+        help="generic: RANK, WORLD_SIZE, MASTER_ADDR/PORT; pytorch: torchrun's variables; "
+        "mpi: rank 0 launches mpirun over MPI_HOSTS; tensorflow: TF_CONFIG.",
+        **_distributed("framework"),
+    ),
+    JobField(
+        "nproc_per_node", Kind.INT, "Processes per worker", default=0,
+        bounds=limits.NPROC_PER_NODE, help="torchrun's --nproc_per_node; 0: one per GPU.",
+        doc="Processes per worker (0: one per GPU),", **_distributed("nproc_per_node"),
+    ),
+    JobField(
+        "ps_workers", Kind.INT, "Parameter servers", default=0, bounds=limits.PS_WORKERS,
+        help="tensorflow: how many workers after the chief are parameter servers.",
+        doc="TensorFlow parameter servers,", **_distributed("ps_workers"),
+    ),
+    JobField(
         "env", Kind.ENV, "Environment", section=ADVANCED, rows=4,
         placeholder="KEY=VALUE, one per line", worker="env",
         doc=f"An object of strings, or KEY=VALUE lines; at most {limits.ENV_VARS}.",
+    ),
+    JobField(
+        "data", Kind.DATA, "Data (read-only)", section=ADVANCED, rows=2,
+        placeholder="name=folder, one per line", worker="data",
+        help="Folders of your workspace's area, mounted read-only; the worker finds each in "
+        "DATA_<NAME>.",
+        doc=f"An object name → folder of your workspace's area, or name=folder lines; at most "
+        f"{limits.DATA_MOUNTS}, mounted read-only.",
+    ),
+    JobField(
+        "code_repo", Kind.TEXT, "Code repository", section=ADVANCED, default="",
+        max_length=limits.CODE_REPO, check=values.code_repo, pattern=limits.CODE_REPO_PATTERN,
+        stored="code.repo", shown="code.repo", worker="code_repo",
+        help="A git repository the nodes reach (URL or path); checked out into CODE_DIR.",
+        doc="A git repository the nodes reach; the agent checks it out into CODE_DIR.",
+    ),
+    JobField(
+        "code_ref", Kind.TEXT, "Commit or branch", section=ADVANCED, default="",
+        max_length=limits.CODE_REF, check=values.code_ref, pattern=limits.CODE_REF_PATTERN,
+        stored="code.ref", shown="code.ref", worker="code_ref",
+        help="Empty: the default branch. A branch resolves to its commit at start.",
     ),
     JobField(
         "max_runtime_seconds", Kind.INT, "Max runtime (seconds)", section=ADVANCED,
@@ -212,6 +202,54 @@ FIELDS: tuple[JobField, ...] = (
         pattern=limits.CHECKPOINT_DIR_GIVEN, cloned=False,
         help="A folder of your workspace's checkpoint area; default job-<id>.",
         doc="A folder under your workspace's checkpoint area.", worker="checkpoint_subdir",
+    ),
+    # The work contract (docs/results.md): a job that names expected units is Completed
+    # only when its result is accepted.
+    JobField(
+        "result_unit", Kind.TEXT, "Unit name", default="", max_length=limits.RESULT_UNIT_NAME,
+        check=check_unit_name, help="What one unit of work is called: partition, shard, file.",
+        doc="The word for one unit of work (partition, shard, file).", **_result("unit"),
+    ),
+    JobField(
+        "result_expected_units", Kind.TEXT, "Expected units", default="",
+        max_length=limits.RESULT_EXPECTED_UNITS, check=check_expected_units,
+        help="A count (8), ids (p1,p2) or a range (p{1..8}). Empty: result not checked.",
+        doc="A count, unit ids separated by commas, or a range like p{1..8}.",
+        **_result("expected_units"),
+    ),
+    JobField(
+        "result_expected_items", Kind.INT, "Expected items", help="In total; empty: any.",
+        bounds=limits.JOB_BOUNDS["result_expected_items"], doc="Items in total,",
+        **_result("expected_items"),
+    ),
+    JobField(
+        "result_validator", Kind.TEXT, "Validator command", default="",
+        max_length=limits.RESULT_VALIDATOR, check=values.command, rows=2,
+        help="Runs after exit 0 with RESULT_DIR set; exit 0 accepts the result.",
+        doc="A command run after exit 0 on the result folder; its exit code decides.",
+        worker="result_validator", **_result("validator"),
+    ),
+    JobField(
+        "result_expected_output_gb", Kind.INT, "Expected output (GB)",
+        bounds=limits.JOB_BOUNDS["result_expected_output_gb"],
+        help="Free space each worker's node must have for its output; empty: "
+        f"{limits.OUTPUT_FREE_FLOOR_MB} MB.",
+        doc="GB of free space the output folder needs at start,",
+        worker="expected_output_gb", **_result("expected_output_gb"),
+    ),
+    JobField(
+        "result_preflight_seconds", Kind.INT, "Preflight (seconds)",
+        bounds=limits.JOB_BOUNDS["result_preflight_seconds"],
+        help="Before a run from scratch, the command with RUN_PREFLIGHT=1 for at most this "
+        "long; it must exit 0 or accept a unit, or the run does not start. Empty: none.",
+        doc="Seconds a preflight (the command with RUN_PREFLIGHT=1) may take before the run,",
+        worker="preflight_seconds", **_result("preflight_seconds"),
+    ),
+    JobField(
+        "result_inputs", Kind.TEXT, "Inputs version", default="",
+        max_length=limits.RESULT_INPUTS, check=check_inputs,
+        help="The version of the data it reads (dataset-v3); a resume with others is refused.",
+        doc="The inputs' version; a Restart with other inputs is refused.", **_result("inputs"),
     ),
 )
 # fmt: on
@@ -273,7 +311,15 @@ def _column(spec_field: JobField) -> tuple[str, str]:
 
 _STORED = tuple(f for f in FIELDS if f.stored is not None)
 _CARRIED = tuple(f for f in FIELDS if f.worker)
-_TYPES = {Kind.TEXT: str, Kind.INT: int, Kind.CHOICE: str, Kind.FLAG: bool, Kind.ENV: dict}
+_TYPES = {
+    Kind.TEXT: str,
+    Kind.INT: int,
+    Kind.CHOICE: str,
+    Kind.FLAG: bool,
+    Kind.ENV: dict,
+    Kind.DATA: dict,
+}
+_MAPPINGS = (Kind.ENV, Kind.DATA)
 
 
 def _attributes() -> list[tuple[str, Any, Any]]:
@@ -312,7 +358,7 @@ def _read(row: Any, spec_field: JobField, column: str, key: str) -> Any:
         value = (value or {}).get(key, spec_field.default)
     if isinstance(value, StrEnum):
         return value.value
-    return dict(value or {}) if spec_field.kind is Kind.ENV else value
+    return dict(value or {}) if spec_field.kind in _MAPPINGS else value
 
 
 def values_of(row: Any) -> dict[str, Any]:
@@ -340,7 +386,7 @@ def carried(clean_values: Mapping[str, Any]) -> dict[str, Any]:
     for spec_field in _CARRIED:
         if spec_field.name in clean_values:
             value = clean_values[spec_field.name]
-            if spec_field.kind is Kind.ENV:
+            if spec_field.kind in _MAPPINGS:
                 value = {str(k): str(v) for k, v in (value or {}).items()}
             spec[spec_field.worker] = value
     return spec

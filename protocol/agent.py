@@ -31,10 +31,10 @@ from protocol.base import (
     EnvName,
     EnvValue,
     ExitCode,
+    HealthMark,
     NodeName,
+    Percent,
     PodId,
-    ResourceTypeName,
-    RuntimeName,
     Seq,
     Tail,
     Text,
@@ -42,63 +42,27 @@ from protocol.base import (
     _FromConsole,
 )
 from protocol.logs import LogAck, LogBatch, LogLine, LogLines  # noqa: F401 - re-exported
+from protocol.nodefacts import (  # noqa: F401 - re-exported
+    MAX_MIG_INSTANCES,
+    GpuReport,
+    MigInstance,
+    NodeFacts,
+)
 from protocol.text import fit, text_problem
+from protocol.units import (  # noqa: F401
+    ResumeIdentity,
+    RunFacts,
+    Sha256,
+    UnitFile,
+    UnitId,
+    UnitReport,
+    ValidatorReport,
+)
 
 # --- agent → console ---------------------------------------------------------------------
 
 
-MAX_MIG_INSTANCES = 16
 GpuUuid = Annotated[str, StringConstraints(pattern=r"^GPU-[A-Za-z0-9-]{1,90}$")]
-# An agent's health mark: when it was set (ms since the epoch), so ids never repeat across
-# agent restarts; 0 = no mark the operator can clear.
-HealthMark = Annotated[int, Field(ge=0, le=2**62)]
-Percent = Annotated[int, Field(ge=0, le=100)]
-
-
-class MigInstance(_FromAgent):
-    """One MIG device of a GPU in MIG mode (what CUDA in a container would see)."""
-
-    uuid: Text(limits.GPU_TEXT) = ""
-    name: Text(limits.GPU_TEXT) = ""
-    memory_total_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
-    memory_used_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
-
-
-class GpuReport(_FromAgent):
-    index: Annotated[int, Field(ge=0, lt=limits.GPUS)]
-    uuid: Text(limits.GPU_TEXT) = ""
-    name: Text(limits.GPU_TEXT) = ""
-    memory_total_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
-    memory_used_mb: Annotated[int, Field(ge=0, le=10**8)] = 0
-    utilization: Percent | None = 0  # None: unknown (MIG mode, or NVML could not say)
-    temperature: Annotated[int, Field(ge=-100, le=300)] | None = None
-    power_watts: Annotated[float, Field(ge=0, le=100_000)] | None = None
-    ecc_errors: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
-    healthy: bool = True
-    health_reason: Text(limits.GPU_REASON) = ""
-    # Additive (real GPU nodes): older agents send none of these.
-    health_mark: HealthMark = 0  # an Xid mark the operator may clear (HeartbeatReply)
-    pci_bus_id: Text(32) = ""
-    mig_enabled: bool = False
-    mig_instances: Annotated[list[MigInstance], Field(max_length=MAX_MIG_INSTANCES)] = []
-
-
-class NodeFacts(_FromAgent):
-    hostname: Text(255) = ""
-    agent_version: Text(40) = ""
-    runtime: RuntimeName = "process"
-    resource_type: ResourceTypeName = "Lingjun"
-    gpu_type: Text(40) = ""
-    cpus: Annotated[int, Field(ge=0, le=1_000_000)] = 0
-    memory_gb: Annotated[int, Field(ge=0, le=10**7)] = 0
-    gpus: Annotated[list[GpuReport], Field(max_length=limits.GPUS)] = []
-
-    @model_validator(mode="after")
-    def _unique_indices(self) -> "NodeFacts":
-        indices = [g.index for g in self.gpus]
-        if len(indices) != len(set(indices)):
-            raise ValueError("GPU indices must be unique")
-        return self
 
 
 class RegisterRequest(_FromAgent):
@@ -146,6 +110,17 @@ class GpuUsage(_FromAgent):
     memory_used_mb: Annotated[int, Field(ge=0, le=10**9)]  # sum over its GPUs
 
 
+AGENT_SHUTDOWN: Literal["agent_shutdown"] = "agent_shutdown"  # WorkerReport.ended_by
+# The agent refused to start the worker on this node (not enough free space for its output,
+# docs/results.md "Before a long run"): a node's condition, not the job's failure.
+NODE_REFUSED: Literal["node_refused"] = "node_refused"
+# The agent refused to resume a run whose code or program changed since its accepted units
+# were made (protocol.units.resume_refusal): the job's condition, never retried.
+RESUME_REFUSED: Literal["resume_refused"] = "resume_refused"
+EndedBy = Literal["agent_shutdown", "node_refused", "resume_refused"]
+ENDED_BY: tuple[str, ...] = (AGENT_SHUTDOWN, NODE_REFUSED, RESUME_REFUSED)
+
+
 class WorkerReport(_FromAgent):
     pod_id: PodId
     attempt: Attempt
@@ -162,11 +137,39 @@ class WorkerReport(_FromAgent):
     # Additive (log follow): an exited worker whose every log line the console has already
     # acknowledged, so a follower may stop at once instead of waiting for stragglers.
     logs_delivered: bool = False
+    # Additive (node leaving): who ended an exited worker when its own exit does not tell.
+    # "agent_shutdown": the agent stopped it because the agent itself is shutting down (a
+    # graceful stop of the agent, e.g. SIGTERM): the node left, the job did nothing wrong
+    # (docs/fault-tolerance.md, "A node leaving"). Sent only when set: an older console
+    # refuses an unknown field.
+    ended_by: EndedBy | None = None
+    # Additive (results, docs/results.md): units accepted since the last delivered report,
+    # and the worker's run facts. Sent only when there are some (an older console refuses
+    # an unknown field).
+    units: Annotated[list[UnitReport], Field(max_length=limits.RESULT_UNITS_REPORTED)] = []
+    facts: RunFacts | None = None
+    # Additive (results): the validator's outcome, on rank 0's exit when the job has one.
+    validator: ValidatorReport | None = None
+
+    @model_serializer(mode="wrap")
+    def _additive_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if data.get("ended_by") is None:
+            data.pop("ended_by", None)
+        if not data.get("units"):
+            data.pop("units", None)
+        if data.get("facts") is None:
+            data.pop("facts", None)
+        if data.get("validator") is None:
+            data.pop("validator", None)
+        return data
 
     @model_validator(mode="after")
     def _exit_code_only_when_exited(self) -> "WorkerReport":
         if self.state == "running" and self.exit_code is not None:
             raise ValueError("a running worker has no exit code")
+        if self.state == "running" and self.ended_by is not None:
+            raise ValueError("a running worker has not ended")
         return self
 
 
@@ -240,6 +243,12 @@ CheckpointSubdir = Annotated[
 ]
 
 
+CodeRepo = Annotated[
+    str, StringConstraints(pattern=r"^$|^[!-~]{1,500}$"), AfterValidator(_image)
+]  # a git URL or a path on the node: printable ASCII
+CodeRef = Annotated[str, StringConstraints(pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")]
+
+
 class JobRunSpec(_FromConsole):
     """The parts of a job every worker spec carries: what the agent refuses here it would
     refuse in a WorkerSpec, so the job form checks a submission with this (job_problems)."""
@@ -248,6 +257,31 @@ class JobRunSpec(_FromConsole):
     command: Command
     env: Env = {}
     checkpoint_subdir: CheckpointSubdir = ""
+    # Additive: read-only data folders, name → a folder of the workspace's area (confined
+    # like the checkpoint folder; process runtime: its path in DATA_<NAME>; docker: a
+    # read-only bind mount at /data/<name>).
+    data: Annotated[
+        dict[Annotated[str, StringConstraints(pattern=limits.DATA_NAME_PATTERN)], CheckpointSubdir],
+        Field(max_length=limits.DATA_MOUNTS),
+    ] = {}
+
+    # Additive: the job's code, checked out by the agent (docs/distributed.md).
+    code_repo: CodeRepo = ""
+    code_ref: CodeRef = ""
+    # Additive (results, docs/results.md): the validator command rank 0's agent runs after
+    # the program exited 0, with RESULT_DIR set. Older agents ignore it.
+    result_validator: Annotated[str, StringConstraints(max_length=limits.RESULT_VALIDATOR)] = ""
+    # Additive (results): GB of free space the output folder needs before the start (None:
+    # limits.OUTPUT_FREE_FLOOR_MB). Older agents ignore it.
+    expected_output_gb: (
+        Annotated[int, Field(ge=1, le=limits.JOB_BOUNDS["result_expected_output_gb"][1])] | None
+    ) = None
+    # Additive (results): the preflight's time limit (docs/results.md, "Before a long run"):
+    # a run starting from nothing first runs the command with RUN_PREFLIGHT=1. Older agents
+    # ignore it.
+    preflight_seconds: (
+        Annotated[int, Field(ge=1, le=limits.JOB_BOUNDS["result_preflight_seconds"][1])] | None
+    ) = None
 
 
 class WorkerSpec(JobRunSpec):
@@ -274,6 +308,13 @@ class WorkerSpec(JobRunSpec):
     # Additive (isolation): whose checkpoint area the worker's folder is in. 0 (an older
     # console): the folder is directly under the checkpoint root, as before.
     workspace_id: Annotated[int, Field(ge=0, le=2**62)] = 0
+    # Additive (distributed jobs, docs/distributed.md): the variables that let the job's
+    # workers meet (MASTER_ADDR/PORT of this attempt, NNODES, NODE_RANK, PET_*, TF_CONFIG,
+    # OMPI_*…), set by the agent over its own defaults. Empty from an older console.
+    rendezvous: Env = {}
+    # Additive (results, docs/results.md): the run whose accepted units this worker carries;
+    # the agent refuses the start when the code or program changed since (resume_refusal).
+    resume_identity: ResumeIdentity | None = None
 
 
 def job_problems(**fields: Any) -> dict[str, str]:
@@ -370,6 +411,9 @@ class HeartbeatReply(_FromConsole):
     # it carried none). An older console sends neither: the agent ships them alone.
     takes_logs: bool = False
     logs: LogAck | None = None
+    # Additive (end of stream): this console takes `LogLines.end`, the agent's word that a
+    # worker's log is complete. An older console omits it: the agent never sends `end`.
+    log_end: bool = False
     # Filled while parsing (never sent): run items this agent cannot use.
     unusable: Annotated[list[UnusableSpec], Field(exclude=True)] = []
 

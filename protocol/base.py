@@ -47,3 +47,9 @@ class _FromAgent(BaseModel):
 
 class _FromConsole(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+# An agent's health mark: when it was set (ms since the epoch), so ids never repeat across
+# agent restarts; 0 = no mark the operator can clear.
+HealthMark = Annotated[int, Field(ge=0, le=2**62)]
+Percent = Annotated[int, Field(ge=0, le=100)]

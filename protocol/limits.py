@@ -19,8 +19,19 @@ JOB_BOUNDS = {
     "max_runtime_seconds": (60, 90 * 86400),
     "max_restarts": (0, 100),
     "hang_timeout": (5, 30 * 86400),
+    "result_expected_items": (1, 10**12),
+    "result_expected_output_gb": (1, 10**6),
+    "result_preflight_seconds": (5, 3600),
 }
+# Free space a worker's output folder must have before the agent starts it (docs/results.md,
+# "Before a long run"): the job's result_expected_output_gb, else this floor.
+OUTPUT_FREE_FLOOR_MB = 64
 JOB_NAME = 200
+# A job template's name (docs/templates.md): a slug-like word, unique in its workspace.
+TEMPLATE_NAME = 100
+TEMPLATE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+TEMPLATES_PER_WORKSPACE = 500
+TEMPLATES_LISTED = 1000  # on the Templates page (a user of many workspaces)
 IMAGE = 500
 # An image reference: printable ASCII without spaces (policy.admission.values.image).
 IMAGE_PATTERN = r"[!-~]+"
@@ -42,6 +53,22 @@ CHECKPOINT_DIR_PATTERN = rf"^$|^{CHECKPOINT_FOLDER}$"  # as stored and sent to a
 # As a user gives it: trailing slashes are dropped ("runs/exp1/" is runs/exp1).
 CHECKPOINT_DIR_GIVEN = rf"(?:{CHECKPOINT_FOLDER}/*)?"
 PATH = 1000  # a checkpoint path on a node (Checkpoint.path, Job.resume_from)
+
+# --- distributed jobs (docs/distributed.md) -----------------------------------------------
+ADDRESS = 255  # a node's reachable address (a host name or an IP), Node.address
+# The ports a node lends to rendezvous (rank 0's MASTER_PORT), when its agent names none.
+RENDEZVOUS_PORTS = (29500, 29999)
+PORT_BOUNDS = (1024, 65535)
+NPROC_PER_NODE = (0, 64)  # 0: one process per GPU (at least one)
+PS_WORKERS = (0, 63)  # TensorFlow parameter servers among a job's workers
+DATA_MOUNTS = 8  # read-only data folders per job
+DATA_NAME = 64
+DATA_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"  # also an env name (DATA_<NAME>)
+
+CODE_REPO = 500  # a git URL or a path on the node
+CODE_REPO_PATTERN = r"[!-~]*"
+CODE_REF = 200
+CODE_REF_PATTERN = r"(?:[A-Za-z0-9][A-Za-z0-9._/-]*)?"
 
 # --- what the console and agents write about workers -------------------------------------
 REASON = 300  # Pod.status_reason, Pod.stop_reason, Job.stop_reason, refusal reasons
@@ -98,3 +125,35 @@ USAGE_JOB_OFFSET_MAX = 1_000_000
 # A GPU busier than this (percent) at any sample is not idle: the dashboard's "held but idle"
 # list and the usage history's idle-held GPU-seconds read the same threshold.
 IDLE_UTILIZATION = 5
+
+# The owners' API (docs/quota-tree.md "Owners' API").
+QUOTA_NAME = 100  # characters of a quota's or workspace's name (the columns')
+QUOTA_GPUS = 2**31 - 1  # a guarantee, limit or lending limit (the columns' range)
+MEMBERS_PER_REQUEST = 100  # members added by one request, each refused alone
+
+# Denied access in the audit log (audit.denials): one entry per user and object per minute,
+# and at most this many entries per user per minute (one more says the rest were not kept).
+AUDITED_DENIALS_PER_MINUTE = 30
+
+# Counted results (docs/results.md): a unit's id, the files one unit names, how many units one
+# worker report carries, how many expected unit ids a contract may list (or count up to).
+RESULT_UNIT = 100
+RESULT_UNIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+RESULT_UNIT_NAME = 40  # the contract's word for a unit ("partition", "shard")
+RESULT_UNIT_FILES = 256
+RESULT_FILE_PATH = 500
+RESULT_UNITS_REPORTED = 500
+RESULT_EXPECTED_UNITS = 20_000  # characters of the expected ids as submitted
+RESULT_MAX_UNITS = 1_000_000
+RESULT_UNITS_PAGE = 100  # units per page of the job page and the result API
+# The validator command (docs/results.md): its length, its time limit on the node, and how
+# much of its output (last lines) is kept as its report.
+RESULT_VALIDATOR = 2000
+RESULT_VALIDATOR_SECONDS = 600
+RESULT_VALIDATOR_LINES = 20
+RESULT_VALIDATOR_OUTPUT = 2000
+RESULT_INPUTS = 200  # the declared inputs' version ("dataset-v3")
+# Files of a job's data folders the agent fingerprints before a start (docs/results.md, "Run
+# identity"): a stat walk in the agent's loop, about a second at this many; more are not
+# fingerprinted (said in the job's log) rather than holding the node's heartbeat.
+INPUT_FINGERPRINT_FILES = 100_000

@@ -4,7 +4,13 @@ console's acknowledgement. No Django imports."""
 
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from protocol import limits
 from protocol.base import Attempt, PodId, Seq, _FromAgent, _FromConsole
@@ -20,14 +26,29 @@ class LogLines(_FromAgent):
     pod_id: PodId
     attempt: Attempt
     first_seq: Seq
-    lines: Annotated[list[LogLine], Field(min_length=1, max_length=limits.LINES_PER_BATCH)]
+    # At least one line, unless the batch only says `end`.
+    lines: Annotated[list[LogLine], Field(max_length=limits.LINES_PER_BATCH)]
     # Indices of lines that continue on the next one: the worker wrote them as one line,
     # longer than the agent's line limit, and the agent cut it (additive: older agents send
     # none). The raw log joins them again without a newline.
     continued: Annotated[list[int], Field(max_length=limits.LINES_PER_BATCH)] = []
+    # Additive (end of stream): these are the worker's last lines; the worker has exited
+    # and nothing follows them (an empty batch: everything was acknowledged already). Sent
+    # only to a console whose heartbeat reply said `log_end`; the console then knows the
+    # log is complete (docs/agent-protocol.md, "End of a worker's log").
+    end: bool = False
+
+    @model_serializer(mode="wrap")
+    def _end_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if not data.get("end"):
+            data.pop("end", None)
+        return data
 
     @model_validator(mode="after")
     def _continued_indices(self) -> "LogLines":
+        if not self.lines and not self.end:
+            raise ValueError("a batch holds at least one line, unless it only says end")
         if self.continued != sorted(set(self.continued)) or any(
             not 0 <= i < len(self.lines) for i in self.continued
         ):

@@ -19,9 +19,17 @@ WORKER_ENV = frozenset(
         "GPU_WORKER_ID",
         "PROGRESS_FILE",
         "CHECKPOINT_DIR",
+        "OUTPUT_DIR",
+        "ACCEPTED_UNITS_FILE",
     }
 )
 
 
+# What the console's rendezvous adds for every framework (policy.rendezvous.worker_env,
+# docs/distributed.md); a framework's own (PET_*, TF_CONFIG, MPI_HOSTS) replace a job's
+# value only when the job names that framework.
+RENDEZVOUS_ENV = frozenset({"NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORKER_ROLE"})
+
+
 def is_worker_env(name: str) -> bool:
-    return name in WORKER_ENV
+    return name in WORKER_ENV or name in RENDEZVOUS_ENV

@@ -80,7 +80,9 @@ def _refuse_if(errors: FieldErrors) -> None:
         raise QuotaChangeRefused(errors)
 
 
-def _announce(action: str, obj: models.Model, actor: Any, changes: Mapping) -> None:
+def _announce(
+    action: str, obj: models.Model, actor: Any, changes: Mapping, about: Mapping | None = None
+) -> None:
     object_type = action.split(".")[0]
     announce(
         QuotaChange(
@@ -91,6 +93,7 @@ def _announce(action: str, obj: models.Model, actor: Any, changes: Mapping) -> N
             at=timezone.now(),
             actor=actor,
             changes=dict(changes),
+            about=dict(about or {}),
         )
     )
 
@@ -238,7 +241,9 @@ def delete_workspace(workspace: Workspace, *, actor: Any = None) -> None:
         pk = workspace.pk
         workspace.delete()
         workspace.pk = pk
-        _announce("workspace.delete", workspace, actor, {"name": (workspace.name, None)})
+        # Its tenant named, as a deleted quota's: the owners' audit page keeps showing it.
+        gone = {"name": (workspace.name, None), "tenant": (workspace.tenant_id, None)}
+        _announce("workspace.delete", workspace, actor, gone)
 
 
 # -- members -------------------------------------------------------------------------------
@@ -246,14 +251,21 @@ def delete_workspace(workspace: Workspace, *, actor: Any = None) -> None:
 
 def _announce_member(action: str, membership: Membership, actor: Any, changes: Mapping) -> None:
     """Member changes are the workspace's (the audit log files them under it); those of
-    the identity provider's memberships say so (docs/sign-in.md)."""
+    the identity provider's memberships say so (docs/sign-in.md). The member joins
+    (user: None → name) or leaves (name → None); a role change is *about* the member, whose
+    name does not change."""
     workspace = membership.workspace
-    changes = {"user": (None, membership.user.get_username()), **changes}
+    name = membership.user.get_username()
+    about: dict[str, Any] = {}
+    before, after = changes.get("role", (None, None))
+    if before is not None and after is not None:
+        about["user"] = name
+    else:
+        changes = {"user": (None if before is None else name, after and name), **changes}
     if membership.source == MembershipSource.PROVIDER:
-        before, after = changes.get("role", (None, None))
         # Added: (None, oidc); removed: (oidc, None); a new role: (oidc, oidc).
-        changes["source"] = (before and PROVIDER, after and PROVIDER)
-    _announce(f"workspace.{action}", workspace, actor, changes)
+        changes = {**changes, "source": (before and PROVIDER, after and PROVIDER)}
+    _announce(f"workspace.{action}", workspace, actor, changes, about)
 
 
 def add_member(

@@ -10,17 +10,24 @@ A shell over two rooms (tests/architecture/rules.py: `quotas.admin`): the quota 
 (quotas) and the live workers charged to each quota (jobs). Nothing imports it.
 """
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
+from django.forms.models import BaseInlineFormSet
+from django.http import HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
 
+from jobs.actions.quota_changes import change_quota, describe
 from jobs.models import Pod
 from policy.statuses import ACTIVE_POD_STATUSES
 from policy.tree_rules import overcommitted
 from quotas import actions
-from quotas.admin_scope import TenantScopedAdmin, owned_by
+from quotas.access import last_owner_refusal
+from quotas.actions import NON_FIELD
+from quotas.admin_scope import TenantScopedAdmin, owner_may_model
 from quotas.models import Membership, Quota, Tenant, Workspace
 
 _ACTIVE = [s.value for s in ACTIVE_POD_STATUSES]
@@ -38,8 +45,13 @@ def _add_errors(form: forms.BaseForm, errors: dict[str, list[str]]) -> None:
 
 
 class QuotaForm(forms.ModelForm):
-    """The model's validation, then the rules of `quotas.actions.QUOTA_RULES` as field
-    errors (the action checks them again when it writes)."""
+    """The model's validation, then the one path of a quota change
+    (`jobs.actions.quota_changes.change_quota`, the owner pages' and the API's): its field
+    errors, and its preview. A change is saved only when posted again with the token of
+    the state the preview showed (`preview_token`); before, the preview is the form's
+    error and nothing is saved."""
+
+    preview_token = forms.CharField(required=False, widget=forms.HiddenInput)
 
     class Meta:
         model = Quota
@@ -47,23 +59,71 @@ class QuotaForm(forms.ModelForm):
 
     def _post_clean(self) -> None:
         super()._post_clean()  # the instance now holds the submitted values
+        self.confirmed_token: str | None = None
         if self.errors:
             return
-        before = Quota.objects.filter(pk=self.instance.pk).first() if self.instance.pk else None
-        _add_errors(self, actions.rule_refusals(self.instance, before))
+        quota = self.instance if self.instance.pk else None
+        if quota is not None and not (set(self.changed_data) - {"preview_token"}):
+            return  # nothing to preview
+        outcome = change_quota(tenant=self.instance.tenant, quota=quota, values=_model_fields(self))
+        if outcome.errors:
+            _add_errors(self, outcome.errors)
+            return
+        posted = self.cleaned_data.get("preview_token") or ""
+        if posted == outcome.token:
+            self.confirmed_token = posted
+            return
+        assert outcome.preview is not None
+        self.data = self.data.copy()  # the next post names the state previewed now
+        self.data[self.add_prefix("preview_token")] = outcome.token
+        head = (
+            "The state changed since that preview; this is what the change would do now."
+            if posted
+            else "Nothing is saved yet."
+        )
+        self.add_error(
+            None,
+            [
+                f"{head} Save again to confirm. What the next scheduling cycle would do:",
+                *describe(outcome.preview),
+            ],
+        )
 
 
 class QuotaWritesAdmin(TenantScopedAdmin):
-    """Quotas written through `quotas.actions` (`QuotaAdmin` adds the usage)."""
+    """Quotas written through the one path of a quota change (`QuotaAdmin` adds the
+    usage)."""
 
     form = QuotaForm
 
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        """A change refused at the save (the state moved between the form's check and the
+        save, or a rule it broke meanwhile) is the form again with the reason, never a 500:
+        the save's transaction is rolled back, nothing is written."""
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except actions.QuotaChangeRefused as exc:
+            reasons = " ".join(m for messages in exc.errors.values() for m in messages)
+            self.message_user(
+                request,
+                f"Not saved: {reasons} The form shows the quota as it is now; check and save "
+                "again.",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(request.get_full_path())
+
     def save_model(self, request, obj: Quota, form, change: bool) -> None:
-        if change:
-            actions.update_quota(obj, actor=request.user)
-        else:
-            created = actions.create_quota(actor=request.user, **_model_fields(form))
-            obj.pk, obj.created_at = created.pk, created.created_at
+        outcome = change_quota(
+            tenant=obj.tenant,
+            quota=obj if change else None,
+            values=_model_fields(form),
+            actor=request.user,
+            save=True,
+            token=getattr(form, "confirmed_token", None),
+        )
+        if outcome.saved is None:  # refused or moved since the form was checked
+            raise actions.QuotaChangeRefused(outcome.errors or {NON_FIELD: ["state changed"]})
+        obj.pk, obj.created_at = outcome.saved.pk, outcome.saved.created_at
 
     def delete_model(self, request, obj: Quota) -> None:
         actions.delete_quota(obj, actor=request.user)
@@ -75,6 +135,7 @@ class QuotaWritesAdmin(TenantScopedAdmin):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
+    ordering = ["name"]
     list_display = ["name", "created_at"]
     search_fields = ["name"]
 
@@ -93,23 +154,62 @@ class TenantAdmin(admin.ModelAdmin):
             actions.delete_tenant(tenant, actor=request.user)
 
 
+class MembershipFormSet(BaseInlineFormSet):
+    """A quota owner (not staff) may not demote or remove the tenant's last owner here
+    either (`quotas.access.last_owner_refusal`, the owner pages' rule)."""
+
+    actor: Any = None
+
+    def clean(self) -> None:
+        super().clean()
+        if self.actor is None or self.actor.is_staff or self.actor.is_superuser:
+            return
+        for form in self.initial_forms:
+            if not getattr(form, "cleaned_data", None):
+                continue
+            removed = self._should_delete_form(form)
+            if not removed and "role" not in form.changed_data:
+                continue
+            before = Membership.objects.select_related("workspace__tenant", "user").get(
+                pk=form.instance.pk
+            )
+            refusal = last_owner_refusal(before, None if removed else form.cleaned_data["role"])
+            if refusal:
+                raise forms.ValidationError(refusal)
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    formset = MembershipFormSet
     extra = 1
     raw_id_fields = ["user"]
 
-    # Quota owners manage the members of their tenants' workspaces.
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.actor = request.user
+        return formset
+
+    # Quota owners manage the members of their tenants' workspaces (the workspace admin
+    # shows them only their tenants' workspaces), as the "Quota owners" group allows.
     def has_view_permission(self, request, obj=None) -> bool:
-        return super().has_view_permission(request, obj) or bool(owned_by(request))
+        return super().has_view_permission(request, obj) or owner_may_model(
+            request, Membership, "view"
+        )
 
     def has_change_permission(self, request, obj=None) -> bool:
-        return super().has_change_permission(request, obj) or bool(owned_by(request))
+        return super().has_change_permission(request, obj) or owner_may_model(
+            request, Membership, "change"
+        )
 
     def has_add_permission(self, request, obj=None) -> bool:
-        return super().has_add_permission(request, obj) or bool(owned_by(request))
+        return super().has_add_permission(request, obj) or owner_may_model(
+            request, Membership, "add"
+        )
 
     def has_delete_permission(self, request, obj=None) -> bool:
-        return super().has_delete_permission(request, obj) or bool(owned_by(request))
+        return super().has_delete_permission(request, obj) or owner_may_model(
+            request, Membership, "delete"
+        )
 
 
 class WorkspaceForm(forms.ModelForm):
@@ -128,6 +228,7 @@ class WorkspaceForm(forms.ModelForm):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(TenantScopedAdmin):
+    ordering = ["tenant__name", "name"]
     list_display = ["name", "tenant", "member_count", "created_at"]
     list_filter = ["tenant"]
     list_select_related = ["tenant"]
@@ -216,6 +317,7 @@ def _pod_rows(rows) -> str:
 @admin.register(Quota)
 class QuotaAdmin(QuotaWritesAdmin):
     owner_may = ("view", "change", "add")
+    ordering = ["name"]
     readonly_fields = ["who_uses_it"]
     list_display = [
         "name",

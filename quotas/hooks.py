@@ -26,7 +26,8 @@ class QuotaChange:
 
     `action` reads like the audit log's ("quota.change", "workspace.member_add");
     `changes` maps each changed field to its (before, after) values (before is None for a
-    new object, after is None for a deleted one)."""
+    new object, after is None for a deleted one); `about` names what the change concerns
+    without changing it (the member whose role changed: {"user": "alice"})."""
 
     action: str
     object_type: str
@@ -35,6 +36,7 @@ class QuotaChange:
     at: datetime
     actor: Any = None  # the user who asked, when a person did
     changes: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    about: Mapping[str, Any] = field(default_factory=dict)
 
 
 Subscriber = Callable[[QuotaChange], None]

@@ -23,6 +23,15 @@ class ResourceType(models.TextChoices):
 class PreemptionPolicy(models.TextChoices):
     NEVER = "Never", "Never"
     LOWER_PRIORITY = "LowerPriority", "Lower priority first"
+    LOWER_OR_NEWER_EQUAL = "LowerOrNewerEqualPriority", "Lower, or equal priority started later"
+
+
+class ReclaimWithinTree(models.TextChoices):
+    """Whom a guaranteed job of the quota may reclaim lent GPUs from (docs/scheduling.md)."""
+
+    ANY = "Any", "Any borrower"
+    LOWER_PRIORITY = "LowerPriority", "Borrowers of lower priority"
+    NEVER = "Never", "Never (wait for borrowers to end)"
 
 
 class Role(models.TextChoices):
@@ -117,7 +126,7 @@ class Quota(models.Model):
     )
     preemption = models.CharField(
         "Priority preemption inside the quota",
-        max_length=20,
+        max_length=30,
         choices=PreemptionPolicy.choices,
         default=PreemptionPolicy.NEVER,
         help_text=(
@@ -144,6 +153,25 @@ class Quota(models.Model):
         help_text="Most of this subtree's unused guarantee lent outside it (empty = all, 0 = none)",
     )
     weight = models.FloatField(default=1.0, help_text="Share of idle GPUs when quotas compete")
+    # The sharing options (docs/scheduling.md, the decision table); defaults: today's rules.
+    reclaim_within_tree = models.CharField(
+        "Reclaim lent GPUs from",
+        max_length=20,
+        choices=ReclaimWithinTree.choices,
+        default=ReclaimWithinTree.ANY,
+        # Not required in a form: left out, it keeps its value (empty reads as Any).
+        blank=True,
+        help_text="Which borrowers a job of this quota may preempt to get its guarantee back "
+        "(its own quota's idle jobs always; empty: any)",
+    )
+    borrow_within_tree_max_priority = models.IntegerField(
+        "Borrowers may preempt lower priorities up to",
+        null=True,
+        blank=True,
+        help_text="An idle job of this quota that finds no idle GPUs may preempt borrowers of "
+        "other quotas with a lower priority, at most this one (empty = never; ignored where "
+        "the tenant has fair-share preemption)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

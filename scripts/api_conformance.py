@@ -16,9 +16,6 @@ console's log go to var/artifacts/schemathesis/. Run it with the project's Pytho
 
 import argparse
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,55 +26,15 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from scripts.throwaway import console_env, free_port, manage, stop, wait_for  # noqa: E402
+
 REPORTS = ROOT / "var" / "artifacts" / "schemathesis"
 # Every check but one: a schema-valid job may still be refused (a quota the user does not
 # have, a blank command, a worker no node can hold), which no document can say.
 CHECKS = "all"
 EXCLUDED = "positive_data_acceptance"
 NODE = "conformance-gpu-0"
-
-
-def console_env(var_dir: Path) -> dict[str, str]:
-    """The console's environment: SQLite in `var_dir`, in-process loops, limits raised."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "REDIS_URL", "CONSOLE_LOOPS", "DJANGO_SETTINGS_MODULE"}
-    }
-    env.update(
-        CONSOLE_ENV="development",
-        CONSOLE_VAR_DIR=str(var_dir),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-        PYTHONUNBUFFERED="1",
-        # Thousands of requests a minute from one token and one address, some without it.
-        API_RATE_LIMIT="1000000/60",
-        API_AUTH_FAILURES_PER_ADDRESS="1000000/60",
-        # A log request with follow=true answers at once instead of holding for 30 s.
-        API_LOG_WAIT_MAX="0",
-        SCHEDULER_INTERVAL="1",
-        AGENT_HEARTBEAT_INTERVAL="1",
-    )
-    return env
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if done.returncode:
-        sys.exit(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
-    return done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str, token: str | None = None) -> dict:
@@ -87,35 +44,11 @@ def get_json(url: str, token: str | None = None) -> dict:
     return response.json()
 
 
-def wait_for(what: str, check, process: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"the console ended before {what}")
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
-    sys.exit(f"timed out waiting for {what}")
-
-
-def _stop(process: subprocess.Popen, timeout: float = 60) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 @contextmanager
 def running_console(var_dir: Path, log_path: Path):
     """The real console on a fresh SQLite database, with a simulated agent: (url, token)."""
-    env = console_env(var_dir)
+    # SQLite in var_dir; a log request with follow=true answers at once, not after 30 s.
+    env = console_env(var_dir, without=("DATABASE_URL",), API_LOG_WAIT_MAX="0")
     manage(env, "migrate", "--noinput")
     manage(env, "seed_demo")
     token = json.loads((var_dir / "demo-credentials.json").read_text())["api_token"]
@@ -129,7 +62,7 @@ def running_console(var_dir: Path, log_path: Path):
         )  # fmt: skip
         agent = None
         try:
-            wait_for("/healthz", lambda: get_json(f"{url}/healthz")["status"] == "ok", console)
+            wait_for("/healthz", lambda: get_json(f"{url}/healthz")["status"] == "ok", console, 90)
             agent = subprocess.Popen(
                 [sys.executable, "-m", "agents.node", "--server", url, "--name", NODE,
                  "--state-dir", str(var_dir / "agent"), "--runtime", "simulated",
@@ -143,12 +76,12 @@ def running_console(var_dir: Path, log_path: Path):
                 nodes = get_json(f"{url}/api/v1/nodes", token)["nodes"]
                 return any(n["name"] == NODE and n["state"] == "Ready" for n in nodes)
 
-            wait_for("the simulated agent", node_ready, console)
+            wait_for("the simulated agent", node_ready, console, 90)
             yield url, token
         finally:
-            _stop(console)
+            stop(console, timeout=60)
             if agent is not None:
-                _stop(agent, timeout=30)
+                stop(agent, timeout=30)
 
 
 def config(url: str, token: str) -> str:

@@ -71,7 +71,7 @@ class Simulation(Lifecycle, Scheduling):
         self.node_by_id = {n.id: n for n in self.nodes.values()}
         self.quotas = {q.name: (i + 1, q) for i, q in enumerate(scenario.quotas)}
         self.quota_name = {qid: q.name for qid, q in self.quotas.values()}
-        self.preemptible = {qid: q.preemption == "LowerPriority" for qid, q in self.quotas.values()}
+        self.preemptible = {qid: q.preemption != "Never" for qid, q in self.quotas.values()}
         self.dirty: dict[int, SimJob] = {}  # jobs whose pods changed since the last check
         self.charged = dict.fromkeys(self.quota_name, 0)  # GPUs held by live pods, per quota
         self.tenant_ids = {t: i + 1 for i, t in enumerate(scenario.tenants)}

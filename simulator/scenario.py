@@ -19,7 +19,8 @@ from simulator.scenario_tree import (
 )
 
 RESOURCE_TYPES = ("Lingjun", "General-purpose")
-PREEMPTION = ("Never", "LowerPriority")
+PREEMPTION = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+RECLAIM_WITHIN_TREE = ("Any", "LowerPriority", "Never")
 # Extension (not in docs/simulator.md's list): cordon/uncordon a node (no new work; its pods run
 # on).
 NODE_ACTIONS = ("node_down", "node_up", "cordon", "uncordon")
@@ -60,6 +61,9 @@ class QuotaSpec:
     max_gpus: int | None = None
     lending_limit: int | None = None
     weight: float = 1.0
+    # The sharing options (docs/scheduling.md, the decision table); defaults: today's rules.
+    reclaim_within_tree: str = "Any"
+    borrow_within_tree_max_priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +197,8 @@ def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
     items = [_obj(item, f"quotas[{i}]") for i, item in enumerate(_list(raw, "quotas"))]
     for i, d in enumerate(inherit_parents(items)):
         where = f"quotas[{i}]"
-        known = {"name", "tenant", "resource_type", "gpu_type", "gpus", "preemption", *TREE_FIELDS}
+        known = {"name", "tenant", "resource_type", "gpu_type", "gpus", "preemption", *TREE_FIELDS,
+                 "reclaim_within_tree", "borrow_within_tree_max_priority"}  # fmt: skip
         _unknown(d, known, where)
         if "parent" in d and d["parent"] not in {o.get("name") for o in items}:
             raise ScenarioError(f"{where}.parent: unknown quota {d['parent']!r}")
@@ -207,6 +212,8 @@ def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
             gpu_type=_str(d, "gpu_type", where, "H200"),
             gpus=_num(d, "gpus", where, integer=True),
             preemption=_enum(d, "preemption", where, PREEMPTION, "Never"),
+            reclaim_within_tree=_enum(d, "reclaim_within_tree", where, RECLAIM_WITHIN_TREE, "Any"),
+            borrow_within_tree_max_priority=_threshold(d, where),
             **tree_fields(d, where),
         )
         if any(o.name == q.name for o in quotas):
@@ -214,6 +221,18 @@ def _quotas(raw, tenants: tuple[str, ...]) -> list[QuotaSpec]:
         quotas.append(q)
     check_tree(quotas)
     return quotas
+
+
+def _threshold(d: dict, where: str) -> int | None:
+    """`borrow_within_tree_max_priority`: an integer priority (may be negative), or absent."""
+    v = d.get("borrow_within_tree_max_priority")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ScenarioError(
+            f"{where}.borrow_within_tree_max_priority: expected an integer, got {v!r}"
+        )
+    return v
 
 
 def _ft(raw, where: str) -> FtConfig | None:

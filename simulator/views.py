@@ -33,8 +33,9 @@ def snapshot_of(sim) -> Snapshot:
                     id=job.id,
                     quota_id=job.quota_id,
                     charged_quota_id=live[0].charged_to,
-                    in_quota=live[0].in_quota,
+                    in_quota=all(p.in_quota for p in live),
                     charges=_charges(live),
+                    pods_in_quota=_in_quota(live),
                     idle_resources=job.spec.idle_resources,
                     priority=job.spec.priority,
                     gpus_by_node=tuple((p.node.id, len(p.gpus)) for p in live),
@@ -61,6 +62,8 @@ def snapshot_of(sim) -> Snapshot:
             lending_limit=q.lending_limit,
             weight=q.weight,
             fair_share_preemption=bool(sim.cfg.fair_share_preemption),
+            reclaim_within_tree=q.reclaim_within_tree,
+            borrow_within_tree_max_priority=q.borrow_within_tree_max_priority,
         )
         for qid, q in sim.quotas.values()
     )
@@ -68,7 +71,7 @@ def snapshot_of(sim) -> Snapshot:
 
 
 def _victim_kind(sim, pod: SimPod) -> bool:
-    """Only borrowers and jobs of LowerPriority quotas can be victims (preempt.py)."""
+    """Only borrowers and jobs of quotas with preemption within quota can be victims."""
     return not pod.in_quota or sim.preemptible[pod.charged_to]
 
 
@@ -125,6 +128,12 @@ def _add_seconds(out: dict, sim, own: int, charged: int, seconds: float) -> None
     else:
         out[sim.quota_name[own]]["gpu_seconds_borrowed"] += seconds
         out[sim.quota_name[charged]]["gpu_seconds_lent"] += seconds
+
+
+def _in_quota(live: list[SimPod]) -> tuple[bool, ...]:
+    """Per live worker, whether it is in quota, when they differ (fair share by pod)."""
+    flags = tuple(p.in_quota for p in live)
+    return flags if len(set(flags)) > 1 else ()
 
 
 def _charges(live: list[SimPod]) -> tuple[int, ...]:

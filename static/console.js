@@ -301,7 +301,13 @@
             append(page.lines);
             after = page.next_after;
             box.setAttribute("data-after", after);
-            if (page.complete) { live = false; box.removeAttribute("data-live"); return; }
+            if (page.complete) {
+              live = false;
+              box.removeAttribute("data-live");
+              var gap = document.querySelector("[data-log-gap]");
+              if (gap && page.log_gap) { gap.textContent = page.log_gap; gap.hidden = false; }
+              return;
+            }
             if (page.newer_attempt && !page.lines.length) nextAttempt(page.newer_attempt);
           }
           setTimeout(poll, page && (page.lines.length || page.newer_attempt) ? 0 : POLL_MS);

@@ -111,3 +111,15 @@ def make_node(name: str = "node-0", gpus: int = 8, gpu_type: str = "H200", **ext
 @pytest.fixture
 def node(db):
     return make_node()
+
+
+def post_confirmed(client, url: str, data: dict):
+    """Post an admin quota form twice, as a person does: the first post shows the preview
+    (nothing saved), the second confirms it with the token of the previewed state."""
+    first = client.post(url, data)
+    form = first.context and first.context.get("adminform")
+    if first.status_code != 200 or form is None or "preview_token" not in form.form.data:
+        return first  # refused before any preview, or saved (nothing changed)
+    if set(form.form.errors) - {"__all__"}:
+        return first  # field errors: no preview
+    return client.post(url, data | {"preview_token": form.form.data["preview_token"]})

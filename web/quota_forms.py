@@ -1,22 +1,31 @@
 """The owner pages' forms (docs/quota-tree.md "Owner pages"): fields as the pages show them.
 
-A quota form checks nothing of its own beyond types: `check()` builds the quota as it would
-be saved and asks `quotas.actions.quota_refusals` (the model's checks and the tree's rules,
-the admin's and the actions' one set) for field errors. Nothing is written here; the views
-write through `quotas.actions` after the preview is confirmed.
+A quota form checks nothing of its own beyond types: the view hands its values to the one
+path of a quota change (`jobs.actions.quota_changes.change_quota`: the model's checks and
+the tree's rules, the preview, the save), the admin's and the API's path too, and shows the
+path's field errors on the form. Nothing is written here.
 """
 
 from typing import Any
 
 from django import forms
-from django.contrib.auth import get_user_model
-from django.db.models import Q
 
-from policy.quota_preview import QuotaEdit
-from quotas.actions import quota_refusals
-from quotas.models import Membership, Quota, Role, Tenant, Workspace
+from jobs.actions.quota_changes import QUOTA_FIELDS
+from quotas.access import find_account
+from quotas.models import (
+    Membership,
+    PreemptionPolicy,
+    Quota,
+    ReclaimWithinTree,
+    Role,
+    Tenant,
+    Workspace,
+)
 
-QUOTA_FIELDS = ("name", "gpus", "parent", "max_gpus", "lending_limit", "weight")
+# The sharing options (docs/scheduling.md, the decision table): written and previewed with
+# the rest through the one path of a quota change; their defaults are today's rules.
+SHARING_FIELDS = ("preemption", "reclaim_within_tree", "borrow_within_tree_max_priority")
+SHARING_DEFAULTS = {"preemption": "Never", "reclaim_within_tree": "Any"}
 
 
 class QuotaForm(forms.Form):
@@ -43,6 +52,25 @@ class QuotaForm(forms.Form):
     weight = forms.FloatField(
         initial=1.0, help_text="Its share of idle GPUs when quotas compete (above 0)."
     )
+    preemption = forms.ChoiceField(
+        label="Preemption within the quota",
+        choices=PreemptionPolicy.choices,
+        initial=PreemptionPolicy.NEVER,
+        required=False,
+        help_text="Whether a job may preempt this quota's in-quota jobs of lower priority.",
+    )
+    reclaim_within_tree = forms.ChoiceField(
+        label="Reclaim lent GPUs from",
+        choices=ReclaimWithinTree.choices,
+        initial=ReclaimWithinTree.ANY,
+        required=False,
+        help_text="Which borrowers its jobs may preempt to get the guarantee back.",
+    )
+    borrow_within_tree_max_priority = forms.IntegerField(
+        label="Idle jobs may preempt borrowers up to priority",
+        required=False,
+        help_text="Lower-priority borrowers of other quotas, at most this priority; empty: never.",
+    )
 
     def __init__(
         self, *args: Any, tenant: Tenant, quota: Quota | None, parent: Quota | None, **kw: Any
@@ -56,60 +84,25 @@ class QuotaForm(forms.Form):
         if quota is not None:
             choices = choices.exclude(pk=quota.pk)
         self.fields["parent"].queryset = choices
-        self.proposed: Quota | None = None
 
-    def clean(self) -> dict:
-        data = super().clean()
-        if self.errors:
-            return data
-        self.proposed = proposed = self._proposed(data)
-        before = None
-        if self.quota is not None:
-            before = Quota.objects.get(pk=self.quota.pk)
-        for name, messages in quota_refusals(proposed, before).items():
-            field = name if name in self.fields else None
-            for message in messages:
-                self.add_error(field, message)
-        return data
+    def values(self) -> dict[str, Any]:
+        """The fields as `jobs.actions.quota_changes.change_quota` takes them. A sharing
+        option not posted at all (an older form, a script) keeps its value; an empty choice
+        is its current value, or today's rule for a new quota."""
+        values = {name: self.cleaned_data.get(name) for name in QUOTA_FIELDS + SHARING_FIELDS}
+        for name in SHARING_FIELDS:
+            current = getattr(self.quota, name) if self.quota is not None else None
+            if name not in self.data:
+                values[name] = current if self.quota is not None else SHARING_DEFAULTS.get(name)
+            elif name in SHARING_DEFAULTS and not values[name]:
+                values[name] = current or SHARING_DEFAULTS[name]
+        return values
 
-    def _proposed(self, data: dict) -> Quota:
-        values = {name: data.get(name) for name in QUOTA_FIELDS}
-        if self.quota is not None:
-            quota = Quota.objects.get(pk=self.quota.pk)
-            for name, value in values.items():
-                setattr(quota, name, value)
-            return quota
-        parent = values["parent"] or self.base_parent
-        return Quota(
-            tenant=self.tenant,
-            resource_type=parent.resource_type if parent else "",
-            gpu_type=parent.gpu_type if parent else "",
-            **values,
-        )
-
-    def changes(self) -> dict[str, Any]:
-        """The fields to write (`quotas.actions.update_quota`'s keyword arguments)."""
-        return {name: self.cleaned_data.get(name) for name in QUOTA_FIELDS}
-
-    def edit(self) -> QuotaEdit:
-        """The change as the what-if sees it (`policy.quota_preview`)."""
-        q = self.proposed
-        assert q is not None
-        values = {
-            "name": q.name,
-            "gpus": q.gpus,
-            "parent_id": q.parent_id,
-            "max_gpus": q.max_gpus,
-            "lending_limit": q.lending_limit,
-            "weight": q.weight,
-        }
-        if self.quota is None:
-            values |= {
-                "tenant_id": q.tenant_id,
-                "resource_type": q.resource_type,
-                "gpu_type": q.gpu_type,
-            }
-        return QuotaEdit(self.quota.pk if self.quota else None, values)
+    def add_refusals(self, errors: dict[str, list[str]]) -> None:
+        """The path's field errors on their fields (the whole form's when not a field)."""
+        for name, problems in errors.items():
+            for problem in problems:
+                self.add_error(name if name in self.fields else None, problem)
 
 
 class WorkspaceForm(forms.Form):
@@ -158,19 +151,9 @@ class MemberForm(forms.Form):
 
     def clean_user(self) -> Any:
         text = self.cleaned_data["user"].strip()
-        users = list(
-            get_user_model()
-            .objects.filter(Q(username=text) | Q(email__iexact=text), is_active=True)
-            .order_by("pk")[:3]
-        )
-        exact = [u for u in users if u.get_username() == text]
-        if exact:
-            users = exact
-        if not users:
-            raise forms.ValidationError(f"No active user has the username or e-mail {text!r}.")
-        if len(users) > 1:
-            raise forms.ValidationError("Several users have that e-mail; give the username.")
-        user = users[0]
+        user, why = find_account(text)
+        if user is None:
+            raise forms.ValidationError(why)
         if Membership.objects.filter(workspace=self.workspace, user=user).exists():
             raise forms.ValidationError(
                 f"{user.get_username()} is already a member of {self.workspace.name}."

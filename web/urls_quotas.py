@@ -3,10 +3,12 @@
 
 from django.urls import path
 
-from web import views_members, views_quotas
+from web import views_audit, views_members, views_quotas
 
 urlpatterns = [
     path("tenant/<int:tenant_id>/", views_quotas.owner_tree, name="owner-tree"),
+    path("tenant/<int:tenant_id>/audit/", views_audit.tenant_audit, name="owner-audit"),
+    path("tenant/<int:tenant_id>/audit.csv", views_audit.tenant_audit_csv, name="owner-audit-csv"),
     path("tenant/<int:tenant_id>/new/", views_quotas.quota_new, name="owner-quota-new"),
     path("<int:pk>/edit/", views_quotas.quota_edit, name="owner-quota-edit"),
     path("<int:pk>/delete/", views_quotas.quota_delete, name="owner-quota-delete"),

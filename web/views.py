@@ -25,14 +25,17 @@ from django_htmx.http import HttpResponseStopPolling
 from jobs import logview
 from jobs.access import get_job_for_user, member_workspace_ids, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
-from jobs.actions.submit import JobStillActive, resubmit_job
+from jobs.actions.submit import JobStillActive, ResumeRefused, resubmit_job
 from jobs.actions.transitions import TransitionConflict
 from jobs.filters import JobFilters, filter_jobs, parse_job_filters, with_live_resources
 from jobs.forecast import cached_expected_starts
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
+from jobs.result_reads import result_report
 from jobs.runtime import pod_spans, running_spans
 from policy.display import is_live, running_time
+from policy.rendezvous import job_roles, rendezvous_of
+from policy.secrets import redact_env
 from policy.statuses import FINAL_JOB_STATUSES, WAITING_JOB_STATUSES, IdleResources, JobStatus
 from protocol import limits
 from web import charts as metrics
@@ -141,6 +144,7 @@ def _log_context(job: Job, pod: Pod | None, lines: list, *, caught_up: bool) -> 
         "log_after": after,
         "log_complete": state.complete,
         "log_newer_attempt": state.newer_attempt,
+        "log_gap": state.gap,
         # A page opened on an attempt that already has a newer one shows it as history: its
         # worker has ended and its lines are all here, and the viewer stays on that tab.
         "log_live": not state.complete and state.newer_attempt is None,
@@ -163,9 +167,15 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     events.reverse()
     live = is_live(job.status)
     job.running_for = running_time(pod_spans(pods), job.finished_at or timezone.now())
+    roles = job_roles(job)  # workers grouped by role (docs/distributed.md)
+    for pod in pods:
+        pod.role = roles[pod.rank] if pod.rank < len(roles) else ""
     context = {
         "job": job,
+        "env_shown": redact_env(job.env or {}),  # secrets never shown (policy.secrets)
         "pods": pods,
+        "role_counts": {role: roles.count(role) for role in dict.fromkeys(roles)},
+        "rendezvous": rendezvous_of(job),
         "events": events,
         "events_hidden": max(event_count - limits.EVENTS_SHOWN, 0),
         # The checkpoints one can resume from; the pruned ones (folders the SDK deleted)
@@ -179,13 +189,16 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
             else None
         ),
     }
-    if request.htmx:
-        return _partial(request, "web/jobs/detail.html#live", context, live=live)
     try:
         rank = _int_arg(request, "rank", 0)
         attempt = _int_arg(request, "attempt", None)
+        units_after = _int_arg(request, "units_after", 0) or 0
     except ValueError:
-        return HttpResponseBadRequest("rank and attempt must be integers")
+        return HttpResponseBadRequest("rank, attempt and units_after must be integers")
+    # The result (docs/results.md): its verdict, identity and one page of units.
+    context["result"] = result_report(job, after=units_after)
+    if request.htmx:
+        return _partial(request, "web/jobs/detail.html#live", context, live=live)
     pod = logview.pick_pod(job, rank=rank, attempt=attempt)
     lines = logview.read_tail(pod) if pod else []
     # The tail holds the newest lines stored; the viewer continues after the last one.
@@ -232,6 +245,9 @@ def job_logs(request: HttpRequest, pk: int) -> HttpResponse:
                 "lines": [_line_json(line) for line in lines],
                 "next_after": context["log_after"],
                 "complete": context["log_complete"],
+                # Why the worker's log may lack its last lines (its node was lost), once
+                # ended: the viewer shows it under the log.
+                "log_gap": context["log_gap"],
                 # The viewer moves there (after=-1) once a poll brings no more lines.
                 "newer_attempt": context["log_newer_attempt"],
             }
@@ -300,10 +316,13 @@ def job_restart(request: HttpRequest, pk: int) -> HttpResponse:
         problems = "; ".join(str(m) for msgs in form.errors.values() for m in msgs)
         messages.error(request, f"Cannot restart job #{job.pk}: {problems}")
         return redirect("web:detail", pk=job.pk)
+    # "Start from scratch" (docs/results.md): a folder of its own, nothing resumed or carried.
+    from_scratch = request.POST.get("from_scratch") == "1"
     try:
-        new_job = resubmit_job(job, user=request.user)
-    except JobStillActive as exc:
-        messages.error(request, f"Cannot restart job #{job.pk}: {exc}.")
+        new_job = resubmit_job(job, user=request.user, from_scratch=from_scratch)
+    except (JobStillActive, ResumeRefused) as exc:
+        messages.error(request, f"Cannot restart job #{job.pk}: {str(exc).rstrip('.')}.")
         return redirect("web:detail", pk=job.pk)
-    messages.success(request, f"Job #{job.pk} restarted as job #{new_job.pk}.")
+    how = "from scratch " if from_scratch else ""
+    messages.success(request, f"Job #{job.pk} restarted {how}as job #{new_job.pk}.")
     return redirect("web:detail", pk=new_job.pk)

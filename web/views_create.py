@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from jobs.access import get_job_for_user
+from jobs.folders import FolderRaced
 from jobs.forecast import current_snapshot, expected_starts
 from jobs.scheduler.cycle import plan_options
 from policy import jobspec
@@ -26,9 +27,11 @@ from policy.accounting import QuotaUsage, account
 from policy.jobspec import ADVANCED, FAULT_TOLERANCE
 from policy.scheduler.model import JobSnap
 from policy.scheduler.plan import plan
+from policy.secrets import redacted_fields
 from policy.statuses import IdleResources, JobStatus
 from protocol import words
 from web.forms import JobForm, initial_from_job
+from web.views_templates import template_choices, template_initial
 
 # The page's sections (policy.jobspec.PAGE): Automatic Fault Tolerance folds (its first field
 # turns it on) and Advanced comes last; the others, in order, before them.
@@ -88,17 +91,30 @@ def job_create(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = JobForm(request.POST, user=request.user)
         if form.is_valid():
-            job = form.create_job()
-            messages.success(request, f"Job #{job.pk} submitted.")
-            return redirect("web:detail", pk=job.pk)
+            try:
+                job = form.create_job()
+            except FolderRaced as exc:  # taken by a submission that committed meanwhile
+                form.add_error("checkpoint_dir", str(exc))
+            else:
+                messages.success(request, f"Job #{job.pk} submitted.")
+                return redirect("web:detail", pk=job.pk)
     else:
         initial = {}
         clone = request.GET.get("clone", "")
         if clone.isascii() and clone.isdigit():
-            initial = initial_from_job(get_job_for_user(request.user, clone))
+            # A copy never carries a secret's value: the form asks for it again.
+            initial = redacted_fields(initial_from_job(get_job_for_user(request.user, clone)))
+        chosen = request.GET.get("template", "")
+        if chosen.isascii() and chosen.isdigit():
+            initial = template_initial(request.user, chosen)
         form = JobForm(user=request.user, initial=initial)
     _describe_quotas(form, current_snapshot())
-    context = {"form": form, "cloning": bool(form.initial)} | _layout(form)
+    context = {
+        "form": form,
+        "cloning": bool(form.initial),
+        "templates": template_choices(request.user),
+        "template_chosen": request.GET.get("template", ""),
+    } | _layout(form)
     return render(request, "web/jobs/new.html", context)
 
 

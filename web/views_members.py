@@ -15,7 +15,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from quotas import actions
-from quotas.access import MAX_ID, get_tenant_for_user, last_owner_refusal
+from quotas.access import (
+    MAX_ID,
+    get_tenant_for_user,
+    get_workspace_for_user,
+    last_owner_refusal,
+)
 from quotas.models import Membership, Role, Workspace
 from web.quota_forms import BindForm, MemberForm, RoleForm, WorkspaceForm
 from web.views_quotas import done, panel
@@ -23,21 +28,7 @@ from web.views_quotas import done, panel
 CHANGE_REFUSED = "Only the tenant's quota owners change its workspaces and members."
 
 
-def _workspace_for_user(user, pk: int) -> tuple[Workspace, bool]:
-    """The workspace and whether the user may change it: owners of its tenant and staff
-    change, its own members read; anyone else a 404."""
-    workspace = (
-        Workspace.objects.select_related("tenant").filter(pk=pk).first() if pk <= MAX_ID else None
-    )
-    if workspace is None:
-        raise Http404("No such workspace")
-    try:
-        _, can_write = get_tenant_for_user(user, workspace.tenant_id)
-    except Http404:
-        raise Http404("No such workspace") from None
-    if not can_write and not workspace.memberships.filter(user=user).exists():
-        raise Http404("No such workspace")
-    return workspace, can_write
+_workspace_for_user = get_workspace_for_user
 
 
 def _membership_for_owner(user, pk: int) -> Membership:

@@ -1,7 +1,8 @@
 """The owner pages of a tenant's quota tree, mounted under /quotas/ (docs/quota-tree.md
 "Owner pages").
 
-Function views, thin over `web.quota_forms`, `policy.quota_preview` and `quotas.actions`.
+Function views, thin over `web.quota_forms` and the one path of a quota change
+(`jobs.actions.quota_changes`: checks, preview, save through `quotas.actions`).
 Owners (role quota owner or admin in a workspace of the tenant) and staff change; the
 tenant's other members see the tree read-only (403 on a change); anyone else gets a 404.
 A change is previewed first: a valid POST shows what `plan()` would do with it, and only a
@@ -11,9 +12,6 @@ again. With HTMX the form and the preview swap in place (`#quota-panel`); withou
 step is a plain page.
 """
 
-from collections import OrderedDict
-from datetime import datetime
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -21,47 +19,18 @@ from django.db.models import Count, ProtectedError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
+from jobs.actions.quota_changes import change_quota, what_if
 from jobs.forecast import current_snapshot
 from jobs.models import Job, Pod
-from jobs.scheduler.cycle import plan_options
 from policy.accounting import account, tree_order
-from policy.quota_preview import QuotaEdit, pool_of, preview, state_token
-from policy.scheduler.model import Plan, Snapshot
-from policy.scheduler.plan import plan
+from policy.quota_preview import QuotaEdit, pool_of, state_token
 from quotas import actions
 from quotas.access import MAX_ID, get_tenant_for_user
 from quotas.models import Quota, Tenant, Workspace
-from web.quota_forms import QuotaForm
-
-# The plans of unchanged pool snapshots, newest last: a second preview of the same state
-# (other values, another owner) plans once, not twice. Keyed by the pool's snapshot (frozen,
-# hashable) and the minute, so time-based rules (starvation, minimum runtime) stay current.
-_BASELINES: OrderedDict[tuple, Plan] = OrderedDict()
-BASELINES_KEPT = 4
-
-
-def _baseline(now: datetime):
-    options = plan_options()
-
-    def planned(part: Snapshot) -> Plan:
-        key = (part, now.replace(second=0, microsecond=0))
-        found = _BASELINES.get(key)
-        if found is None:
-            found = _BASELINES[key] = plan(part, now, options)
-            while len(_BASELINES) > BASELINES_KEPT:
-                _BASELINES.popitem(last=False)
-        return found
-
-    return planned
-
-
-def what_if(snapshot: Snapshot, edit: QuotaEdit):
-    now = timezone.now()
-    return preview(snapshot, edit, now, plan_options(), baseline=_baseline(now))
+from web.quota_forms import SHARING_DEFAULTS, SHARING_FIELDS, QuotaForm
 
 
 def tree_url(tenant: Tenant) -> str:
@@ -114,8 +83,9 @@ def _quota_flow(
     if quota is not None:
         initial = {f: getattr(quota, f) for f in ("name", "gpus", "max_gpus", "lending_limit")}
         initial |= {"parent": quota.parent_id, "weight": quota.weight}
+        initial |= {f: getattr(quota, f) for f in SHARING_FIELDS}
     elif parent is not None:
-        initial = {"parent": parent.pk, "weight": 1.0}
+        initial = {"parent": parent.pk, "weight": 1.0, **SHARING_DEFAULTS}
     data = request.POST if request.method == "POST" else None
     form = QuotaForm(data, tenant=tenant, quota=quota, parent=parent, initial=initial)
     if quota is None:
@@ -123,38 +93,25 @@ def _quota_flow(
     context = {"tenant": tenant, "quota": quota, "parent": parent, "form": form}
     if data is None or "back" in data or not form.is_valid():
         return panel(request, "web/owners/quota_form.html", context)
-    snapshot, edit = current_snapshot(), form.edit()
-    # A confirm of the state the preview was computed on saves without planning again.
-    if "confirm" in data and data.get("token") == state_token(snapshot, pool_of(snapshot, edit)):
-        return _save(request, form, tenant, quota)
-    result = what_if(snapshot, edit)
-    context |= {"preview": result, "stale": "confirm" in data}
-    return panel(request, "web/owners/quota_preview.html", context)
-
-
-def _save(request: HttpRequest, form: QuotaForm, tenant: Tenant, quota: Quota | None):
-    changes = form.changes()
-    try:
-        if quota is None:
-            proposed = form.proposed
-            saved = actions.create_quota(
-                actor=request.user,
-                tenant=tenant,
-                resource_type=proposed.resource_type,
-                gpu_type=proposed.gpu_type,
-                **changes,
-            )
-            text = f"Quota {saved.name} created."
-        else:
-            saved = actions.update_quota(quota, actor=request.user, **changes)
-            text = f"Quota {saved.name} saved."
-    except actions.QuotaChangeRefused as refused:
-        for name, problems in refused.errors.items():
-            for problem in problems:
-                form.add_error(name if name in form.fields else None, problem)
-        context = {"tenant": tenant, "quota": quota, "parent": None, "form": form}
+    # The one path (the admin's and the API's too): checked, previewed, or saved when the
+    # confirm names the state the preview was computed on.
+    outcome = change_quota(
+        tenant=tenant,
+        quota=quota,
+        values=form.values(),
+        actor=request.user,
+        save="confirm" in data,
+        token=data.get("token", ""),
+        parent=parent,
+    )
+    if outcome.errors:
+        form.add_refusals(outcome.errors)
         return panel(request, "web/owners/quota_form.html", context)
-    return done(request, tree_url(tenant), text)
+    if outcome.saved is not None:
+        verb = "created" if quota is None else "saved"
+        return done(request, tree_url(tenant), f"Quota {outcome.saved.name} {verb}.")
+    context |= {"preview": outcome.preview, "stale": outcome.stale}
+    return panel(request, "web/owners/quota_preview.html", context)
 
 
 @login_required

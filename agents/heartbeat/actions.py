@@ -14,7 +14,7 @@ All times are the console's receive time; the agent's clock is never trusted (do
 """
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,10 +25,12 @@ from pydantic import ValidationError
 
 from accounts.tokens import split_prefix
 from agents.actions import (
+    announce_foreign_items,
     deadline_of,
     fact_fields,
     gpu_rows,
     heartbeat_interval,
+    note_foreign,
     record_refusals,
     store_logs,
 )
@@ -40,7 +42,9 @@ from agents.decisions import (
     desired_state,
     desired_version,
     desired_version_of,
+    is_foreign,
     judge_report,
+    not_ours_reason,
     report_digest,
 )
 from agents.fencing import fence_timing
@@ -56,8 +60,10 @@ from cluster.models import POOL_STATES, Node, NodeState
 from jobs.actions.progress import store_worker_extras, worker_ft_fields
 from jobs.actions.workers import apply_worker_state, record_gpu_samples
 from jobs.models import Pod, PodDesired
+from jobs.result_reads import resume_identities
 from jobs.triggers import request_scheduling
 from policy.jobspec import worker_fields
+from policy.rendezvous import job_env
 from policy.statuses import ACTIVE_POD_STATUSES, PodStatus
 from protocol.agent import (
     ClearHealthMark,
@@ -70,6 +76,7 @@ from protocol.agent import (
 )
 from protocol.batches import HeartbeatItems, LogItems, RequestRefused, parse_heartbeat
 from protocol.text import JsonBodyError, load_json
+from protocol.units import ResumeIdentity
 
 log = logging.getLogger("agents.actions")
 
@@ -171,12 +178,16 @@ def _idle_reply() -> bytes:
         HeartbeatReply(
             heartbeat_interval=heartbeat_interval(),
             desired_version=desired_version(0, 0, 0),
-            takes_logs=True,
+            **_TAKES,
             **_lease(),
         )
         .model_dump_json()
         .encode()
     )
+
+
+# What this console takes from agents: log lines riding in heartbeats, end-of-stream marks.
+_TAKES = {"takes_logs": True, "log_end": True}
 
 
 def _lease() -> dict:
@@ -209,10 +220,13 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
     facts = _record_facts(node, items)
     refused = dict(items.refused)
     pods = _load_pods(node.pk, _named_pods(items, refused))
+    foreign: dict[int, list[str]] = {}
+    own = _own_reports(node, items.workers, pods, refused, foreign)
     # Log lines riding along first: an exit's last lines are stored before it is applied.
-    log_ack = _store_riding_logs(node, items, pods, now)
-    _store_extras(node, items.workers, pods, refused, now)
+    log_ack = _store_riding_logs(node, items, pods, foreign, now)
+    _store_extras(node, own, pods, refused, now)
     fenced, freed = _apply_reports(node, items.workers, pods, refused, now)
+    announce_foreign_items(node, "heartbeat", foreign, now)
     if freed:
         # GPUs came free: a cycle once this is committed (a task or the scheduler loop runs
         # it; the agent's wait wakes when it places pods here). An exit may have ended the
@@ -221,7 +235,7 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
         request_scheduling()
         pods = _load_pods(node.pk, ())
     run_pods, stop = desired_state(node.pk, pods.values(), fenced)
-    run = _worker_specs(node, run_pods, refused, now)
+    run = _worker_specs(node, run_pods, refused, now, {r.pod_id for r in items.workers})
     _note_alive(node, facts, now)
     return HeartbeatReply(
         heartbeat_interval=heartbeat_interval(),
@@ -230,8 +244,8 @@ def record_heartbeat(node: Node, items: HeartbeatItems, now: datetime) -> Heartb
         clear_health_marks=_marks_to_clear(node.pk, items),
         refused=refused,
         desired_version=desired_version_of(node.pk, pods.values()),
-        takes_logs=True,
         logs=log_ack,
+        **_TAKES,
         **_lease(),
     )
 
@@ -273,14 +287,44 @@ def _load_pods(node_id: int, named: Iterable[int]) -> dict[int, Pod]:
     return {p.pk: p for p in Pod.objects.filter(query).select_related("job").order_by()}
 
 
+def _own_reports(
+    node: Node,
+    reports: list[WorkerReport],
+    pods: dict[int, Pod],
+    refused: dict[int, str],
+    foreign: dict[int, list[str]],
+) -> list[WorkerReport]:
+    """The reports of this node's own pods in their current attempt. Any other is refused
+    alone with the reason (its progress and checkpoints never stored; its state still
+    judged, so a worker that must not run is fenced), and another node's pod is noted for
+    the audit log (docs/agent-protocol.md, "Only a node's own pods")."""
+    own: list[WorkerReport] = []
+    for report in reports:
+        pod = pods.get(report.pod_id)
+        reason = not_ours_reason(node.pk, pod, report.attempt)
+        if not reason:
+            own.append(report)
+            continue
+        refused.setdefault(report.pod_id, reason)
+        if is_foreign(node.pk, pod):
+            note_foreign(foreign, report.pod_id, "report")
+            if report.progress is not None or report.checkpoints:
+                note_foreign(foreign, report.pod_id, "progress and checkpoints")
+    return own
+
+
 def _store_riding_logs(
-    node: Node, items: HeartbeatItems, pods: dict[int, Pod], now: datetime
+    node: Node,
+    items: HeartbeatItems,
+    pods: dict[int, Pod],
+    foreign: dict[int, list[str]],
+    now: datetime,
 ) -> LogAck | None:
     """The log lines riding in the heartbeat (`agents.actions.store_logs`); an exit says
     its logs are delivered only if they were all stored."""
     if items.logs is None:
         return None
-    ack = store_logs(node, items.logs, now, pods=pods)
+    ack = store_logs(node, items.logs, now, pods=pods, foreign=foreign)
     items.workers = _delivered_only_if_stored(items.workers, items.logs, ack)
     return ack
 
@@ -312,7 +356,7 @@ def _store_extras(
     checkpoint saved on SIGTERM must be known before the exit reported in this same
     heartbeat restarts the job from it."""
     for report in reports:
-        if report.progress is not None or report.checkpoints:
+        if report.progress is not None or report.checkpoints or report.units or report.facts:
             isolated(
                 node,
                 report.pod_id,
@@ -366,14 +410,21 @@ def _fence_order(report: WorkerReport, why: str) -> StopOrder:
 
 
 def _worker_specs(
-    node: Node, run_pods: list[Pod], refused: dict[int, str], now: datetime
+    node: Node,
+    run_pods: list[Pod],
+    refused: dict[int, str],
+    now: datetime,
+    known: Collection[int] = (),
 ) -> list[WorkerSpec]:
     """The specs of the pods to run. A job's stored spec that cannot be sent (e.g. a bad
-    env name) fails the worker with the reason instead of breaking the node's heartbeat."""
+    env name) fails the worker with the reason instead of breaking the node's heartbeat.
+    `known`: pods the agent reported (launched already: no resume identity to check)."""
     run: list[WorkerSpec] = []
+    # docs/results.md: what a resume must still be, for the workers the agent will launch
+    resuming = resume_identities([p for p in run_pods if p.pk not in known])
     for pod in run_pods:
         try:
-            run.append(worker_spec(pod))
+            run.append(worker_spec(pod, resuming.get(pod.pk)))
         except ValidationError as exc:
             isolated(
                 node,
@@ -387,7 +438,7 @@ def _worker_specs(
     return run
 
 
-def worker_spec(pod: Pod) -> WorkerSpec:
+def worker_spec(pod: Pod, resume_identity: ResumeIdentity | None = None) -> WorkerSpec:
     job = pod.job
     indices = list(pod.gpu_indices or [])
     uuids = list(pod.gpu_uuids or [])
@@ -403,8 +454,10 @@ def worker_spec(pod: Pod) -> WorkerSpec:
         memory_gb=pod.memory_gb,
         log_next_seq=pod.log_next_seq,
         workspace_id=job.workspace_id,
+        rendezvous=job_env(job, pod.rank),  # where this attempt's workers meet
         **worker_fields(job),  # image, command, env, checkpoint folder (policy.jobspec)
         **worker_ft_fields(pod),
+        resume_identity=resume_identity,
     )
 
 

@@ -145,6 +145,8 @@ def _is_plain(items: HeartbeatItems) -> bool:
         w.state == "running"
         and w.progress is None
         and not w.checkpoints
+        and not w.units
+        and w.facts is None
         and w.gpu is None
         and not w.error
         for w in items.workers

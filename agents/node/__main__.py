@@ -47,6 +47,43 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _port_range(text: str) -> tuple[int, int]:
+    first, _, last = text.partition("-")
+    try:
+        ports = (int(first), int(last or first))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FIRST-LAST, got {text!r}") from None
+    if not 1024 <= ports[0] <= ports[1] <= 65535:
+        raise argparse.ArgumentTypeError(f"expected 1024 <= FIRST <= LAST <= 65535, got {text!r}")
+    return ports
+
+
+def _distributed_arguments(p: argparse.ArgumentParser) -> None:
+    """Where this node's peers reach it, and its containers' network (docs/distributed.md)."""
+    p.add_argument(
+        "--advertise-address",
+        default=os.environ.get("GPU_AGENT_ADVERTISE_ADDRESS") or None,
+        help="the address other nodes reach this one at, for MASTER_ADDR (env "
+        "GPU_AGENT_ADVERTISE_ADDRESS; default: the address the console sees)",
+    )
+    p.add_argument(
+        "--rendezvous-ports",
+        type=_port_range,
+        default=os.environ.get("GPU_AGENT_RENDEZVOUS_PORTS") or None,
+        metavar="FIRST-LAST",
+        help="ports this node lends to jobs' rendezvous, e.g. 29500-29999 (env "
+        "GPU_AGENT_RENDEZVOUS_PORTS; default: the console's)",
+    )
+    p.add_argument(
+        "--docker-host-network",
+        action="store_true",
+        default=os.environ.get("GPU_AGENT_DOCKER_HOST_NETWORK") == "1",
+        help="run the containers of multi-worker jobs on the host's network, so workers on "
+        "other nodes reach them (gloo and NCCL open a port per peer; env "
+        "GPU_AGENT_DOCKER_HOST_NETWORK=1). Off: such jobs meet only within this node",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpu-agent", description="GPU node agent for the console")
     p.add_argument(
@@ -107,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="shut down (as on SIGTERM) once this process is gone: the embedded console "
         "that started this agent",
     )
+    _distributed_arguments(p)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -139,6 +177,9 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         shutdown_grace=args.shutdown_grace,
         docker_url=args.docker_url,
         docker_gpus=args.docker_gpus,
+        advertise_address=args.advertise_address,
+        rendezvous_ports=args.rendezvous_ports,
+        docker_host_network=args.docker_host_network,
     )
 
 

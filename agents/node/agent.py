@@ -53,14 +53,17 @@ from agents.node.config import (
 )
 from agents.node.fence import Lease, boottime
 from agents.node.gpus import GpuMismatch, GpuSource, resolve
+from agents.node.identity import note_image
 from agents.node.ledger import Ledger
 from agents.node.logship import LogShipper
 from agents.node.progress import BadCheckpointDir
+from agents.node.room import NodeRefused
 from agents.node.runtimes.base import LaunchError, worker_marker
 from agents.node.state import AgentConfigError, LaunchRecord, StateStore
 from agents.node.waking import Waking
 from protocol import limits
 from protocol.agent import (
+    AGENT_SHUTDOWN,
     GpuReport,
     Heartbeat,
     HeartbeatReply,
@@ -96,7 +99,7 @@ class Agent(Waking):
         try:
             self.shipper = LogShipper(self._send_logs, journal_dir=self.store.dir / "logs")
             self.runtime = make_runtime(config, self.store.dir, self.shipper.append, self._on_exit)
-            self.ledger = Ledger(self.store)
+            self.ledger = Ledger(self.store, self.runtime)
         except (AgentConfigError, OSError) as exc:
             self.store.unlock()
             if isinstance(exc, OSError):
@@ -148,6 +151,8 @@ class Agent(Waking):
             cpus=self.cfg.cpus if self.cfg.cpus is not None else os.cpu_count() or 0,
             memory_gb=self.cfg.memory_gb if self.cfg.memory_gb is not None else host_memory_gb(),
             gpus=[GpuReport(**g.as_report()) for g in gpus],
+            address=self.cfg.advertise_address or "",
+            rendezvous_ports=self.cfg.rendezvous_ports,
         )
 
     def register_or_load(self) -> dict:
@@ -220,6 +225,8 @@ class Agent(Waking):
             self.shipper.wait_drained(exited, timeout=min(EXIT_LOG_WAIT, self.interval * 2))
         facts = self.facts()
         reports, exited = self._reports(bare)
+        for pod_id in exited:  # its output is all read: its log ends with this report,
+            self.shipper.close(pod_id)  # not when its exit callback gets to it (idempotent)
         riding = self.shipper.ride(exited) if ride and exited else []
         reports = self.shipper.mark_delivered(reports, riding)
         sent_at = boottime()  # the lease counts from here: the console's clock starts later
@@ -240,6 +247,7 @@ class Agent(Waking):
         finally:
             self.shipper.rode(riding, reply.logs if reply is not None else None)
         self.shipper.exits_ride = reply.takes_logs
+        self.shipper.sends_end = reply.log_end
         self._renew_lease(reply, sent_at)
         with self._beat:
             self._beats += 1
@@ -387,8 +395,10 @@ class Agent(Waking):
                     False,
                 )
             self.runtime.launch(dataclasses.replace(launch, gpu_uuids=gpu_uuids))
-        except (LaunchError, BadCheckpointDir) as exc:
+            note_image(self.ledger, self.runtime, spec)
+        except (LaunchError, BadCheckpointDir, NodeRefused) as exc:
             record.error = f"launch failed: {exc}"
+            record.ended_by = getattr(exc, "ended_by", "")  # NodeRefused: not the job's fault
             self.shipper.append(spec.pod_id, f"[agent] {record.error}", False)
             self.shipper.close(spec.pod_id)
 
@@ -461,7 +471,9 @@ class Agent(Waking):
         if self.runtime.name == "process":
             running = [s.pod_id for s in self.runtime.workers() if s.running]
             for pod_id in running:
+                # The node leaves: not the job's fault (WorkerReport.ended_by).
                 self.launched[pod_id].error = "stopped: the agent shut down"
+                self.launched[pod_id].ended_by = AGENT_SHUTDOWN
             if running:
                 self.ledger.save()
                 log.info("stopping %d workers (grace %ss)", len(running), self.cfg.shutdown_grace)

@@ -32,6 +32,11 @@ class AgentConfig:
     shutdown_grace: float = 10.0
     docker_url: str | None = None  # default: DOCKER_HOST or the local socket
     docker_gpus: str = "auto"  # how GPUs reach containers: auto, nvidia, cdi, off (gpu_attach)
+    # Distributed jobs (docs/distributed.md): the address peers reach this node at (None: the
+    # one the console sees) and the ports it lends to rendezvous (None: the console's default).
+    advertise_address: str | None = None
+    rendezvous_ports: tuple[int, int] | None = None
+    docker_host_network: bool = False  # multi-worker jobs' containers on the host network
 
 
 def host_memory_gb() -> int:
@@ -68,7 +73,12 @@ def make_runtime(
     root.mkdir(parents=True, exist_ok=True)
     try:
         runtime = DockerRuntime(
-            DockerOptions(node=config.name, checkpoint_root=root, fence_dir=fence_dir),
+            DockerOptions(
+                node=config.name,
+                checkpoint_root=root,
+                fence_dir=fence_dir,
+                host_network=config.docker_host_network,
+            ),
             on_line,
             on_exit,
             base_url=config.docker_url,
@@ -88,6 +98,7 @@ def make_runtime(
         gpus=attach.style,
         cdi_names=attach.cdi_names,
         fence_dir=fence_dir,
+        host_network=config.docker_host_network,
     )
     return runtime
 

@@ -93,6 +93,9 @@ class LogShipper:
         # The console takes an exited worker's last lines in the heartbeat that reports the
         # exit (`ride`): the shipping thread no longer sends them the moment it exits.
         self.exits_ride = False
+        # The console takes end-of-stream markers (`LogLines.end`, its reply's `log_end`):
+        # a closed stream is done only once the console acknowledged its end.
+        self.sends_end = False
 
     # --- producers ---
 
@@ -170,17 +173,23 @@ class LogShipper:
     # --- shipping ---
 
     def _drop_if_done(self, stream: LogStream) -> None:
-        if stream.closed and stream.drained:
+        if stream.closed and stream.drained and (stream.end_acked or not self.sends_end):
             self._streams.pop(stream.pod_id, None)
             stream.delete_journal()
+
+    def _end_due(self, s: LogStream) -> bool:
+        """A closed stream whose lines are all acknowledged still owes its end marker."""
+        return self.sends_end and s.closed and s.drained and not s.end_acked
 
     def _due(self, now: float) -> bool:
         for s in self._streams.values():
             if s.dropped:  # a worker gone quiet after drops: its marker goes out too
                 s.settle(now, force=s.closed)
-            if not s.lines:
-                continue
             if s.pod_id in self._sending:
+                continue
+            if not s.lines:
+                if self._end_due(s):
+                    return True
                 continue
             if (s.closed and not self.exits_ride) or len(s.lines) >= self.max_lines:
                 return True
@@ -231,7 +240,10 @@ class LogShipper:
                     break
                 lines.append(text)
                 budget -= size
-            if lines:
+            # The last lines of a closed stream carry its end; so does an empty batch when
+            # they are all acknowledged already.
+            end = self.sends_end and s.closed and not s.dropped and len(lines) == len(s.lines)
+            if lines or (end and not s.end_acked):
                 continued = [i for i, t in enumerate(lines) if isinstance(t, ContinuedLine)]
                 batches.append(
                     LogLines(
@@ -240,6 +252,7 @@ class LogShipper:
                         first_seq=s.base,
                         lines=[str(t) for t in lines],
                         continued=continued,
+                        end=end,
                     )
                 )
             if budget <= 0 or len(batches) >= limits.STREAMS_PER_REQUEST:
@@ -268,12 +281,16 @@ class LogShipper:
 
     def apply_ack(self, ack: LogAck, batch: LogBatch | None = None) -> None:
         now = self._clock()
-        sent = {b.pod_id: len(b.lines) for b in batch.batches} if batch is not None else {}
+        batches = batch.batches if batch is not None else []
+        sent = {b.pod_id: len(b.lines) for b in batches}
+        ends = {b.pod_id: b.first_seq + len(b.lines) for b in batches if b.end}
         with self._cond:
             for pod_id, next_seq in ack.acks.items():
                 stream = self._streams.get(pod_id)
                 if stream is not None:
                     stream.ack(next_seq, now)
+                    if pod_id in ends and next_seq >= ends[pod_id] and stream.drained:
+                        stream.end_acked = True
                     self._drop_if_done(stream)
             for pod_id, reason in ack.rejected.items():
                 stream = self._streams.pop(pod_id, None)
@@ -444,7 +461,7 @@ class LogShipper:
     def flush(self, timeout: float) -> bool:
         """Send everything now (on shutdown), from the calling thread."""
         deadline = time.monotonic() + timeout
-        while not self.drained():
+        while not self.drained() or any(self._end_due(s) for s in list(self._streams.values())):
             if time.monotonic() >= deadline:
                 return False
             try:

@@ -46,6 +46,9 @@ class LogStream:
     src: int = 0  # the worker's own output lines read so far (dropped ones included)
     base_src: int = 0  # source lines read when line `base` was the next one
     dropped: int = 0
+    # The console acknowledged the end of this (closed) stream: every line, then the end
+    # marker (`LogLines.end`); nothing of it is left to send.
+    end_acked: bool = False
     dropped_why: str = ""
     tokens: float | None = None
     refilled: float = 0.0

@@ -35,9 +35,20 @@ class LaunchRecord:
     # that adopts the worker keeps reporting them.
     progress_file: str = ""
     checkpoint_dir: str = ""
+    output_dir: str = ""  # its staging folder (OUTPUT_DIR, docs/results.md)
     # Why its reports are sent without details (progress, checkpoints, GPU use, error
     # text): the console refused them limits.REFUSALS_BEFORE_SET_ASIDE times in a row.
     set_aside: str = ""
+    # Who ended it when its own exit does not tell (`WorkerReport.ended_by`): "agent_shutdown"
+    # when the agent stopped it because the agent was shutting down.
+    ended_by: str = ""
+    # The result's validator (docs/results.md), rank 0 only: its command, the worker's
+    # environment for it (private file, like the rest), and its outcome once it ended
+    # ({"exit_code", "output"}), reported with the exit.
+    validator: str = ""
+    validator_env: dict | None = None
+    validation: dict | None = None
+    validator_image: str = ""  # the docker runtime runs it in the job's image
 
 
 def _write_private(path: Path, payload: dict) -> None:

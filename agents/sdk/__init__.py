@@ -1,4 +1,5 @@
-"""The training-job SDK (docs/fault-tolerance.md): progress and checkpoints. Dependency-free.
+"""The training-job SDK (docs/fault-tolerance.md, docs/results.md): progress, checkpoints and
+counted results. Dependency-free.
 
     from agents.sdk import progress, checkpoint, resume, save_on_sigterm
 
@@ -24,6 +25,12 @@ Only a folder with a complete manifest counts: a crash mid-save leaves no manife
 agent and `resume()` ignore it. Old checkpoints are pruned to `keep` (CHECKPOINT_KEEP,
 default 3). State: `bytes` are stored as is, a PyTorch object with `torch.save` when torch is
 importable and the state is not plain JSON, anything JSON-serialisable as JSON.
+
+Counted results (docs/results.md): write a unit's files into `output_dir()` (OUTPUT_DIR), then
+`accept("p3", files=[...], items=500)`; on a resume `accepted()` names the units already
+accepted, which the program skips; `phase("write")` says what it is doing;
+`stop_requested()` turns true on a stop (SIGTERM), so it can finish the current unit,
+accept it and exit.
 """
 
 import contextlib
@@ -69,13 +76,19 @@ def _write_atomic(path: Path, data: bytes) -> None:
 # --- progress ------------------------------------------------------------------------------
 
 
+_LAST = {"step": 0, "total": None, "phase": ""}
+
+
 def progress(step: int, total: int | None = None, phase: str = "", **metrics: float) -> None:
     """Report the current step (and optional total, phase and numeric metrics). Cheap: one
-    small file replaced atomically; the agent reads the newest one at each heartbeat."""
+    small file replaced atomically; the agent reads the newest one at each heartbeat. No
+    phase given: the one `phase()` set last."""
+    phase = str(phase or _LAST["phase"])[:100]
+    _LAST.update(step=int(step), total=total, phase=phase)
     target = os.environ.get("PROGRESS_FILE")
     if not target:
         return
-    body = {"step": int(step), "phase": str(phase)[:100], "time": time.time()}
+    body = {"step": int(step), "phase": phase, "time": time.time()}
     if total is not None:
         body["total"] = int(total)
     clean = {}
@@ -190,7 +203,9 @@ def committed(root: Path | None = None) -> list[tuple[int, Path]]:
 
 def prune(root: Path, keep: int) -> None:
     """Keep the newest `keep` complete checkpoints; drop older ones and partial folders
-    older than the newest complete one."""
+    older than the newest complete one. Only this folder's own checkpoints: a partial
+    folder holds the files of one save, never a folder (one that does is not ours, e.g.
+    another job's folder nested here before submissions refused that)."""
     done = committed(root)
     if not done:
         return
@@ -201,9 +216,21 @@ def prune(root: Path, keep: int) -> None:
     for entry in Path(root).iterdir():
         if not entry.name.startswith("step-") or read_manifest(entry) is not None:
             continue
+        if not _a_partial_save(entry):
+            continue
         with contextlib.suppress(ValueError):
             if int(entry.name[5:]) < newest:
                 shutil.rmtree(entry, ignore_errors=True)
+
+
+def _a_partial_save(folder: Path) -> bool:
+    """A folder `checkpoint()` left unfinished: plain files only (what one save writes)."""
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return False
+        return not any(e.is_dir() for e in folder.iterdir())
+    except OSError:
+        return False
 
 
 def load(folder: Path) -> tuple[int, Any]:
@@ -255,3 +282,72 @@ def save_on_sigterm(save: Callable[[], object], exit_code: int = 143) -> None:
             os._exit(exit_code)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+# --- counted results (docs/results.md) -----------------------------------------------------
+
+ACCEPTED_FOLDER = ".accepted"
+_STOP = {"requested": False, "installed": False}
+
+
+def phase(name: str) -> None:
+    """Say which phase the program is in ("read", "prepare", "compute", "write", "verify"
+    or its own); shown with the job's progress."""
+    _LAST["phase"] = str(name)[:100]
+    progress(_LAST["step"], _LAST["total"], _LAST["phase"])
+
+
+def output_dir() -> Path:
+    """This attempt's staging folder (OUTPUT_DIR; `output` outside the console)."""
+    return Path(os.environ.get("OUTPUT_DIR") or "output")
+
+
+def accept(unit: str, files: list, items: int = 0) -> dict:
+    """Accept one whole unit: its files (paths inside `output_dir()`, written completely)
+    are fsynced, then `.accepted/<unit>.json` with their sizes and sha256 is written
+    atomically. Only then does the unit count; a crash before leaves it unaccepted."""
+    root = output_dir()
+    entries = []
+    for given in files:
+        path = Path(given)
+        path = path if path.is_absolute() else root / path
+        relative = path.resolve().relative_to(root.resolve())  # ValueError outside it
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+        entries.append(
+            {"path": relative.as_posix(), "size": path.stat().st_size, "sha256": _sha256(path)}
+        )
+    manifest = {"unit": str(unit), "items": int(items), "files": entries}
+    folder = root / ACCEPTED_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(folder / f"{unit}.json", json.dumps(manifest).encode())
+    return manifest
+
+
+def accepted() -> set[str]:
+    """The units already accepted: by earlier attempts (ACCEPTED_UNITS_FILE, written by the
+    agent when this attempt started) and by this one."""
+    done: set[str] = set()
+    carried = os.environ.get("ACCEPTED_UNITS_FILE")
+    if carried:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            done.update(json.loads(Path(carried).read_text()).get("units", {}))
+    with contextlib.suppress(OSError):
+        for entry in (output_dir() / ACCEPTED_FOLDER).iterdir():
+            name = entry.name
+            if name.endswith(".json") or name.endswith(".json.promoted"):
+                done.add(name.split(".json")[0])
+    return done
+
+
+def stop_requested() -> bool:
+    """Whether a stop (SIGTERM) arrived. The first call installs the handler: call it once
+    at start, then between units; on True finish the unit, accept it and exit."""
+    if not _STOP["installed"]:
+        _STOP["installed"] = True
+
+        def handler(signum, frame) -> None:
+            _STOP["requested"] = True
+
+        signal.signal(signal.SIGTERM, handler)
+    return _STOP["requested"]

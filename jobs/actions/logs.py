@@ -16,6 +16,17 @@ from jobs.actions.progress import log_activity, log_progress
 from jobs.models import LogChunk, Pod
 
 
+def note_log_end(pod: Pod, end: int) -> bool:
+    """The agent said the worker's log ends before sequence `end` (`LogLines.end`): once
+    the console holds every line up to it, the log is complete (`logs_delivered`; a
+    follower stops: jobs.logview.follow). Returns whether it was noted."""
+    if pod.logs_delivered:
+        return True
+    noted = bool(Pod.objects.filter(pk=pod.pk, log_next_seq__gte=end).update(logs_delivered=True))
+    pod.logs_delivered = pod.logs_delivered or noted
+    return noted
+
+
 def append_log_lines(
     pod: Pod, current: int, lines: Sequence[str], now: datetime, *, joins: Sequence[int] = ()
 ) -> int:

@@ -19,6 +19,7 @@ from datetime import datetime
 
 from django.db.models import Q
 
+from jobs.actions.results import store_facts, store_phase, store_units, store_validator
 from jobs.models import Checkpoint, Job, Pod, PodDesired, ProgressSample
 from policy.faulttolerance.hang import deadline_after, distinct_lines
 from policy.faulttolerance.policy import config_of
@@ -50,8 +51,11 @@ def store_progress(pod: Pod, progress, now: datetime) -> bool:
     (a heartbeat with nothing new) writes nothing. Returns whether anything was stored."""
     if progress is None or not may_report(pod):
         return False
-    if pod.progress_step == progress.step and pod.progress_at is not None:
+    same_phase = progress.phase == pod.progress_phase
+    if pod.progress_step == progress.step and pod.progress_at is not None and same_phase:
         return False
+    if not same_phase:
+        store_phase(pod.job_id, progress.phase)
     rate = pod.progress_rate
     if pod.progress_step is not None and pod.progress_at is not None:
         # Measured on the worker's clock when both steps carry it: the console receives
@@ -174,6 +178,14 @@ def store_worker_extras(pods: dict[int, Pod], reports: Iterable, now: datetime) 
             store_checkpoints(pod, report.checkpoints, now)
         if report.progress is not None:
             store_progress(pod, report.progress, now)
+        if report.facts is not None and may_report(pod):
+            store_facts(pod, report.facts)
+        # A newly accepted unit is progress for the hang judge (docs/results.md).
+        if report.units and may_report(pod) and store_units(pod, report.units, now):
+            _push_hang_deadline(pod.job, now)
+        # Rank 0's validator outcome arrives with its exit, before the exit is judged.
+        if report.validator is not None and may_report(pod):
+            store_validator(pod, report.validator, now)
 
 
 def log_activity(pod: Pod, lines: Iterable[str]) -> tuple[dict, bool]:

@@ -39,6 +39,7 @@ from policy.faulttolerance.policy import (
 )
 from policy.faulttolerance.policy import decide as decide_policy
 from policy.statuses import Actor, JobStatus, PodStatus
+from protocol.agent import AGENT_SHUTDOWN, NODE_REFUSED, RESUME_REFUSED
 
 TAIL_CHARS = 600  # log tail quoted in a final Failed reason
 
@@ -47,7 +48,10 @@ _KIND = {
     FailureKind.HANG: RestartKind.HANG,
     FailureKind.PREEMPTED: RestartKind.PREEMPTION,
     FailureKind.NODE_LOST: RestartKind.NODE_LOST,
+    FailureKind.NODE_LEFT: RestartKind.NODE_LOST,  # counted with lost nodes
+    FailureKind.NODE_REFUSED: RestartKind.NODE_REFUSED,  # not counted: tried elsewhere
 }
+NODE_LOSSES = (FailureKind.NODE_LOST, FailureKind.NODE_LEFT)
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,13 @@ def counters_of(job: Job) -> Counters:
 def failure_of(pod: Pod) -> Failure:
     """The failure a final worker stands for (pod status Failed or Lost)."""
     if pod.status == PodStatus.LOST:
-        return Failure(FailureKind.NODE_LOST, worker_rank=pod.rank, message=pod.status_reason)
+        kind = FailureKind.NODE_LEFT if pod.ended_by == AGENT_SHUTDOWN else FailureKind.NODE_LOST
+        return Failure(kind, worker_rank=pod.rank, message=pod.status_reason)
     message = pod.error_message or pod.status_reason
+    if pod.ended_by == NODE_REFUSED:  # never started: its node lacked what the job needs
+        return Failure(FailureKind.NODE_REFUSED, pod.rank, None, message)
+    if pod.ended_by == RESUME_REFUSED:  # never started: the run it would resume changed
+        return Failure(FailureKind.RESUME_REFUSED, pod.rank, None, message)
     return Failure(FailureKind.EXIT, pod.rank, pod.exit_code, message)
 
 
@@ -140,7 +149,7 @@ def start_new_attempt(
         "attempt": job.attempt + 1,
         "restart_count": job.restart_count + int(decision.consumes_budget),
         "preemption_count": job.preemption_count + int(failure.kind == FailureKind.PREEMPTED),
-        "node_loss_count": job.node_loss_count + int(failure.kind == FailureKind.NODE_LOST),
+        "node_loss_count": job.node_loss_count + int(failure.kind in NODE_LOSSES),
         "restart_not_before": (
             now + timedelta(seconds=decision.backoff_seconds) if decision.backoff_seconds else None
         ),
@@ -261,13 +270,18 @@ def _announce_restart(
 
 def handle_failure(job: Job, pod: Pod, *, now: datetime | None = None) -> Outcome | None:
     """A worker of a running job failed or was lost. Returns what was done, or None when
-    Automatic Fault Tolerance is off (the caller ends the job Failed as before)."""
+    Automatic Fault Tolerance is off (the caller ends the job Failed as before); a node
+    that left (its agent shut down) stops such a job instead: the system's doing."""
     config = config_of(job)
-    if not config.enabled:
+    failure = failure_of(pod)
+    if not config.enabled and failure.kind != FailureKind.NODE_LEFT:
         return None
     now = now or timezone.now()
-    failure = failure_of(pod)
     decision = decide_policy(config, counters_of(job), failure)
+    if decision.action == Action.STOP:
+        transition(job, JobStatus.STOPPED, reason=decision.reason, actor=Actor.SYSTEM, now=now)
+        stop_pods(job, reason=decision.reason, stop_as=PodStatus.STOPPED, now=now)
+        return Outcome(Action.STOP, decision.reason, JobStatus.STOPPED)
     # Asynchronous with retry elsewhere: the replacement pod would reuse the failed node and
     # GPUs, so the whole job restarts instead (below) and the scheduler places it elsewhere.
     if decision.action == Action.RESTART_WORKER and not decision.exclude_node:

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster.models import GpuDevice
-from jobs.actions import bulk
+from jobs.actions import bulk, rendezvous
 from jobs.actions.charges import record_charge_moves
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.transitions import IllegalTransition, TransitionConflict
@@ -70,6 +70,8 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
     pods = _new_pods(admitted, rows)
     if pods:
         insert_pods(pods)
+        # Where the new attempts' workers meet (docs/distributed.md).
+        rendezvous.reserve(admitted, {a.job_id: rows[a.job_id].attempt for a in admitted})
 
     # Jobs already Inqueue: refresh reason and position when they changed (the deep part of
     # a queue at most every QUEUE_REFRESH_S). Not a status change, so no JobEvent (or every

@@ -19,6 +19,7 @@ from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from jobs.actions import restarts as restart
+from jobs.actions.results import completion
 from jobs.actions.stop import stop_pods
 from jobs.actions.transitions import TransitionConflict, transition
 from jobs.models import Job, Pod, PodDesired, RestartRecord, WorkerGpuSample
@@ -33,6 +34,7 @@ from policy.faulttolerance.hang import deadline_after
 from policy.faulttolerance.policy import config_of
 from policy.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus
 from protocol import limits
+from protocol.agent import AGENT_SHUTDOWN
 from protocol.text import fit, fit_tail, last_line
 
 
@@ -46,6 +48,7 @@ class WorkerChange:
     error: str = ""
     container_id: str = ""
     logs_delivered: bool = False
+    ended_by: str = ""  # protocol.agent.WorkerReport.ended_by ("" when not said)
 
 
 def apply_worker_state(
@@ -110,6 +113,10 @@ def _write_pod(change: WorkerChange, now: datetime) -> bool:
         pod.stop_as if pod.desired == PodDesired.STOP else "", change.exit_code
     )
     reason = pod.stop_reason if final != pod_status_from_exit(change.exit_code) else ""
+    if change.ended_by == AGENT_SHUTDOWN and pod.desired == PodDesired.RUN:
+        # Its node left (the agent shut down): lost to the platform, not failed by the job
+        # (docs/fault-tolerance.md, "A node leaving").
+        final, reason = PodStatus.LOST, NODE_LEFT
     return bool(
         Pod.objects.filter(pk=pod.pk, status__in=list(ACTIVE_POD_STATUSES)).update(
             status=final,
@@ -119,7 +126,9 @@ def _write_pod(change: WorkerChange, now: datetime) -> bool:
             container_id=change.container_id or pod.container_id,
             finished_at=now,
             last_report_at=now,
-            logs_delivered=change.logs_delivered,
+            ended_by=change.ended_by,
+            # Never taken back: the agent's end of stream may have come first.
+            **({"logs_delivered": True} if change.logs_delivered else {}),
         )
     )
 
@@ -197,6 +206,8 @@ def reconcile_job(
     for change in changes:
         if change.to_status == JobStatus.FAILED and job.stop_requested_at is None:
             failed = [p for p in pods if p.status in (PodStatus.FAILED, PodStatus.LOST)]
+            # A node that left is the platform's doing: it speaks for the attempt first.
+            failed.sort(key=lambda p: p.ended_by != AGENT_SHUTDOWN)
             if failed:
                 try:
                     with transaction.atomic():
@@ -207,6 +218,9 @@ def reconcile_job(
                     if outcome.to_status is not None:
                         applied.append(JobChange(outcome.to_status, outcome.reason))
                     break
+        if change.to_status == JobStatus.COMPLETED:
+            # Exit 0 is not yet "done": the result's contract decides (docs/results.md).
+            change = completion(job, change, now)
         fields = {}
         if change.exit_code is not None:
             fields["exit_code"] = change.exit_code
@@ -262,6 +276,7 @@ def record_gpu_samples(samples: Iterable[tuple[int, dict]], at: datetime) -> Non
 # -- dead and unreachable nodes (agents.node_monitor) -------------------------------------
 
 NODE_LOST = "node lost"
+NODE_LEFT = "its node left: the node's agent shut down"
 
 
 def mark_pods_unknown(node_id: int, reason: str) -> int:

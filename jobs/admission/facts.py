@@ -13,9 +13,10 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 
 from cluster.models import POOL_STATES, Node
 from jobs.admission.cache import Versioned
-from jobs.folders import folder_owner
+from jobs.folders import CHECKPOINT, folder_conflict
 from policy.admission import rules
 from policy.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
+from policy.folders import Claim
 from policy.jobspec import JobSpec
 from policy.scheduler.model import QuotaSnap
 from quotas.models import Quota, Workspace
@@ -139,6 +140,9 @@ class FactsLoader:
         self.workspaces = workspaces
         self._memo: dict[tuple, Any] = {}
         self._cache = Versioned()
+        # The folders the batch's valid items claim so far, per workspace: a later item may
+        # not overlap them (policy.folders).
+        self.claimed: dict[int, list[Claim]] = {}
 
     def _once(self, key: tuple, load, shared: bool = True):
         if key not in self._memo:
@@ -198,23 +202,24 @@ def check_job(
     chosen = verdict.workspace
     workspace = next((w for w in bound if chosen and w.pk == chosen.id), None)
     if workspace is not None:
-        _check_folder_is_free(verdict, workspace.pk)
+        _check_folder_is_free(verdict, workspace.pk, loader.claimed.setdefault(workspace.pk, []))
     return Checked(verdict, quota=quota if bound else None, workspace=workspace)
 
 
-def _check_folder_is_free(verdict: Verdict, workspace_id: int) -> None:
-    """Two runs never share a checkpoint folder unknowingly: the other job's checkpoints
-    would be taken for this one's (docs/fault-tolerance.md). One query, only for a folder."""
+def _check_folder_is_free(verdict: Verdict, workspace_id: int, claimed: list[Claim]) -> None:
+    """Two runs never share a checkpoint folder, nor nest one in the other's: the other
+    job's checkpoints would be taken for this one's, or pruned by it (docs/fault-tolerance.md).
+    One query, only for a folder. A valid item's folder is claimed for the batch's later
+    items (`claimed`)."""
     folder = verdict.values.get("checkpoint_dir") or ""
-    owner = folder_owner(workspace_id, folder) if folder else None
-    if owner is not None:
-        rules.add_problem(
-            verdict,
-            "checkpoint_dir",
-            f"Job #{owner} already uses this folder; its checkpoints would be taken for "
-            f"this job's. Choose another folder, or Restart job #{owner} to continue "
-            "from its checkpoints.",
-        )
+    if not folder:
+        return
+    found = folder_conflict(workspace_id, folder, claimed)
+    if found is not None:
+        rules.add_problem(verdict, "checkpoint_dir", found.message())
+    elif verdict.ok:
+        name = verdict.values.get("name") or "unnamed"
+        claimed.append(Claim(folder, CHECKPOINT, f"an earlier job of this batch ({name})"))
 
 
 def _tree(quota: Quota) -> tuple[QuotaSnap, ...]:

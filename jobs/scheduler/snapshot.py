@@ -47,6 +47,8 @@ QUOTA_COLUMNS = (
     "cpus",
     "memory_gb",
     "preemption",
+    "reclaim_within_tree",  # the sharing options (docs/scheduling.md, the decision table)
+    "borrow_within_tree_max_priority",
     # The quota tree (docs/quota-tree.md) and the tenant's fair-share switch.
     "parent_id",
     "max_gpus",
@@ -75,6 +77,7 @@ class Holding:
     gpus_by_node: list[tuple[int | None, int]] = field(default_factory=list)
     last_started_at: datetime | None = None
     charges: list[int] = field(default_factory=list)  # per worker: pooled jobs have several
+    pods_in_quota: list[bool] = field(default_factory=list)  # per worker (fair share by pod)
 
 
 @dataclass(slots=True)
@@ -145,6 +148,7 @@ def _live_use() -> LiveUse:
             held = use.holdings[pod.job_id] = Holding(pod.charged_quota_id, pod.in_quota)
         held.gpus_by_node.append((pod.node_id, pod.gpus))
         held.charges.append(pod.charged_quota_id)
+        held.pods_in_quota.append(pod.in_quota)
         if pod.started_at and (
             held.last_started_at is None or pod.started_at > held.last_started_at
         ):
@@ -289,7 +293,7 @@ def _load_running(
                 id=job.id,
                 quota_id=job.quota_id,
                 charged_quota_id=held.charged_quota_id,
-                in_quota=held.in_quota,
+                in_quota=all(held.pods_in_quota),  # a partly-borrowing job is a borrower
                 priority=job.priority,
                 gpus_by_node=tuple(held.gpus_by_node),
                 started_at=held.last_started_at or job.started_at,
@@ -300,6 +304,8 @@ def _load_running(
                 # Only when pooled: one lender is the common case and the cheaper snapshot.
                 charges=tuple(held.charges) if len(set(held.charges)) > 1 else (),
                 idle_resources=_IDLE[job.idle_resources],
+                # Only when mixed: fair share counts a job's borrowed pods, not the job.
+                pods_in_quota=tuple(held.pods_in_quota) if len(set(held.pods_in_quota)) > 1 else (),
             )
         )
     return tuple(running)

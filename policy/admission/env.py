@@ -3,6 +3,7 @@ strings (the API), checked variable by variable against what an agent accepts.""
 
 from typing import Any
 
+from policy.secrets import placeholder_problem
 from protocol import limits
 from protocol.devices import is_device_env
 from protocol.text import name_problem, text_problem
@@ -65,7 +66,7 @@ def _problem(key: str, val: str, env: dict[str, str]) -> str | None:
         return f"{key}: the value {text_problem(val)}"
     if len(val) > limits.ENV_VALUE:
         return f"{key}: the value is longer than {limits.ENV_VALUE} characters"
-    return None
+    return placeholder_problem(key, val)
 
 
 def parse_env(value: Any) -> dict[str, str]:

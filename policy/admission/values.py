@@ -96,6 +96,29 @@ def env(value: Any) -> dict[str, str]:
         raise Problem(*exc.messages) from None
 
 
+def data(value: Any) -> dict[str, str]:
+    """Read-only data folders (docs/distributed.md): name → a folder of the workspace's
+    area, written like an environment (an object, or name=folder lines)."""
+    folders = env(value)
+    problems = []
+    if len(folders) > limits.DATA_MOUNTS:
+        problems.append(f"At most {limits.DATA_MOUNTS} data folders.")
+    for key, folder in folders.items():
+        if not re.fullmatch(limits.DATA_NAME_PATTERN, key):
+            problems.append(f"{key}: a data name is a letter, then letters, digits, '_' or '-'.")
+            continue
+        try:
+            folders[key] = checkpoint_dir(folder)
+        except Problem as exc:
+            problems.extend(f"{key}: {message}" for message in exc.messages)
+            continue
+        if not folders[key]:
+            problems.append(f"{key}: name a folder.")
+    if problems:
+        raise Problem(*problems)
+    return folders
+
+
 # -- a text field's own rule (after `text` has read it) ----------------------------------------
 
 
@@ -120,6 +143,18 @@ def name(read: str) -> str:
     problem = name_problem(read)
     if problem:
         raise Problem(f"The name {problem}.")
+    return read
+
+
+def code_repo(read: str) -> str:
+    if read and not re.fullmatch(limits.CODE_REPO_PATTERN, read):
+        raise Problem("A repository is a git URL or a path, printable ASCII without spaces.")
+    return read
+
+
+def code_ref(read: str) -> str:
+    if read and (not re.fullmatch(limits.CODE_REF_PATTERN, read) or ".." in read):
+        raise Problem("A commit or branch is letters, digits, '.', '_', '-' and '/'.")
     return read
 
 

@@ -27,6 +27,9 @@ class Rule:
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (
+    # The program failed its own short rehearsal (docs/results.md, "Before a long run"):
+    # it would fail the same way again.
+    Rule("preflight failed", Verdict.NO_RETRY, pattern=r"\[preflight\] failed"),
     Rule(
         "NCCL timeout",
         Verdict.RETRY,

@@ -3,7 +3,9 @@ what happens next. Pure.
 
 Budgets (docs/traps.md "restart budgets"): only failures (a worker's exit the policy retries,
 a hang with action restart) consume `max_restarts`; preemptions and lost nodes are counted
-separately and never exhaust it.
+separately and never exhaust it. A node leaving (its agent shut down and stopped its
+workers) is the platform's doing, never the job's: with fault tolerance it restarts like a
+lost node; without, the job ends Stopped by the system with the reason (docs/fault-tolerance.md).
 """
 
 from dataclasses import dataclass, field
@@ -32,6 +34,13 @@ class FailureKind(StrEnum):
     HANG = "hang"  # no progress for the hang timeout
     PREEMPTED = "preempted"  # resources reclaimed
     NODE_LOST = "node_lost"  # the worker's node missed heartbeats past the timeout
+    NODE_LEFT = "node_left"  # the worker's node left: its agent stopped it while shutting down
+    # The worker's node refused to start it (not enough free space for its output): a
+    # node's condition, tried elsewhere without using the budget (docs/results.md).
+    NODE_REFUSED = "node_refused"
+    # The worker would resume a run whose code or program changed since its accepted units
+    # were made: refused on every node, never retried (docs/results.md).
+    RESUME_REFUSED = "resume_refused"
 
 
 class Action(StrEnum):
@@ -123,15 +132,34 @@ def describe(failure: Failure) -> str:
         return f"{who} made no progress (hang detected)"
     if failure.kind == FailureKind.PREEMPTED:
         return f"preempted{': ' + failure.message if failure.message else ''}"
+    if failure.kind == FailureKind.NODE_LEFT:
+        return f"{who} stopped: its node left (the node's agent shut down)"
+    if failure.kind == FailureKind.RESUME_REFUSED:
+        line = failure.message.strip().splitlines()[-1:] if failure.message else []
+        text = line[0].removeprefix("launch failed: ") if line else "resume refused"
+        return f"{who} not started: {text[:600]}"
+    if failure.kind == FailureKind.NODE_REFUSED:
+        why = failure.message.strip().splitlines()[-1:] if failure.message else []
+        return f"{who} not started: its node refused it" + (f" ({why[0][:300]})" if why else "")
     return f"{who} lost: node lost"
+
+
+NOT_THE_JOBS = (FailureKind.PREEMPTED, FailureKind.NODE_LOST, FailureKind.NODE_LEFT)
 
 
 def decide(config: FtConfig, counters: Counters, failure: Failure) -> Decision:
     what = describe(failure)
-    if failure.kind in (FailureKind.PREEMPTED, FailureKind.NODE_LOST):
+    if failure.kind == FailureKind.RESUME_REFUSED:
+        return Decision(Action.FAIL, what)
+    if failure.kind == FailureKind.NODE_REFUSED:
+        # Never the job's fault, and never the same node again: each refusal excludes one
+        # node, so the restarts are bounded by the cluster's nodes.
         if not config.enabled:
-            action = Action.END if failure.kind == FailureKind.PREEMPTED else Action.FAIL
-            return Decision(action, what)
+            return Decision(Action.FAIL, what)
+        return Decision(Action.RESTART_JOB, f"restart elsewhere: {what}", exclude_node=True)
+    if failure.kind in NOT_THE_JOBS:
+        if not config.enabled:
+            return _without_fault_tolerance(failure.kind, what)
         counted = (
             counters.preemptions + 1
             if failure.kind == FailureKind.PREEMPTED
@@ -166,6 +194,16 @@ def decide(config: FtConfig, counters: Counters, failure: Failure) -> Decision:
         rule=rule,
         exclude_node=verdict == Verdict.RETRY_ELSEWHERE,
     )
+
+
+def _without_fault_tolerance(kind: FailureKind, what: str) -> Decision:
+    """Preempted keeps its status; a lost node fails the job ("node lost"); a node that
+    left (its agent shut down) stops it: Stopped by the system, never Failed."""
+    if kind == FailureKind.PREEMPTED:
+        return Decision(Action.END, what)
+    if kind == FailureKind.NODE_LEFT:
+        return Decision(Action.STOP, f"stopped by the system: {what}")
+    return Decision(Action.FAIL, what)
 
 
 def _budgeted(

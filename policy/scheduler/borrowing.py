@@ -6,11 +6,13 @@ whole job, whole workers are spread over several lenders, each pod charged to on
 across tenants or GPU types; never a lender in reclaim or in its cool-down; never beyond a
 `lending_limit` (docs/quota-tree.md)."""
 
+from collections.abc import Callable, Iterable
+
 from policy.scheduler.fairshare import fair_share_preempt
 from policy.scheduler.guaranteed import _wait_guaranteed
 from policy.scheduler.model import Admission, JobSnap, PoolKey, QuotaSnap
 from policy.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
-from policy.scheduler.working import _Both, _diagnose, _place, _Short, _Working, scope_of
+from policy.scheduler.working import _book, _Both, _diagnose, _place, _Short, _Working, scope_of
 from protocol import words
 
 
@@ -34,21 +36,55 @@ def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str
     return _Both(_wait_guaranteed(job, quota, guaranteed, state), idle)
 
 
-def _borrow_or_known_refusal(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
+NO_NEAR_LENDER = "no lender this near"  # a nearest-first round's refusal (never shown)
+
+
+def nearest_rounds(
+    ordered: Callable[[], Iterable[JobSnap]], deferred: dict, state: _Working
+) -> list[Admission]:
+    """Nearest first from the lender's side (docs/quota-tree.md): before the idle pass, a
+    round per tree level lets idle jobs borrow only from lenders at most that many levels
+    away (a loan leaving the lender's quota only, then its parent's subtree, …), so a
+    subtree's idle guarantee goes to its own quotas before anyone outside it. Admissions only:
+    whoever still waits is looked at again, with every right, in the idle pass. Flat quotas
+    have no rounds (today's order)."""
+    tree = state.tree.tree
+    if not tree.children:
+        return []
+    depth = max(len(tree.path(q)) for q in tree.quotas)
+    admitted: list[Admission] = []
+    # The last level (every lender of the tree) is the idle pass itself: scopes are nearest
+    # first from the borrower's side, so it needs no round of its own.
+    for level in range(depth - 1):
+        for job in ordered():  # the idle pass's fair order, each round afresh
+            quota = state.quotas[job.quota_id]
+            if quota.resource_type != "Lingjun" or state.tree.limit_short(quota.id, job.total_gpus):
+                continue
+            result = _borrow_or_known_refusal(job, quota, state, level)
+            if isinstance(result, Admission):
+                deferred.pop(job.id)
+                admitted.append(result)
+                _book(state, job, result)
+    return admitted
+
+
+def _borrow_or_known_refusal(
+    job: JobSnap, quota: QuotaSnap, state: _Working, level: int | None = None
+) -> Admission | str:
     """`_borrow`, except that a job the same shape as one refused since the plan's last
     change gets that refusal again. A borrowing try reads the job's quota and shape, its
     cool-downs and excluded nodes (those jobs are always tried) and the plan's state, never
     its id or age; so on an unchanged state the answer is the same. A long queue of
     same-sized jobs on a full cluster is then one try per shape, not one per job."""
     if job.reclaimed_by or job.excluded_node_ids:
-        return _borrow(job, quota, state)
+        return _borrow(job, quota, state, level)
     key = (job.quota_id, job.workers, job.gpus_per_worker, job.cpus_per_worker,
-           job.memory_gb_per_worker)  # fmt: skip
+           job.memory_gb_per_worker, level)  # fmt: skip
     changes = state.changes()
     known = state.borrow_refusals.get(key)
     if known is not None and known[0] == changes:
         return known[1]
-    result = _borrow(job, quota, state)
+    result = _borrow(job, quota, state, level)
     if isinstance(result, str):
         state.borrow_refusals[key] = (changes, result)
     return result
@@ -64,9 +100,20 @@ def lenders_for(quota: QuotaSnap, lingjun: dict[tuple[int, PoolKey], list[QuotaS
     return [quota, *others]
 
 
-def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
+def _borrow(
+    job: JobSnap, quota: QuotaSnap, state: _Working, level: int | None = None
+) -> Admission | str:
     need = job.total_gpus
     lenders = scope_of(quota, state)
+    if level is not None:  # a nearest-first round: lenders at most `level` levels away
+        leaving = state.tree.tree.common_ancestor_below
+        lenders = [
+            q
+            for q in lenders
+            if q.id in state.tree.tree.quotas and len(leaving(q.id, quota.id)) <= level
+        ]
+        if not lenders:
+            return NO_NEAR_LENDER
     cooling = _cooling(job, state)
     if cooling:
         lenders = [q for q in lenders if q.id not in cooling]
@@ -82,27 +129,9 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         if total >= need:  # else no set of lenders can hold it: skip the pooling
             pooled = _pool_lenders(job, lenders, room, state)
     if not able and not pooled:
-        best = max(lenders, key=lambda q: (room[q.id], -q.id))
-        free = f"{max(room[best.id], 0)} unused"
-        if best.id in state.reclaiming:
-            free += ", being reclaimed"
-        limited = _limited_lender(lenders, quota.id, room, state)
-        if len(lenders) == 1:
-            unused = words.gpu_noun(max(room[best.id], 0))
-            return (
-                f"idle resources: quota {quota.name} has {free} {unused}, job needs {need}{limited}"
-            )
-        # Several lenders are pooled (whole workers each): say what they have together.
-        short = (
-            f"job needs {need}"
-            if total < need
-            else f"not as {_n(job.workers, 'whole worker')} of {job.gpus_per_worker}"
-        )
-        most = f" (most: {best.name}, {free})" if total or best.id in state.reclaiming else ""
-        return (
-            f"idle resources: the {quota.gpu_type} quotas of this tenant have {words.gpus(total)} "
-            f"unused in all, {short}{most}{limited}"
-        )
+        if level is not None:
+            return NO_NEAR_LENDER  # a round's refusal is never shown: no wording
+        return _refusal(job, quota, lenders, room, total, state)
     key = quota.pool
     pool = state.capacity.pool(key)
     if pool is None or pool.size == 0:
@@ -131,6 +160,37 @@ def _borrow(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | str:
         in_quota=False,
         reason=f"{where}; idle resources of quota {lender.name} (not in quota)",
         where=where,
+    )
+
+
+def _refusal(
+    job: JobSnap,
+    quota: QuotaSnap,
+    lenders: list[QuotaSnap],
+    room: dict[int, int],
+    total: int,
+    state: _Working,
+) -> str:
+    """Why no lender (nor a pool of them) can hold the job, in words."""
+    need = job.total_gpus
+    best = max(lenders, key=lambda q: (room[q.id], -q.id))
+    free = f"{max(room[best.id], 0)} unused"
+    if best.id in state.reclaiming:
+        free += ", being reclaimed"
+    limited = _limited_lender(lenders, quota.id, room, state)
+    if len(lenders) == 1:
+        unused = words.gpu_noun(max(room[best.id], 0))
+        return f"idle resources: quota {quota.name} has {free} {unused}, job needs {need}{limited}"
+    # Several lenders are pooled (whole workers each): say what they have together.
+    short = (
+        f"job needs {need}"
+        if total < need
+        else f"not as {_n(job.workers, 'whole worker')} of {job.gpus_per_worker}"
+    )
+    most = f" (most: {best.name}, {free})" if total or best.id in state.reclaiming else ""
+    return (
+        f"idle resources: the {quota.gpu_type} quotas of this tenant have {words.gpus(total)} "
+        f"unused in all, {short}{most}{limited}"
     )
 
 

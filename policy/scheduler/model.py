@@ -50,7 +50,16 @@ class QuotaSnap:
     used_memory_gb: int = 0
     # Of used_gpus: GPUs lent out, i.e. held by pods charged here but not in quota.
     borrowed_gpus: int = 0
-    preemption: str = "Never"  # or "LowerPriority": priority preemption inside the quota
+    # Priority preemption inside the quota (Kueue's withinClusterQueue): "Never",
+    # "LowerPriority" or "LowerOrNewerEqualPriority" (docs/scheduling.md, the decision table).
+    preemption: str = "Never"
+    # Whom a guaranteed job of this quota may reclaim lent capacity from (Kueue's
+    # reclaimWithinCohort): "Any" borrower (today's rule), "LowerPriority" ones, or "Never".
+    reclaim_within_tree: str = "Any"
+    # Kueue's borrowWithinCohort: an idle job of this quota that finds no idle capacity may
+    # preempt lower-priority borrowers of other quotas whose priority is at most this
+    # threshold (None: off, today's rule).
+    borrow_within_tree_max_priority: int | None = None
     # The quota tree (docs/quota-tree.md). `gpus` is the guarantee of the whole subtree;
     # its own guarantee is `gpus` less its children's `gpus`.
     parent_id: int | None = None
@@ -94,6 +103,18 @@ class RunningSnap:
     charges: tuple[int, ...] = ()
     # Its own setting: an `Acceptable` borrower moves its charge home when room appears.
     idle_resources: IdleResources = IdleResources.OFF
+    # Per entry of gpus_by_node, whether that pod is in quota, when they differ (a job partly
+    # in quota); empty: every pod is as `in_quota` says. Fair share counts borrowed pods only.
+    pods_in_quota: tuple[bool, ...] = ()
+
+    @property
+    def borrowed_gpus(self) -> int:
+        """GPUs of its pods that are not in quota: what fair share counts as borrowed."""
+        if not self.pods_in_quota:
+            return 0 if self.in_quota else self.gpus
+        return sum(
+            g for (_, g), inq in zip(self.gpus_by_node, self.pods_in_quota, strict=True) if not inq
+        )
 
     @property
     def gpus(self) -> int:

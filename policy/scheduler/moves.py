@@ -24,13 +24,18 @@ def move_borrowers(quota: QuotaSnap, short: int, job: JobSnap, state: _Working) 
     # The fewest moves: borrowers holding most of this quota's charge first.
     candidates.sort(key=lambda r: (-r.gpus_charged_to(quota.id), r.id))
     taken: dict[int, int] = {}  # GPUs this round's moves put on each target
+    spent: dict[int, int] = {}  # of each subtree's lending limit, by this round's moves
     chosen: list[tuple[RunningSnap, QuotaSnap]] = []
     freed = 0
     for r in candidates:
-        target = _target(r, quota.id, taken, state)
+        target = _target(r, quota.id, taken, spent, state)
         if target is None:
             continue
-        taken[target.id] = taken.get(target.id, 0) + r.gpus - r.gpus_charged_to(target.id)
+        added = r.gpus - r.gpus_charged_to(target.id)
+        taken[target.id] = taken.get(target.id, 0) + added
+        if state.tree.any_lending:
+            for a in state.tree.tree.common_ancestor_below(target.id, r.quota_id):
+                spent[a] = spent.get(a, 0) + added
         chosen.append((r, target))
         freed += r.gpus_charged_to(quota.id)
         if freed >= short:
@@ -43,9 +48,10 @@ def move_borrowers(quota: QuotaSnap, short: int, job: JobSnap, state: _Working) 
 
 
 def _target(
-    r: RunningSnap, away_from: int, taken: dict[int, int], state: _Working
+    r: RunningSnap, away_from: int, taken: dict[int, int], spent: dict[int, int], state: _Working
 ) -> QuotaSnap | None:
-    """The nearest lender in the borrower's scope that could hold all its pods."""
+    """The nearest lender in the borrower's scope that could hold all its pods, within every
+    lending limit the loan leaves (counting this round's other moves: `spent`)."""
     tree = state.tree
     for lender in scope_of(state.quotas[r.quota_id], state):
         if lender.id == away_from or lender.id in state.reclaiming:
@@ -60,11 +66,22 @@ def _target(
         )
         if room < r.gpus:
             continue
-        budget = tree.loan_room(lender.id, r.quota_id)  # its lending limits hold too
-        if budget is not None and budget[0] < r.gpus - already:
+        if tree.any_lending and not _within_limits(lender.id, r, r.gpus - already, spent, state):
             continue
         return lender
     return None
+
+
+def _within_limits(
+    lender_id: int, r: RunningSnap, gpus: int, spent: dict[int, int], state: _Working
+) -> bool:
+    """Would lending `gpus` more to `r`'s quota keep every lending limit the loan leaves?"""
+    tree = state.tree
+    for a in tree.tree.common_ancestor_below(lender_id, r.quota_id):
+        limit = tree.tree.quotas[a].lending_limit
+        if limit is not None and tree.lent.get(a, 0) + spent.get(a, 0) + gpus > limit:
+            return False
+    return True
 
 
 def _commit(r: RunningSnap, target: QuotaSnap, quota: QuotaSnap, job: JobSnap, state: _Working):

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 
-from policy.scheduler.borrowing import _idle_pass, lenders_for
+from policy.scheduler.borrowing import _idle_pass, lenders_for, nearest_rounds
 from policy.scheduler.guaranteed import _DEFER, _guaranteed_pass
 from policy.scheduler.model import Admission, JobSnap, Plan, QueueDecision, Snapshot
 from policy.scheduler.placement import CapacityIndex
@@ -128,6 +128,10 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     # and a lender whose job arrives now gets the room back instead of reclaiming.
     charges_home = _move_home(snapshot.running, state)
     for phase in (_guaranteed_pass, _idle_pass):
+        if phase is _idle_pass:  # a subtree's idle guarantee to its own quotas first
+            admissions += nearest_rounds(
+                lambda: fair_order(order, deferred, state.tree), deferred, state
+            )
         # Idle capacity goes to the quota with the lowest borrowed GPUs / weight first.
         jobs = order if phase is _guaranteed_pass else fair_order(order, deferred, state.tree)
         for job in jobs:

@@ -9,14 +9,16 @@ Who may be a victim of a guaranteed job J of quota Q:
 - when Q's policy is `LowerPriority`: an in-quota job of Q with a lower priority than J.
 In-quota jobs of other quotas are never victims, so no quota is taken below its guarantee.
 
-Order (the work lost is smallest first): jobs already releasing their GPUs (free to wait
-for), then lowest priority, then least GPU-time since the last committed checkpoint, then
-most recently started. Victims are added in that order until J is eligible *after*
-subtracting them (guarantee, charged capacity and gang placement by GPU count); then every
-victim J does not actually need is dropped again, newest choice first.
+Order (docs/scheduling.md, the decision table; Kueue's candidate ordering): jobs already
+releasing their GPUs (free to wait for), then by tier: borrowers before in-quota jobs (a
+borrower never outranks an in-quota job of the lender), borrowers from farthest in the tree
+first (nearest last); within a tier lowest priority, then least GPU-time since the last
+committed checkpoint, then most recently started. Victims are added in that order until J
+is eligible *after* subtracting them (guarantee, charged capacity and gang placement by GPU
+count); then every victim J does not actually need is dropped again, newest choice first.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,12 +35,23 @@ def lost_gpu_seconds(victim: RunningSnap, now: datetime) -> float:
     return max((now - since).total_seconds(), 0.0) * victim.gpus
 
 
-def victim_order(candidates: Sequence[RunningSnap], now: datetime) -> list[RunningSnap]:
-    """Releasing first; then lowest priority, least lost GPU-time, most recently started."""
+Tier = Callable[[RunningSnap], Hashable]
+
+
+def borrowers_first(victim: RunningSnap) -> int:
+    """The default tier: borrowers (0) before in-quota jobs (1)."""
+    return 1 if victim.in_quota else 0
+
+
+def victim_order(
+    candidates: Sequence[RunningSnap], now: datetime, tier: Tier = borrowers_first
+) -> list[RunningSnap]:
+    """Releasing first; then by tier (borrowers first); then lowest priority, least lost
+    GPU-time, most recently started."""
 
     def key(v: RunningSnap) -> tuple:
         started = v.started_at.timestamp() if v.started_at else float("inf")
-        return (not v.stopping, v.priority, lost_gpu_seconds(v, now), -started, v.id)
+        return (not v.stopping, tier(v), v.priority, lost_gpu_seconds(v, now), -started, v.id)
 
     return sorted(candidates, key=key)
 
@@ -71,10 +84,11 @@ def choose_victims(
     candidates: Sequence[RunningSnap],
     eligible: Callable[[Sequence[RunningSnap]], bool],
     now: datetime,
+    tier: Tier = borrowers_first,
 ) -> Choice | None:
     """The smallest set of victims (in `victim_order`) after which `eligible` holds."""
     chosen: list[RunningSnap] = []
-    for victim in victim_order(candidates, now):
+    for victim in victim_order(candidates, now, tier):
         chosen.append(victim)
         if eligible(chosen):
             break

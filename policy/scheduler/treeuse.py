@@ -42,10 +42,11 @@ class TreeUse:
         )
         own_held = {q.id: q.guaranteed_gpus for q in quotas}  # in-quota pods: own jobs only
         for r in running:
-            if r.in_quota or r.quota_id not in tree.quotas:
+            borrowed = r.borrowed_gpus  # by pod: a pod in quota is not borrowed
+            if not borrowed or r.quota_id not in tree.quotas:
                 continue
-            use.borrowed[r.quota_id] += r.gpus
-            own_held[r.quota_id] += r.gpus
+            use.borrowed[r.quota_id] += borrowed
+            own_held[r.quota_id] += borrowed
             if not flat:
                 for lender in r.lenders:
                     if lender in tree.quotas:

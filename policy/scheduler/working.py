@@ -129,6 +129,25 @@ class _Working:
     # The borrowing pass's refusals by job shape, with `changes()` when refused.
     borrow_refusals: dict[tuple, tuple[tuple, str]] = field(default_factory=dict)
 
+    _pool_borrowers: dict[tuple, list[RunningSnap]] | None = None
+
+    def pool_borrowers(self, quota: QuotaSnap) -> list[RunningSnap]:
+        """Placed borrowers (not in quota) charged to some quota of the quota's tenant and
+        pool (a memo built once per plan)."""
+        if self._pool_borrowers is None:
+            self._pool_borrowers = {}
+            seen: set[int] = set()
+            for qid, placed in self.charged_to.items():
+                q = self.quotas.get(qid)
+                if q is None:
+                    continue
+                for r in placed:
+                    if not r.in_quota and r.id not in seen:
+                        seen.add(r.id)
+                        key = (q.tenant_id, q.pool)
+                        self._pool_borrowers.setdefault(key, []).append(r)
+        return self._pool_borrowers.get((quota.tenant_id, quota.pool), [])
+
     def changes(self) -> tuple:
         """Changes so far to what a borrowing try reads. Every collection here only grows
         within a plan, so equal counts mean nothing changed in between."""

@@ -15,6 +15,7 @@ from cluster.models import Node
 from jobs.models import LogChunk, Pod
 
 WAIT = 30.0
+AGENT_LOG_TAIL = 150
 IMAGE_LINE = (
     "[agent] process runtime: image 'pytorch:2.4' is ignored; the command runs directly on "
     "this host"
@@ -115,6 +116,10 @@ def agents(live_server, tmp_path):
             agent.kill()
         elif not agent._log.closed:
             agent._log.close()
+        # pytest shows a test's captured teardown output only when it fails: the agent's
+        # own account of what it did is then there to read.
+        tail = agent.output().splitlines()[-AGENT_LOG_TAIL:]
+        print(f"--- agent {agent.log_path.stem}: last {len(tail)} lines ---", *tail, sep="\n")
     # The live server outlives the test: answer the waits the agents left (agents.wake)
     # and stop its watcher before this test's database goes.
     from agents import wake
@@ -122,6 +127,29 @@ def agents(live_server, tmp_path):
     if wake._watcher is not None:
         wake._watcher.close()
         wake._watcher = None
+    settle(getattr(live_server.thread, "httpd", None))
+
+
+def settle(httpd, quiet: float = 0.5) -> None:
+    """Let the requests the killed agents sent finish before the test's tables are flushed
+    (on PostgreSQL a TRUNCATE racing a heartbeat's transaction is a deadlock, and the flush
+    fails the test): until no live server thread has run for `quiet` seconds, as a request
+    still in the listen backlog gets its thread only after the others ended."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        busy = [t for t in _request_threads(httpd) if t.is_alive()]
+        for thread in busy:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if not busy:
+            time.sleep(quiet)
+            if not any(t.is_alive() for t in _request_threads(httpd)):
+                return
+
+
+def _request_threads(httpd) -> list:
+    """The server's request threads (socketserver.ThreadingMixIn keeps them in an instance
+    attribute once it served a request; before that the class has a placeholder)."""
+    return list(vars(httpd).get("_threads", ())) if httpd is not None else []
 
 
 def registered(name: str) -> Node:

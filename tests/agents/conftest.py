@@ -91,8 +91,11 @@ def make_job(
     gpus: int = 1,
     env: dict | None = None,
     image: str = "pytorch:2.4",
+    **fields,
 ) -> tuple[Job, list[Pod]]:
-    """A placed job with one worker per entry of `nodes`, as the scheduler would leave it."""
+    """A placed job with one worker per entry of `nodes`, as the scheduler would leave it.
+    Every field is written here, with the job: an agent may launch a Starting pod before
+    a later update reaches the row."""
     job = Job.objects.create(
         workspace=workspace,
         quota=quota,
@@ -104,6 +107,7 @@ def make_job(
         workers=len(nodes),
         gpus_per_worker=gpus,
         status=status,
+        **fields,
     )
     pods = [
         Pod.objects.create(

@@ -2,6 +2,7 @@
 console, with the real process runtime: deterministic, no timing."""
 
 import json
+import threading
 import time
 
 import pytest
@@ -276,3 +277,27 @@ def test_an_unreadable_worker_record_stops_the_agent(tmp_path):
     store.workers_path.write_text("{not json")
     with pytest.raises(AgentConfigError, match="cannot read"):
         store.load_launched()
+
+
+def test_an_exit_seen_before_its_exit_callback_ran_still_ends_its_log(make_agent, job_on):
+    """Under load the heartbeat can see a worker done before the runtime's exit callback
+    closed its log (CI's loaded rehearsal did): the report that carries the exit closes it,
+    so the log's end rides with it all the same."""
+    agent = make_agent()
+    late = threading.Event()
+    real = agent.runtime._on_exit
+
+    def slow_callback(pod_id: int) -> None:
+        late.wait(10)  # the heartbeat below runs first
+        real(pod_id)
+
+    agent.runtime._on_exit = slow_callback
+    node = Node.objects.get(name="loop-node")
+    _, (pod,) = job_on(node, command="echo one; echo two; exit 4")
+    step(agent)
+    wait_exit(agent, pod)
+    step(agent)
+    late.set()
+    pod.refresh_from_db()
+    assert (pod.status, pod.exit_code, pod.log_next_seq) == (PodStatus.FAILED, 4, 3)
+    assert pod.logs_delivered

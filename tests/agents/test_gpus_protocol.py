@@ -12,9 +12,9 @@ from protocol.agent import (
     HeartbeatReply,
     LogBatch,
     NodeFacts,
-    ResourceTypeName,
     WorkerReport,
 )
+from protocol.base import ResourceTypeName
 from quotas.models import ResourceType
 
 

@@ -291,6 +291,14 @@ def test_reply_lists_pods_to_run_and_to_stop(client, job_factory):
         "resume_from": "",
         "checkpoint_subdir": "",
         "workspace_id": job.workspace_id,
+        "rendezvous": {},  # placed by hand, not by a cycle: no rendezvous recorded
+        "data": {},
+        "code_repo": "",
+        "code_ref": "",
+        "result_validator": "",  # no work contract (docs/results.md)
+        "expected_output_gb": None,  # the agent's floor (docs/results.md, "Before a long run")
+        "preflight_seconds": None,  # no rehearsal before the run (ibid.)
+        "resume_identity": None,  # carries no accepted units
     }
     assert reply["stop"] == [
         {"pod_id": stopping.pk, "attempt": 1, "grace_seconds": 45.0, "reason": "stopped by alice"}

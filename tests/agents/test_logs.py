@@ -152,7 +152,7 @@ UNORDERED = "continued must be increasing"  # indices of cut lines, in order, in
     ("batch", "reason"),
     [
         ({"first_seq": -1, "lines": ["x"]}, "first_seq: Input should be greater than"),
-        ({"first_seq": 0, "lines": []}, "lines: List should have at least 1 item"),
+        ({"first_seq": 0, "lines": []}, "a batch holds at least one line, unless it only says end"),
         ({"first_seq": 0, "lines": ["x"] * 1001}, "lines: List should have at most 1000"),
         ({"first_seq": 0, "lines": [7]}, "lines.0: Input should be a valid string"),
         ({"first_seq": 0, "lines": ["x", "y"], "continued": [2]}, UNORDERED),

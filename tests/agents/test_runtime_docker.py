@@ -3,13 +3,17 @@ against podman's Docker-API service: what a created container really looks like,
 pull failures, and the engine refusing a second container for one pod attempt."""
 
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import docker
 import pytest
+import requests
 
-from agents.node.runtimes.base import CHECKPOINT_ENV, PROGRESS_ENV, LaunchSpec
+from agents.node import preflight
+from agents.node.ledger import Ledger
+from agents.node.runtimes.base import CHECKPOINT_ENV, PROGRESS_ENV, LaunchSpec, WorkerState
 from agents.node.runtimes.containers import (
     DockerOptions,
     DockerRuntime,
@@ -18,6 +22,9 @@ from agents.node.runtimes.containers import (
     checkpoint_folder,
     container_config,
 )
+from agents.node.state import StateStore
+from protocol.agent import WorkerSpec
+from protocol.units import ResumeIdentity
 from tests.agents.conftest import TEST_IMAGE, remove_node_containers
 from tests.agents.test_runtime_process import Recorder
 
@@ -231,15 +238,133 @@ def test_a_follow_stream_that_ends_early_loses_no_line(engine, monkeypatch):
     follows = []
 
     def cut_short(container, **kwargs):
-        stream = real(container, **kwargs)
         follows.append(kwargs["follow"])
         if not kwargs["follow"]:
-            return stream
+            return real(container, **kwargs)
         real_wait(container)  # every line written; then the stream ends after the first
-        return iter(list(stream)[:1])  # (read to its end: its connection is closed)
+        return iter(list(real(container, **{**kwargs, "follow": False}))[:1])
 
     monkeypatch.setattr(rt.stream_api, "logs", cut_short)
     rt.launch(spec(command='for i in $(seq 1 50); do echo "line $i"; done', gpu_indices=()))
     rec.wait_exit(11)  # reported once the output is read to its end
     assert rec.lines[11] == [f"line {i}" for i in range(1, 51)]
     assert follows == [True, False]
+
+
+def test_a_resume_whose_image_changed_is_refused_after_the_pull(engine):
+    """docs/results.md, "Resume without duplicates": the engine resolves the image only at
+    the start, so the docker runtime compares its id with the run's before creating the
+    container; a changed one ends the worker unstarted, `ended_by: resume_refused`."""
+    rt, rec, client, node = engine
+    actual = rt.image_id(TEST_IMAGE)
+    old = ResumeIdentity(run_id="train-7", carried=2, units="partitions", image_digest="0" * 64)
+    rt.launch(spec(command="echo should not run", gpu_indices=(), resume_identity=old))
+    rec.wait_exit(11)
+    (s,) = rt.workers()
+    assert (s.running, s.exit_code, s.ended_by) == (False, None, "resume_refused")
+    assert s.error == (
+        f"launch failed: resume refused: the image 000000000000 → "
+        f"{actual.removeprefix('sha256:')[:12]} changed since run train-7; its 2 accepted "
+        "partitions were made by the old one. Restart from scratch (a new job in a folder of "
+        "its own, nothing carried), or restore it."
+    )
+    assert client.containers.list(all=True, filters={"label": f"io.gpu-console.node={node}"}) == []
+    # The same image: it starts.
+    same = ResumeIdentity(run_id="train-7", carried=2, image_digest=actual)
+    rt.launch(spec(pod_id=12, command="echo resumed", gpu_indices=(), resume_identity=same))
+    rec.wait_line(12, "resumed")
+
+
+def test_a_follow_stream_left_open_after_the_exit_is_cut_and_the_rest_read(engine, monkeypatch):
+    """podman's compat API under load sometimes keeps a follow stream open long after the
+    container exited (seen past 30 s): the exit is reported a moment later all the same,
+    with every line once, the last ones read from the stored log."""
+    rt, rec, _, _ = engine
+    real = rt.stream_api.logs
+    follows = []
+
+    class Hanging:  # yields the first line, then blocks until closed, like the engine
+        def __init__(self, lines):
+            self.lines, self.closed = lines, threading.Event()
+
+        def __iter__(self):
+            yield self.lines[0]
+            self.closed.wait(60)
+            raise requests.ConnectionError("closed")
+
+        def close(self):
+            self.closed.set()
+
+    def left_open(container, **kwargs):
+        follows.append(kwargs["follow"])
+        if not kwargs["follow"]:
+            return real(container, **kwargs)
+        rt.stream_api.wait(container)
+        return Hanging(list(real(container, **{**kwargs, "follow": False})))
+
+    monkeypatch.setattr(rt.stream_api, "logs", left_open)
+    started = time.monotonic()
+    rt.launch(spec(command='for i in $(seq 1 30); do echo "line $i"; done', gpu_indices=()))
+    rec.wait_exit(11)
+    assert time.monotonic() - started < 20  # not READER_JOIN_TIMEOUT (30 s) nor more
+    assert rec.lines[11] == [f"line {i}" for i in range(1, 31)]
+    assert follows == [True, False]
+
+
+def test_the_validator_runs_in_the_jobs_image_on_a_read_only_result(engine, tmp_path):
+    """docs/results.md, "The validator", under the docker runtime: rank 0's agent runs it in
+    a container of the job's image, the result folder mounted read-only at RESULT_DIR; its
+    exit code and last lines ride on the exit; the container is removed."""
+    rt, _, client, node = engine
+    ledger = Ledger(StateStore(tmp_path / "state"), rt)
+    check = (
+        'echo "in $PWD ($RESULT_DIR)"; ls; '
+        "if touch x 2>/dev/null; then echo WROTE; fi; cat p1.txt; exit 4"
+    )
+    worker = WorkerSpec(
+        pod_id=7, job_id=3, attempt=1, rank=0, world_size=1, image=TEST_IMAGE,
+        command="true", result_validator=check,
+    )  # fmt: skip
+    ledger.record_launch(7, 1)
+    ledger.launch_spec(worker, state_dir=tmp_path / "state", runtime="docker", node=node)
+    result = tmp_path / "state" / "checkpoints" / "job-3" / "output" / "result"
+    (result / "p1.txt").write_text("rows 500\n")
+    ended = {7: WorkerState(pod_id=7, attempt=1, running=False, exit_code=0)}
+    deadline = time.monotonic() + 60
+    while True:
+        (report,), exited = ledger.reports(ended, [])
+        if exited:
+            break
+        assert report.state == "running" and time.monotonic() < deadline  # while it runs
+        time.sleep(0.1)
+    assert report.validator.exit_code == 4
+    lines = report.validator.output.splitlines()
+    assert lines[0] == "in /result (/result)" and "p1.txt" in lines
+    assert "WROTE" not in lines and lines[-1] == "rows 500"
+    assert not (result / "x").exists()
+    assert client.containers.list(all=True, filters={"label": f"io.gpu-console.node={node}"}) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "last"),
+    [
+        ('if [ "$RUN_PREFLIGHT" = 1 ]; then echo dry; else echo wet; fi', 0, "wet"),
+        ('[ "$RUN_PREFLIGHT" = 1 ] && sleep 300; echo wet', 3, "no unit accepted"),
+    ],
+    ids=["passes", "past-its-limit"],
+)
+def test_the_preflight_runs_in_a_busybox_image(engine, command, code, last):
+    """The preflight's wrapper (agents.node.preflight) is a POSIX script: busybox's sh,
+    setsid, sleep, ls and grep run it as the host's do."""
+    _, _, client, node = engine
+    container = client.containers.run(
+        TEST_IMAGE,
+        ["/bin/sh", "-c", preflight.wrapped(2)],
+        environment={"OUTPUT_DIR": "/tmp/attempt-1", preflight.COMMAND_ENV: command},
+        labels={"io.gpu-console.node": node},
+        detach=True,
+    )
+    assert container.wait(timeout=60)["StatusCode"] == code
+    lines = container.logs().decode().splitlines()
+    assert lines[0] == "[preflight] the command with RUN_PREFLIGHT=1, at most 2 s"
+    assert last in lines[-1], lines

@@ -40,8 +40,8 @@ def test_a_submission_reads_nothing_back(api, quota, node):
     post(api, "/api/v1/jobs", GOOD)  # token use noted once
     # token, rate counter (in the database unless REDIS_URL counts it in Redis); the form:
     # quota with its tenant's GPUs, its workspaces of mine, the pool's nodes (one grouped
-    # query); then job, event, notification rules, audit entry in a savepoint. Nothing is
-    # read back for the response.
+    # query); then job, event, its run identity (docs/results.md), notification rules, audit
+    # entry in a savepoint. Nothing is read back for the response.
     with CaptureQueriesContext(connection) as queries:
         response = post(api, "/api/v1/jobs", GOOD)
     assert response.status_code == 201
@@ -50,7 +50,7 @@ def test_a_submission_reads_nothing_back(api, quota, node):
     statements = [q for q in sql if not q.startswith(("SAVEPOINT", "RELEASE", "BEGIN"))]
     counters = [q for q in statements if "accounts_ratecounter" in q]
     assert len(counters) == (0 if settings.REDIS_URL else 1), counters
-    assert len(statements) - len(counters) == 8, "\n".join(s[:150] for s in statements)
+    assert len(statements) - len(counters) == 9, "\n".join(s[:150] for s in statements)
 
 
 def test_a_retried_create_with_the_same_key_returns_the_first_job(api, quota, node):

@@ -14,7 +14,7 @@ from jobs.models import Job
 from policy.statuses import JobStatus
 from quotas.models import Quota
 from tests.api.conftest import GOOD, client_for, post
-from tests.conftest import make_user
+from tests.conftest import make_user, post_confirmed
 from tests.web.conftest import finish, place
 
 pytestmark = pytest.mark.django_db
@@ -92,7 +92,7 @@ def test_quota_edit_in_the_admin_is_mirrored(admin_browser, quota, tenant, root)
         "preemption": quota.preemption,
         "weight": quota.weight,  # the admin form posts the field's value
     }
-    response = admin_browser.post(url, form)
+    response = post_confirmed(admin_browser, url, form)
     assert response.status_code == 302, response.content[:2000]
     assert Quota.objects.get().gpus == 24
     (entry,) = entries("quota.change")

@@ -11,7 +11,7 @@ from jobs.scheduler.cycle import run_cycle
 from policy.statuses import JobStatus
 from quotas import actions
 from quotas.models import Membership, Quota, Role
-from tests.conftest import make_node, make_user
+from tests.conftest import make_node, make_user, post_confirmed
 from tests.web.conftest import place, submit
 
 pytestmark = pytest.mark.django_db
@@ -64,7 +64,7 @@ def test_an_owners_resize_is_audited_and_starts_a_scheduling_cycle(
 
     url = reverse("admin:quotas_quota_change", args=[quota.pk])
     with django_capture_on_commit_callbacks(execute=True):
-        response = owner_client.post(url, quota_form(quota, gpus=16))
+        response = post_confirmed(owner_client, url, quota_form(quota, gpus=16))
     assert response.status_code == 302, response.content[:2000]
 
     (entry,) = AuditEntry.objects.filter(object_type="quota")
@@ -76,7 +76,8 @@ def test_an_owners_resize_is_audited_and_starts_a_scheduling_cycle(
 
 
 def test_an_owners_new_quota_and_members_are_audited(owner, owner_client, workspace, tenant):
-    response = owner_client.post(
+    response = post_confirmed(
+        owner_client,
         reverse("admin:quotas_quota_add"),
         quota_form(
             Quota(tenant=tenant, name="team-new", resource_type="Lingjun", gpu_type="H200", gpus=4)
@@ -141,7 +142,7 @@ def test_a_rule_refuses_a_change_with_field_errors(monkeypatch, owner_client, qu
     assert refused.value.errors == {"gpus": ["at most 12 GPUs here"]}
 
     url = reverse("admin:quotas_quota_change", args=[quota.pk])
-    page = owner_client.post(url, quota_form(Quota.objects.get(pk=quota.pk), gpus=24))
+    page = post_confirmed(owner_client, url, quota_form(Quota.objects.get(pk=quota.pk), gpus=24))
     assert page.status_code == 200 and "at most 12 GPUs here" in page.text
     assert Quota.objects.get(pk=quota.pk).gpus == 16
     assert not AuditEntry.objects.filter(object_type="quota").exists()

@@ -109,6 +109,16 @@ def wait_for(predicate, timeout: float, interval: float = 0.25, message: str = "
     raise AssertionError(f"timed out after {timeout}s: {message} (last: {last!r})")
 
 
+def print_tail(name: str, path: Path, lines: int = 200) -> None:
+    """The last lines of a process's log, printed for a failing test's report."""
+    try:
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError as exc:
+        tail = [f"(unreadable: {exc})"]
+    print(f"----- last {len(tail)} lines of the {name} log ({path}) -----")
+    print("\n".join(tail))
+
+
 @contextmanager
 def console_database() -> Iterator[str | None]:
     """A database of its own for a console (PostgreSQL when DATABASE_URL is set, dropped
@@ -164,7 +174,11 @@ def start_console(var_dir: Path, database_url: str | None = None) -> Iterator[Ru
             return any(n["state"] == "Ready" for n in nodes)
 
         wait_for(node_ready, 60, message="local agent did not register")
-        yield console
+        try:
+            yield console
+        except BaseException:
+            print_tail("console", log_path)  # pytest shows it with the failure
+            raise
     finally:
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGINT)

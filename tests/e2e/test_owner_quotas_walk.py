@@ -158,3 +158,42 @@ def test_an_owner_changes_the_tree_and_the_members_in_a_browser(browser, owned):
     assert walk.values("tr[data-tree-quota='vision-h200']")["own"] == "2"
     walk.check("tree-after-delete")
     walk.close()
+
+
+def test_an_owner_uses_the_admin_and_reads_the_audit_log(browser, owned):
+    """Not staff, the owner signs in to /admin/ (their tenant only), edits a quota there:
+    the first save shows the preview and saves nothing, the second saves; the tenant's
+    audit page lists the change, and its CSV link carries the filters."""
+    console, _ = owned
+    walk = Walk(browser, console, "quota-owner-admin")
+    page = walk.page
+    walk.login(console.creds["owner_username"], console.creds["owner_password"])
+    walk.visit("/admin/")
+    assert page.locator("a:text-is('Quotas')").count() == 1
+    assert page.locator("a:text-is('Tenants')").count() == 0
+    walk.check("admin-index")
+    walk.visit("/admin/quotas/quota/")
+    page.click("#result_list a:text-is('vision-h200')")
+    page.wait_for_load_state("networkidle")
+    page.fill("input[name=weight]", "3")
+    page.click("input[name=_save]")
+    page.wait_for_load_state("networkidle")
+    assert "Nothing is saved yet" in page.locator(".errornote, .errorlist").all_inner_texts()[-1]
+    walk.check("admin-quota-preview")
+    page.click("input[name=_save]")
+    page.wait_for_load_state("networkidle")
+    assert "was changed successfully" in page.locator(".messagelist").inner_text()
+
+    walk.visit("/quotas/")
+    page.click("a[data-owner-tree='acme']")
+    page.wait_for_load_state("networkidle")
+    page.click("a:text('audit log')")
+    page.wait_for_load_state("networkidle")
+    page.fill("input[name=action]", "quota.change")
+    page.click("[data-section=audit-filters] button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    rows = page.locator("table[data-section=audit] tbody tr")
+    assert "weight: 1.0 → 3.0" in rows.first.inner_text()
+    assert "action=quota.change" in page.locator("a[data-csv]").get_attribute("href")
+    walk.check("audit")
+    walk.close()

@@ -292,7 +292,7 @@ def test_researcher_walks_every_page(browser, world):
     assert page.locator("figure[data-chart=progress] canvas").count() == 1
     assert all(len(labels) >= 2 for labels in time_labels(page))  # apart, none repeated
     assert page.locator("figure[data-chart=metrics] .u-legend").inner_text().count("loss") == 1
-    gpus = page.locator("table.workers tbody tr td:nth-child(4) span[title]").first
+    gpus = page.locator("table.workers tbody tr td:nth-child(5) span[title]").first
     assert gpus.inner_text() == "1" and gpus.get_attribute("title") == "GPU indices: 0"
     log = page.locator("#log-lines")
     _follows_live(walk, console, ids["train"])

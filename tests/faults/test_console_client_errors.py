@@ -103,9 +103,16 @@ def test_a_variable_the_agent_sets_is_refused_in_env(console_api, quota, node, n
 
 
 def test_the_list_matches_what_the_agent_injects():
-    from agents.node.runtimes.base import CHECKPOINT_ENV, PROGRESS_ENV, LaunchSpec, injected_env
+    from agents.node.runtimes.base import (
+        ACCEPTED_ENV,
+        CHECKPOINT_ENV,
+        OUTPUT_ENV,
+        PROGRESS_ENV,
+        LaunchSpec,
+        injected_env,
+    )
     from protocol.devices import is_device_env
 
     spec = LaunchSpec(pod_id=1, job_id=1, attempt=1, rank=0, world_size=1, image="i", command="c")
     names = {k for k in injected_env(spec) if not is_device_env(k)} - {"PYTHONUNBUFFERED"}
-    assert names | {CHECKPOINT_ENV, PROGRESS_ENV} == WORKER_ENV
+    assert names | {CHECKPOINT_ENV, PROGRESS_ENV, OUTPUT_ENV, ACCEPTED_ENV} == WORKER_ENV

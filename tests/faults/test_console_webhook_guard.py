@@ -33,8 +33,21 @@ REFUSED = [
     "http://[fe80::1]/hook",
     "http://[fc00::1]/hook",
     "http://localhost:9999/hook",  # a name: refused by what it resolves to
+    # IPv6 forms that carry a non-public IPv4 (docs/fault-tolerance.md, "Outbound requests")
+    "http://[2002:7f00:1::]/hook",  # 6to4 of 127.0.0.1
+    "http://[2002:a9fe:a9fe::1]/hook",  # 6to4 of 169.254.169.254
+    "http://[64:ff9b::a00:1]/hook",  # NAT64 of 10.0.0.1
+    "http://[64:ff9b::7f00:1]/hook",  # NAT64 of 127.0.0.1
+    "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook",  # Teredo, client 127.0.0.1
+    "http://[::127.0.0.1]/hook",  # IPv4-compatible
+    "http://[::ffff:192.168.0.1]/hook",  # IPv4-mapped
 ]
-LOOPBACK = {REFUSED[0], REFUSED[1], REFUSED[10], REFUSED[-1]}
+LOOPBACK = {
+    "http://127.0.0.1:9999/hook",
+    "http://[::1]/hook",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://localhost:9999/hook",
+}
 
 
 @pytest.fixture

@@ -116,3 +116,19 @@ def thaw_once_told_to_stop(pid: int, timeout: float = 180.0) -> None:
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGCONT)
+
+
+def test_a_killed_local_agent_is_started_again(tmp_path, node_figures):
+    """Supervision (console.supervise): `kill -9` of the embedded agent while its console
+    runs; the console starts a new one after its back-off, which takes the state dir."""
+    var_dir = tmp_path / "var"
+    var_dir.mkdir()
+    with start_console(var_dir) as console:
+        first = agent_of(console)
+        node_figures.fault()
+        os.kill(first, signal.SIGKILL)
+        second = agent_of(console, other_than=first)
+        assert second != first and alive(second)
+        assert "local agent exited with -9; starting it again in 1 s" in console.output()
+        node_figures.survive()
+    assert not alive(second)  # a clean stop stops the restarted one too

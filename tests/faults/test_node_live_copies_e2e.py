@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agents.node.state import lock_holder
-from tests.e2e.conftest import ROOT, RunningConsole, start_console, wait_for
+from tests.e2e.conftest import ROOT, RunningConsole, print_tail, start_console, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -121,6 +121,9 @@ def test_a_killed_wrapper_of_an_adopted_worker_never_leaves_two_copies_of_its_ra
                 60,
                 message="the job to stop",
             )
+        except BaseException:
+            print_tail("restarted agent", log_path)
+            raise
         finally:
             agent.send_signal(signal.SIGTERM)
             try:

@@ -17,6 +17,7 @@ def make_ft_job(
     ft: FtConfig | None = None,
     status: JobStatus = JobStatus.RUNNING,
     pod_status: PodStatus = PodStatus.RUNNING,
+    command: str = "python train.py",
     **fields,
 ) -> tuple[Job, list[Pod]]:
     ft = ft if ft is not None else FtConfig(enabled=True)
@@ -26,7 +27,7 @@ def make_ft_job(
         owner=owner,
         name="train",
         image="pytorch:2.4",
-        command="python train.py",
+        command=command,
         workers=len(nodes),
         gpus_per_worker=1,
         status=status,

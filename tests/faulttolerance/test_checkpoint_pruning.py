@@ -106,7 +106,9 @@ def test_a_checkpoint_saved_again_at_a_pruned_path_is_present_again(client, ft_j
     assert (row.pruned_at, row.size_bytes, row.checksum) == (None, 7, "cd")
 
 
-def test_the_page_and_the_api_show_pruned_checkpoints(client, researcher, ft_job, api_token):
+def test_neither_the_page_nor_the_api_lists_pruned_checkpoints(
+    client, researcher, ft_job, api_token
+):
     node, _ = register(client)
     job, _ = ft_job([node])
     Checkpoint.objects.create(job=job, attempt=1, step=10, path="/ck/step-10", committed=True)
@@ -116,13 +118,17 @@ def test_the_page_and_the_api_show_pruned_checkpoints(client, researcher, ft_job
     client.force_login(researcher)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     # The page lists the live ones and counts the pruned (a long job has hundreds); the API
-    # lists every one with its pruned_at.
+    # never lists one whose files are gone either (issue 34), unless asked for them.
     assert "1 older checkpoint pruned" in page and "/ck/step-5" not in page
     assert "/ck/step-10" in page
-    body = client.get(
-        f"/api/v1/jobs/{job.pk}/", headers={"Authorization": f"Bearer {api_token}"}
-    ).json()
-    by_step = {c["step"]: c["pruned_at"] for c in body["checkpoints"]}
+    auth = {"Authorization": f"Bearer {api_token}"}
+    body = client.get(f"/api/v1/jobs/{job.pk}/", headers=auth).json()
+    assert [(c["step"], c["pruned_at"]) for c in body["checkpoints"]] == [(10, None)]
+    listed = client.get(f"/api/v1/jobs/{job.pk}/checkpoints", headers=auth).json()
+    assert [c["step"] for c in listed["checkpoints"]] == [10]
+    url = f"/api/v1/jobs/{job.pk}/checkpoints?include_pruned=true"
+    every = client.get(url, headers=auth).json()["checkpoints"]
+    by_step = {c["step"]: c["pruned_at"] for c in every}
     assert by_step[10] is None and by_step[5] is not None
 
 

@@ -180,3 +180,19 @@ def test_the_manifest():
     assert spec["volumes"] == [
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}}
     ]
+
+
+def test_the_manifest_mounts_data_read_only_from_the_workspace_area():
+    facts = WorkerFacts(
+        pod_id=7, job_id=3, rank=0, attempt=1, world_size=1, node_name="n1", image="img",
+        command="python t.py", gpus=0, cpus=1, memory_gb=1, grace_seconds=5,
+        workspace_id=5, data={"mnist": "datasets/mnist"},
+    )  # fmt: skip
+    container = pod_manifest(facts, CONFIG)["spec"]["containers"][0]
+    assert container["volumeMounts"][1] == {
+        "name": "checkpoints",
+        "mountPath": "/data/mnist",
+        "subPath": "ws-5/datasets/mnist",
+        "readOnly": True,
+    }
+    assert {e["name"]: e["value"] for e in container["env"]}["DATA_MNIST"] == "/data/mnist"

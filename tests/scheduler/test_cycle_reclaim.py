@@ -23,7 +23,8 @@ def test_by_default_a_borrower_that_just_started_is_protected(submit, quota, oth
     owner = submit(name="a1", gpus=8)
     assert run_cycle().preempted == ()  # min_runtime_before_reclaim defaults to 300 s
     owner.refresh_from_db()
-    assert "protected by the minimum runtime before reclaim" in owner.status_reason
+    kept = "kept: borrower of team-b is inside its minimum runtime before reclaim (300 s)"
+    assert kept in owner.status_reason
     assert borrower.pods.get().in_quota is False
 
 

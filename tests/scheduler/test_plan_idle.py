@@ -163,8 +163,8 @@ def test_min_runtime_protects_fresh_borrowers():
     protected = plan(snap, LATER, PlanOptions(min_runtime_before_reclaim_s=600))
     assert protected.preemptions == ()
     assert reasons(protected) == {
-        1: "quota team-a: capacity lent to idle jobs; 1 borrower protected by the minimum "
-        "runtime before reclaim"
+        1: "quota team-a: capacity lent to idle jobs; kept: borrower of team-b is inside "
+        "its minimum runtime before reclaim (600 s)"
     }
     assert [p.job_id for p in plan(snap, LATER).preemptions] == [10]
 

@@ -202,7 +202,7 @@ def test_by_default_a_fresh_borrower_is_protected_from_reclaim():
     fresh = running(9, on={0: 8}, quota=2, charged=1, in_quota=False, started=118)
     result = plan(snapshot([node(0, free=())], quotas, [job(1, gpus=8)], [fresh]), LATER)
     assert result.preemptions == ()
-    assert "protected by the minimum runtime before reclaim" in reasons(result)[1]
+    assert "inside its minimum runtime" in reasons(result)[1]
 
 
 # -- a preemptor's claim on the GPUs being released -------------------------------------------

@@ -197,6 +197,7 @@ def test_job_json_with_pods(api, job, node):
             "progress": None,
             "report_refused": "",
             "report_refused_at": None,
+            "role": "worker",  # a generic job's workers (docs/distributed.md)
         }
     ]
 

@@ -50,6 +50,8 @@ def test_the_page_is_in_sections_with_fault_tolerance_behind_modify_configuratio
         "Basics",
         "Resources",
         "Idle Resources",
+        "Distributed",
+        "Result",  # the work contract (docs/results.md)
         "Automatic Fault Tolerance",
         "Advanced",
     ]
@@ -224,7 +226,8 @@ def test_clone_prefills_every_field(member_client, researcher, workspace, quota,
     shown = {name: form[name].value() for name in expected}
     # The textarea's text (PostgreSQL's jsonb does not keep the keys' order).
     assert sorted(shown.pop("env").splitlines()) == ["LR=0.1", "SEED=7"]
-    assert shown == {k: v for k, v in expected.items() if k != "env"}
+    assert shown.pop("data") == ""  # no data folders: an empty textarea
+    assert shown == {k: v for k, v in expected.items() if k not in ("env", "data")}
     # Every field of the form is prefilled, and submitting it as is reproduces the job.
     assert set(expected) == set(JobForm.base_fields)
     tree = Tree(response.text)
@@ -234,6 +237,7 @@ def test_clone_prefills_every_field(member_client, researcher, workspace, quota,
         k: ("on" if v is True else "" if v in (False, None) else v) for k, v in expected.items()
     }
     data["env"] = "SEED=7\nLR=0.1"
+    data["data"] = ""
     assert member_client.post(reverse("web:create"), data).status_code == 302
     clone = Job.objects.exclude(pk=job.pk).get()
     fields = [

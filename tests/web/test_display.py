@@ -127,13 +127,12 @@ def test_chunk_lines(start, end, text, lines):
     assert chunk_lines(start, end, text) == lines
 
 
-def test_logs_complete_waits_for_late_lines():
-    finished = T0
-    kwargs = {"job_final": True, "finished_at": finished, "caught_up": True, "settle": 15}
-    assert not logs_complete(now=finished + timedelta(seconds=5), **kwargs)
-    assert logs_complete(now=finished + timedelta(seconds=15), **kwargs)
-    assert not logs_complete(now=finished + timedelta(hours=1), **kwargs | {"caught_up": False})
-    assert not logs_complete(now=finished + timedelta(hours=1), **kwargs | {"job_final": False})
+def test_logs_complete_waits_for_the_end_of_the_log_not_a_timer():
+    kwargs = {"job_final": True, "caught_up": True, "ended": True}
+    assert logs_complete(**kwargs)
+    assert not logs_complete(**kwargs | {"ended": False})
+    assert not logs_complete(**kwargs | {"caught_up": False})
+    assert not logs_complete(**kwargs | {"job_final": False})
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,11 @@ and log viewer markup, the metrics endpoint's access; the site's Content-Securit
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
+from cluster.models import Node, NodeState
 from jobs.actions.transitions import transition
+from jobs.logview import NODE_LOST_GAP
 from jobs.models import Pod
 from policy.statuses import Actor, JobStatus, PodStatus
 from tests.web.conftest import Tree, finish, place, submit
@@ -194,3 +197,62 @@ def test_the_workers_size_agrees_with_its_numbers(
     size = {"gpus_per_worker": gpus, "cpus_per_worker": cpus, "memory_gb_per_worker": 4}
     job = submit(researcher, workspace, quota, **size)
     assert f"<dd>{shown}</dd>" in member_client.get(reverse("web:detail", args=[job.pk])).text
+
+
+def test_the_log_viewer_of_a_job_not_placed_yet_follows_its_first_worker(
+    member_client, researcher, workspace, quota, node
+):
+    """A page opened while the job waits must show the worker's lines once it runs, without
+    a reload: its viewer already polls rank 0 of the current attempt (the browser test saw
+    a page rendered a moment before the first placement stay empty)."""
+    job = submit(researcher, workspace, quota)
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
+    box = tree.by_id("log-lines")
+    src = reverse("web:logs", args=[job.pk]) + "?attempt=1&rank=0&format=json"
+    assert (box.attrs.get("data-src"), box.attrs.get("data-after")) == (src, "-1")
+    assert "data-live" in box.attrs
+    empty = member_client.get(src + "&after=-1").json()
+    assert empty == {
+        "lines": [],
+        "next_after": -1,
+        "complete": False,
+        "log_gap": "",
+        "newer_attempt": None,
+    }
+    (pod,) = place(job, node)
+    Pod.objects.filter(pk=pod.pk).update(log_next_seq=0)
+    assert member_client.get(src + "&after=-1").status_code == 200
+    # A job that ended before any placement has nothing to follow.
+    transition(job, JobStatus.STOPPED, reason="stopped", actor=Actor.USER)
+    Pod.objects.filter(job=job).delete()
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
+    assert "data-src" not in tree.by_id("log-lines").attrs
+
+
+def test_a_log_cut_short_by_a_lost_node_says_so(member_client, researcher, workspace, quota, node):
+    """The API's `log_gap` on the pages too: under the viewer (also once a live viewer sees
+    the log end: its poll carries it) and at the end of the full log."""
+    job = submit(researcher, workspace, quota)
+    (pod,) = place(job, node)
+    now = timezone.now()
+    Pod.objects.filter(pk=pod.pk).update(
+        status=PodStatus.LOST, started_at=now, finished_at=now, log_next_seq=0
+    )
+    transition(job, JobStatus.FAILED, reason="node lost", actor=Actor.SCHEDULER)
+    Node.objects.filter(pk=node.pk).update(state=NodeState.LOST)
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
+    (notice,) = _gap_notices(tree)
+    assert notice.text.strip() == NODE_LOST_GAP and "hidden" not in notice.attrs
+    poll = reverse("web:logs", args=[job.pk]) + "?attempt=1&rank=0&format=json&after=-1"
+    assert member_client.get(poll).json()["log_gap"] == NODE_LOST_GAP
+    full = Tree(member_client.get(reverse("web:logs", args=[job.pk])).text)
+    assert [e.text.strip() for e in _gap_notices(full)] == [NODE_LOST_GAP]
+    # A whole log says nothing.
+    Node.objects.filter(pk=node.pk).update(state=NodeState.READY)
+    Pod.objects.filter(pk=pod.pk).update(logs_delivered=True)
+    tree = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text)
+    assert "hidden" in _gap_notices(tree)[0].attrs
+
+
+def _gap_notices(tree: Tree) -> list:
+    return [e for e in tree.elements if "data-log-gap" in e.attrs]

@@ -102,7 +102,13 @@ def test_viewer_follows_new_lines_and_advances_its_cursor(member_client, job, no
 
     # Nothing new: no lines, same cursor, keeps following while the job runs.
     page = _follow(member_client, source + "&after=3")
-    assert page == {"lines": [], "next_after": 3, "complete": False, "newer_attempt": None}
+    assert page == {
+        "lines": [],
+        "next_after": 3,
+        "complete": False,
+        "log_gap": "",
+        "newer_attempt": None,
+    }
 
 
 def test_viewer_reads_a_cursor_in_the_middle_of_a_chunk(member_client, job, node):
@@ -126,16 +132,22 @@ def test_viewer_reads_a_cursor_in_the_middle_of_a_chunk(member_client, job, node
 def test_viewer_is_told_when_the_log_is_complete(member_client, job, node):
     pod = place(job, node)[0]
     add_log(pod, 0, ["only line"])
-    Pod.objects.filter(pk=pod.pk).update(status="Succeeded", exit_code=0)
+    Pod.objects.filter(pk=pod.pk).update(
+        status="Succeeded", exit_code=0, started_at=timezone.now(), finished_at=timezone.now()
+    )
     from jobs.actions.transitions import transition
     from policy.statuses import Actor
 
     with time_machine.travel(timezone.now(), tick=False) as clock:
         transition(job, JobStatus.COMPLETED, reason="done", actor=Actor.AGENT)
         url = reverse("web:logs", args=[job.pk]) + "?format=json&after=0"
-        # Just finished: late lines may still be on their way, keep following.
+        # Just finished: late lines may still be on their way, keep following; no timer
+        # ends it (docs/agent-protocol.md, "End of a worker's log").
         assert _follow(member_client, url)["complete"] is False
-        clock.shift(timedelta(seconds=60))
+        clock.shift(timedelta(seconds=1))
+        assert _follow(member_client, url)["complete"] is False
+        # The agent's end of the stream was acknowledged: complete.
+        Pod.objects.filter(pk=pod.pk).update(logs_delivered=True)
         assert _follow(member_client, url)["complete"] is True
         # A reader that is behind still gets its lines first.
         behind = _follow(member_client, url.replace("after=0", "after=-1"))
@@ -223,6 +235,7 @@ def test_viewer_is_not_complete_while_a_newer_attempt_has_lines(member_client, j
 
     pod = place(job, node)[0]
     add_log(pod, 0, ["attempt one"])
+    Pod.objects.filter(pk=pod.pk).update(started_at=timezone.now())  # it ran
     viewer = Tree(member_client.get(reverse("web:detail", args=[job.pk])).text).by_id("log-lines")
     source, after = viewer.attrs["data-src"], viewer.attrs["data-after"]
     assert "attempt=1" in source and "data-live" in viewer.attrs
@@ -233,11 +246,19 @@ def test_viewer_is_not_complete_while_a_newer_attempt_has_lines(member_client, j
         # Attempt 1's worker just ended: its last lines may still arrive, stay on it.
         page = _follow(member_client, f"{source}&after={after}")
         assert page["complete"] is False and page.get("newer_attempt") is None
-        clock.shift(timedelta(seconds=60))
+        clock.shift(timedelta(seconds=1))
+        page = _follow(member_client, f"{source}&after={after}")
+        assert page["complete"] is False and page.get("newer_attempt") is None
+        # Attempt 1's end of stream acknowledged by the agent: pointed to attempt 2.
+        Pod.objects.filter(pk=pod.pk).update(logs_delivered=True)
         page = _follow(member_client, f"{source}&after={after}")
         assert page["lines"] == [] and page["complete"] is False
         assert page["newer_attempt"] == 2
-        # The viewer moves to the newer attempt (console.js) and reads it from the start.
+        # The viewer moves to the newer attempt (console.js) and reads it from the start;
+        # its worker ended and its agent acknowledged the end of its log.
+        Pod.objects.filter(pk=new.pk).update(
+            status="Succeeded", finished_at=timezone.now(), logs_delivered=True
+        )
         moved = _follow(member_client, source.replace("attempt=1", "attempt=2") + "&after=-1")
         assert [line["text"] for line in moved["lines"]] == ["attempt two"]
         assert moved["complete"] is True and moved["newer_attempt"] is None

@@ -8,8 +8,9 @@ from django.urls import reverse
 from cluster.models import Node
 from jobs.models import Pod
 from policy.statuses import PodStatus
+from quotas import admin as quota_admin
 from quotas.models import Quota, ResourceType, Role, Tenant, Workspace
-from tests.conftest import make_user
+from tests.conftest import make_user, post_confirmed
 from tests.web.conftest import borrow, place, submit
 
 
@@ -57,7 +58,8 @@ def test_a_quota_owner_resizes_a_quota_of_their_tenant(owner_client, quota):
     assert form.status_code == 200
     tenant_choices = form.context["adminform"].form.fields["tenant"].queryset
     assert list(tenant_choices) == [quota.tenant]
-    response = owner_client.post(
+    response = post_confirmed(
+        owner_client,
         url,
         {
             "tenant": quota.tenant_id,
@@ -163,3 +165,67 @@ def test_other_tenants_jobs_on_a_node_are_shown_by_number(owner_client, foreign_
 def test_researchers_still_cannot_use_the_admin(member_client):
     response = member_client.get(reverse("admin:index"))
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_a_quota_save_refused_at_the_last_moment_is_the_form_again(
+    owner_client, quota, other_quota, monkeypatch
+):
+    """The state moves between the form's check and the save (another owner saved): the
+    save is refused (`QuotaChangeRefused`), and the admin shows why instead of a 500."""
+    url = reverse("admin:quotas_quota_change", args=[quota.pk])
+    data = {
+        "tenant": quota.tenant_id, "name": quota.name, "resource_type": quota.resource_type,
+        "gpu_type": quota.gpu_type, "gpus": 12, "cpus": 0, "memory_gb": 0,
+        "preemption": quota.preemption, "weight": quota.weight,
+    }  # fmt: skip
+    token = owner_client.post(url, data).context["adminform"].form.data["preview_token"]
+    real = quota_admin.change_quota
+
+    def another_owner_saves_first(**kwargs):
+        if kwargs.get("save"):
+            Quota.objects.filter(pk=other_quota.pk).update(gpus=7)
+        return real(**kwargs)
+
+    monkeypatch.setattr(quota_admin, "change_quota", another_owner_saves_first)
+    refused = owner_client.post(url, data | {"preview_token": token})
+    assert refused.status_code == 302 and refused["Location"] == url
+    shown = owner_client.get(url)
+    assert "Not saved:" in shown.text and "check and save again" in shown.text
+    quota.refresh_from_db()
+    assert quota.gpus == 16
+
+
+def test_an_admin_quota_edit_is_previewed_before_it_is_saved(owner_client, quota, other_quota):
+    """The admin goes the owner pages' path: the first save shows the preview and saves
+    nothing; saving again with the preview's token saves; a token of a state that moved
+    shows the preview again."""
+    url = reverse("admin:quotas_quota_change", args=[quota.pk])
+    data = {
+        "tenant": quota.tenant_id,
+        "name": quota.name,
+        "resource_type": quota.resource_type,
+        "gpu_type": quota.gpu_type,
+        "gpus": 12,
+        "cpus": 0,
+        "memory_gb": 0,
+        "preemption": quota.preemption,
+        "weight": quota.weight,
+    }
+    first = owner_client.post(url, data)
+    assert first.status_code == 200
+    assert "Nothing is saved yet" in first.text
+    assert "team-a: 16 → 12 of its own" in first.text
+    quota.refresh_from_db()
+    assert quota.gpus == 16
+    token = first.context["adminform"].form.data["preview_token"]
+    assert f'value="{token}"' in first.text  # the next save names the state previewed
+    Quota.objects.filter(pk=other_quota.pk).update(gpus=7)  # the state moves
+    stale = owner_client.post(url, data | {"preview_token": token})
+    assert stale.status_code == 200 and "The state changed since that preview" in stale.text
+    quota.refresh_from_db()
+    assert quota.gpus == 16
+    fresh = stale.context["adminform"].form.data["preview_token"]
+    saved = owner_client.post(url, data | {"preview_token": fresh})
+    assert saved.status_code == 302
+    quota.refresh_from_db()
+    assert quota.gpus == 12

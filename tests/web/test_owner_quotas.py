@@ -398,24 +398,24 @@ def test_only_an_empty_quota_is_deleted_after_its_preview(
 
 
 def test_a_second_preview_of_the_same_state_reuses_the_unchanged_plan(quota, lent):
+    from jobs.actions import quota_changes
     from jobs.forecast import current_snapshot
     from policy.quota_preview import QuotaEdit
-    from web import views_quotas
 
-    views_quotas._BASELINES.clear()
+    quota_changes._BASELINES.clear()
     with time_machine.travel(timezone.now().replace(second=5), tick=False):
         snapshot = current_snapshot()
-        first = views_quotas.what_if(snapshot, QuotaEdit(quota.pk, {"gpus": 2}))
-        second = views_quotas.what_if(snapshot, QuotaEdit(quota.pk, {"gpus": 12}))
-        assert len(views_quotas._BASELINES) == 1
+        first = quota_changes.what_if(snapshot, QuotaEdit(quota.pk, {"gpus": 2}))
+        second = quota_changes.what_if(snapshot, QuotaEdit(quota.pk, {"gpus": 12}))
+        assert len(quota_changes._BASELINES) == 1
         assert first.over and not second.over
-        views_quotas.what_if(current_snapshot(), QuotaEdit(quota.pk, {"gpus": 2}))
-        assert len(views_quotas._BASELINES) == 1  # the same state read again: the same key
+        quota_changes.what_if(current_snapshot(), QuotaEdit(quota.pk, {"gpus": 2}))
+        assert len(quota_changes._BASELINES) == 1  # the same state read again: the same key
     mine = lent["mine"]
     more = submit(mine.owner, mine.workspace, quota, name="more", workers=1, gpus_per_worker=1)
     place(more, lent["node"])
-    views_quotas.what_if(current_snapshot(), QuotaEdit(quota.pk, {"gpus": 2}))
-    assert len(views_quotas._BASELINES) == 2  # a state that moved is planned again
+    quota_changes.what_if(current_snapshot(), QuotaEdit(quota.pk, {"gpus": 2}))
+    assert len(quota_changes._BASELINES) == 2  # a state that moved is planned again
 
 
 def test_re_parent_a_quota_with_its_preview(owner, owner_client, tenant, quota, other_quota):

@@ -81,7 +81,10 @@ def test_owner_member_outsider_on_every_workspace_view(
     for name in ("bind", "add", "role"):
         assert owner_client.get(writes[name]).status_code == 405, name
     assert membership(workspace, researcher).role == Role.RESEARCHER
-    assert not AuditEntry.objects.filter(object_type="workspace").exists()
+    # Nothing changed; the refusals of hidden workspaces are audited (audit.denials).
+    changed = AuditEntry.objects.filter(object_type="workspace").exclude(action="access.denied")
+    assert not changed.exists()
+    assert AuditEntry.objects.filter(action="access.denied", object_type="workspace").exists()
 
 
 def test_add_a_member_by_username_or_email_with_field_errors(

@@ -21,6 +21,7 @@ JOB_VIEWS = [
     ("get", "web:logs-raw"),
     ("post", "web:stop"),
     ("post", "web:restart"),
+    ("get", "web:compare"),
 ]
 
 
@@ -43,7 +44,7 @@ def test_anonymous_job_views_redirect_to_login(client, job, method, name):
     assert job.status == JobStatus.PENDING and Job.objects.count() == 1
 
 
-@pytest.mark.parametrize("name", ["web:detail", "web:logs", "web:logs-raw"])
+@pytest.mark.parametrize("name", ["web:detail", "web:logs", "web:logs-raw", "web:compare"])
 @pytest.mark.parametrize("who", ["member_client", "colleague_client"])
 def test_members_of_the_workspace_see_the_job(request, job, name, who):
     response = request.getfixturevalue(who).get(reverse(name, args=[job.pk]))
@@ -77,6 +78,7 @@ def test_outsider_does_not_see_the_job_in_the_list(outsider_client, member_clien
         ("post", "web:logs-raw", True),
         ("get", "web:stop", True),
         ("get", "web:restart", True),
+        ("post", "web:compare", True),
         ("put", "api-token", False),
     ],
 )

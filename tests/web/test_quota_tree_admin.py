@@ -7,7 +7,7 @@ from django.test import Client
 from django.urls import reverse
 
 from quotas.models import Quota, ResourceType, Role, Tenant
-from tests.conftest import make_user
+from tests.conftest import make_user, post_confirmed
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def form_of(quota: Quota, **changes) -> dict:
 
 def change(client, quota: Quota, **changes):
     url = reverse("admin:quotas_quota_change", args=[quota.pk])
-    return client.post(url, form_of(quota, **changes))
+    return post_confirmed(client, url, form_of(quota, **changes))
 
 
 def test_the_form_shows_the_tree_fields(owner_client, org, quota):
@@ -103,8 +103,10 @@ def test_a_parent_of_another_gpu_type_is_refused_on_add(owner_client, org):
     a100 = Quota.objects.create(
         tenant=org.tenant, name="a100", resource_type="Lingjun", gpu_type="A100", gpus=8
     )
-    response = owner_client.post(
-        reverse("admin:quotas_quota_add"), form_of(org, name="new", gpus=0, parent=a100.pk)
+    response = post_confirmed(
+        owner_client,
+        reverse("admin:quotas_quota_add"),
+        form_of(org, name="new", gpus=0, parent=a100.pk),
     )
     assert response.status_code == 200
     assert response.context["adminform"].form.errors["parent"] == [

@@ -101,6 +101,14 @@ def restart_budget(job: Job) -> str:
 
 
 @register.filter
+def result_progress(job: Job) -> str:
+    """ "phase write · 5 of 8 partitions accepted · 2,500 of 4,000 items" (docs/results.md)."""
+    from jobs.result_reads import progress_line
+
+    return progress_line(job)
+
+
+@register.filter
 def until(moment, now=None) -> str:
     """How far ahead `moment` is: "in 3m 05s", or "now" once it has passed."""
     if moment is None:

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from protocol.agent import WorkerSpec
-from protocol.devices import DRIVER_CAPABILITIES, NO_DEVICES, without_device_env
+from protocol.agent import ResumeIdentity, WorkerSpec
+from protocol.devices import DRIVER_CAPABILITIES, NO_DEVICES, is_device_env, without_device_env
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ WORKER_MARKER = "GPU_WORKER_ID"
 CHECKPOINT_ENV = "CHECKPOINT_DIR"
 PROGRESS_ENV = "PROGRESS_FILE"
 RESUME_ENV = "RESUME_FROM"
+OUTPUT_ENV = "OUTPUT_DIR"  # the attempt's staging folder (docs/results.md)
+ACCEPTED_ENV = "ACCEPTED_UNITS_FILE"
 TAIL_LINES = 20
 TAIL_CHARS = 4000
 
@@ -63,6 +65,14 @@ class LaunchSpec:
     memory_gb: int = 0
     node: str = ""  # the node's name (container labels)
     workspace_id: int = 0  # whose checkpoint area the worker's folder is in (0: the root)
+    # The console's rendezvous variables for this attempt (docs/distributed.md): they
+    # replace the single-host defaults below.
+    rendezvous: Mapping[str, str] = field(default_factory=dict)
+    # Read-only data folders: name → host path, resolved inside the workspace's area.
+    data: Mapping[str, str] = field(default_factory=dict)
+    # The run whose accepted units this attempt carries (docs/results.md, "Resume without
+    # duplicates"): a runtime that resolves an image compares its digest before the start.
+    resume_identity: ResumeIdentity | None = None
 
     @classmethod
     def from_worker_spec(cls, spec: WorkerSpec, node: str = "") -> "LaunchSpec":
@@ -81,6 +91,8 @@ class LaunchSpec:
             cpus=spec.cpus,
             memory_gb=spec.memory_gb,
             workspace_id=spec.workspace_id,
+            rendezvous=dict(spec.rendezvous),
+            resume_identity=spec.resume_identity,
         )
 
     @property
@@ -99,6 +111,7 @@ class WorkerState:
     error: str = ""  # tail of the output when the worker failed
     container_id: str = ""
     starting: bool = False  # still being prepared (image pull): not reported yet
+    ended_by: str = ""  # WorkerReport.ended_by, when the runtime refused the start itself
 
 
 def worker_marker(pod_id: int, attempt: int) -> str:
@@ -127,8 +140,15 @@ def worker_env(spec: LaunchSpec, base: Mapping[str, str] | None = None) -> dict[
     return {**inherited, **job, **injected_env(spec)}
 
 
+def data_env(name: str) -> str:
+    """The variable naming a data folder: DATA_<NAME> ("imagenet-val" → DATA_IMAGENET_VAL)."""
+    return f"DATA_{name.upper().replace('-', '_')}"
+
+
 def injected_env(spec: LaunchSpec) -> dict[str, str]:
-    """Variables every worker gets, whatever the runtime; they override the job's env."""
+    """Variables every worker gets, whatever the runtime; they override the job's env. The
+    console's rendezvous (rank 0's node and the port reserved there) replaces the
+    single-host defaults; an older console sends none."""
     return {
         **device_env(spec),
         "RANK": str(spec.rank),
@@ -136,6 +156,8 @@ def injected_env(spec: LaunchSpec) -> dict[str, str]:
         "MASTER_ADDR": "127.0.0.1",
         # One port per job so two jobs on one host do not collide.
         "MASTER_PORT": str(20000 + spec.job_id % 20000),
+        **{k: v for k, v in spec.rendezvous.items() if not is_device_env(k)},
+        **{data_env(name): path for name, path in spec.data.items()},
         "JOB_ID": str(spec.job_id),
         "POD_ID": str(spec.pod_id),
         "ATTEMPT": str(spec.attempt),
@@ -222,6 +244,7 @@ class Worker:
     timers: list[threading.Timer] = field(default_factory=list)
     exit_code: int | None = None
     error: str = ""
+    ended_by: str = ""  # the runtime refused the start (WorkerState.ended_by)
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -241,6 +264,7 @@ class Worker:
             error=self.error if done else "",
             container_id=self.handle,
             starting=self.starting and not done,
+            ended_by=self.ended_by if done else "",
         )
 
 

@@ -31,17 +31,21 @@ from docker.types import DeviceRequest, Mount
 
 from agents.node.fence import LEASE_NAME, MOUNT, WRAPPER_NAME
 from agents.node.runtimes.base import (
+    ACCEPTED_ENV,
     CHECKPOINT_ENV,
+    OUTPUT_ENV,
     PROGRESS_ENV,
     RESUME_ENV,
     LaunchError,
     LaunchSpec,
+    data_env,
     worker_env,
 )
 from protocol.devices import NO_DEVICES
 
 LABEL = "io.gpu-console"
 CHECKPOINT_MOUNT = "/checkpoints"
+DATA_MOUNT = "/data"  # a job's read-only data folders: /data/<name> (docs/distributed.md)
 # What the agent may put into a container's configuration; anything else is refused.
 ALLOWED_KEYS = frozenset(
     {
@@ -60,6 +64,7 @@ ALLOWED_KEYS = frozenset(
         "security_opt",
         "cap_drop",
         "privileged",
+        "network_mode",  # only "host", only where the operator allows it (--docker-host-network)
     }
 )
 
@@ -82,10 +87,18 @@ class DockerOptions:
     gpus: str = "nvidia"  # how GPUs are attached: GPU_REQUEST_STYLES
     cdi_names: str = "uuid"  # how the host's CDI spec names GPUs: "uuid" or "index"
     fence_dir: Path | None = None  # the fence wrapper and lease (None: no fence)
+    # Workers of multi-worker jobs share the host's network (docs/distributed.md): the
+    # operator's choice (--docker-host-network), off by default.
+    host_network: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus not in GPU_REQUEST_STYLES or self.cdi_names not in ("uuid", "index"):
             raise ValueError(f"unknown GPU request style {self.gpus!r}/{self.cdi_names!r}")
+
+
+# The agent's host paths in a worker's environment (agents.node.progress, docs/results.md):
+# mapped into the checkpoint mount for a worker, dropped for its validator.
+HOST_PATH_ENVS = (CHECKPOINT_ENV, PROGRESS_ENV, RESUME_ENV, OUTPUT_ENV, ACCEPTED_ENV)
 
 
 def container_name(node: str, pod_id: int, attempt: int) -> str:
@@ -126,11 +139,19 @@ def gpu_request(spec: LaunchSpec, opts: DockerOptions) -> DeviceRequest | None:
     )
 
 
+def _meets_peers(spec: LaunchSpec) -> bool:
+    """A worker of a job with several workers (its rendezvous names more than one node)."""
+    try:
+        return int(spec.rendezvous.get("NNODES", "1")) > 1
+    except ValueError:
+        return False
+
+
 def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | None) -> dict:
     """The complete create arguments for one worker's container (pure)."""
     env = worker_env(spec)
     # The agent's host paths (agents.node.progress) mean nothing inside: map or drop them.
-    host_paths = {k: env.pop(k) for k in (CHECKPOINT_ENV, PROGRESS_ENV, RESUME_ENV) if k in env}
+    host_paths = {k: env.pop(k) for k in HOST_PATH_ENVS if k in env}
     request = gpu_request(spec, opts)
     if request is None:  # no GPU reaches this container, whatever the image says
         env.update(CUDA_VISIBLE_DEVICES="", NVIDIA_VISIBLE_DEVICES=NO_DEVICES)
@@ -162,6 +183,11 @@ def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | 
         "privileged": False,
         "security_opt": ["no-new-privileges"],
     }
+    if _meets_peers(spec) and opts.host_network:
+        # Host networking (docs/distributed.md): gloo and NCCL open a port per peer beyond
+        # MASTER_PORT, so publishing one port is not enough; the node's address is the
+        # worker's, as MASTER_ADDR and TF_CONFIG name it.
+        config["network_mode"] = "host"
     if request is not None:
         config["device_requests"] = [request]
     if spec.cpus:
@@ -180,16 +206,25 @@ def container_config(spec: LaunchSpec, opts: DockerOptions, checkpoints: Path | 
             inside = _container_path(host, checkpoints)
             if inside is not None:
                 env[name] = inside
+    for name, host in sorted(spec.data.items()):  # resolved in the workspace's area
+        mounts.append(Mount(f"{DATA_MOUNT}/{name}", host, type="bind", read_only=True))
+        env[data_env(name)] = f"{DATA_MOUNT}/{name}"
     if mounts:
         config["mounts"] = mounts
     return config
 
 
 def check_config(
-    config: Mapping, checkpoint_root: Path | None, fence_dir: Path | None = None
+    config: Mapping,
+    checkpoint_root: Path | None,
+    fence_dir: Path | None = None,
+    *,
+    host_network: bool = False,
 ) -> None:
     """Refuse anything outside the allowlist; raises UnsafeConfig."""
     extra = set(config) - ALLOWED_KEYS
+    if "network_mode" in config and (not host_network or config["network_mode"] != "host"):
+        extra.add("network_mode")
     if extra:
         raise UnsafeConfig(f"container option(s) not allowed: {', '.join(sorted(extra))}")
     if config.get("privileged") is not False:
@@ -212,8 +247,12 @@ def check_config(
     if mounts and checkpoint_root is None:
         raise UnsafeConfig("no checkpoint root is configured: nothing may be mounted")
     for mount in mounts:
-        if mount.get("Type") != "bind" or mount.get("Target") != CHECKPOINT_MOUNT:
-            raise UnsafeConfig(f"only the checkpoint folder may be mounted, not {mount}")
+        target = str(mount.get("Target", ""))
+        data = target.startswith(f"{DATA_MOUNT}/") and bool(mount.get("ReadOnly"))
+        if mount.get("Type") != "bind" or (target != CHECKPOINT_MOUNT and not data):
+            raise UnsafeConfig(
+                f"only the checkpoint folder and read-only data may be mounted, not {mount}"
+            )
         source = Path(mount.get("Source", "")).resolve()
         root = Path(checkpoint_root).resolve()
         if not source.is_relative_to(root) or source == root or "docker.sock" in str(source):

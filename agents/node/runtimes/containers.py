@@ -23,8 +23,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 import requests
@@ -51,6 +52,10 @@ from agents.node.runtimes.container_config import (
     container_config,
     container_name,
 )
+from agents.node.validator_container import ContainerValidation, validator_config
+from agents.node.validator_container import start as start_in_container
+from protocol.agent import RESUME_REFUSED, RunFacts
+from protocol.units import resume_refusal
 
 __all__ = [
     "DockerOptions",
@@ -64,12 +69,24 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-READER_JOIN_TIMEOUT = 10.0
+
+class _FollowCut(Exception):
+    """The follow stream was cut (the container had exited) before it was opened."""
+
+
+# Once the container has exited, how long its follow stream may take to end by itself
+# before the reader stops following and reads the stored log instead: podman's compat API
+# under load sometimes keeps a follow stream open long after the exit (seen past 30 s).
+FOLLOW_END_GRACE = 2.0
+# Then how long the exit report waits for that last read (an engine under load is slow).
+READER_JOIN_TIMEOUT = 30.0
 
 
 @dataclass
 class _Container(Worker):
     container_id: str = ""
+    follow_stream: Any = None  # the open follow stream, closed to stop following
+    follow_cut: threading.Event = field(default_factory=threading.Event)
 
     @property
     def handle(self) -> str:
@@ -147,8 +164,14 @@ class DockerRuntime(WorkerTable):
                     area = area / f"ws-{spec.workspace_id}"
                 checkpoints = checkpoint_folder(area, Path(host_folder))
             config = container_config(spec, self.opts, checkpoints)
-            check_config(config, self.opts.checkpoint_root, self.opts.fence_dir)
+            check_config(
+                config,
+                self.opts.checkpoint_root,
+                self.opts.fence_dir,
+                host_network=self.opts.host_network,
+            )
             self._ensure_image(worker, spec.image)
+            self._check_resume(worker, spec)
             with worker.lock:  # a stop that came during the pull: never start it
                 if worker.stopping:
                     raise LaunchError("stopped before the container started")
@@ -174,6 +197,33 @@ class DockerRuntime(WorkerTable):
             # Same name: a container of this pod attempt exists (we crashed after creating
             # it). Take it over rather than starting a second one.
             return self.client.containers.get(config["name"])
+
+    def _check_resume(self, worker: _Container, spec: LaunchSpec) -> None:
+        """A resume whose image changed since the run it carries units of is refused
+        (docs/results.md): the engine resolves the image only now, after the pull."""
+        if spec.resume_identity is None or not spec.resume_identity.image_digest:
+            return
+        refusal = resume_refusal(
+            spec.resume_identity, RunFacts(image_digest=self.image_id(spec.image))
+        )
+        if refusal:
+            worker.ended_by = RESUME_REFUSED
+            raise LaunchError(f"launch failed: {refusal}")
+
+    def start_validator(
+        self, *, pod_id: int, attempt: int, image: str, command: str,
+        env: Mapping[str, str], result_dir: Path,
+    ) -> ContainerValidation:  # fmt: skip
+        """Rank 0's result validator in a container of the job's image (docs/results.md)."""
+        config = validator_config(
+            node=self.opts.node, pod_id=pod_id, attempt=attempt, image=image,
+            command=command, env=env, result_dir=result_dir,
+        )  # fmt: skip
+        return start_in_container(self.api, config)
+
+    def image_id(self, image: str) -> str:
+        """The image's id as the engine resolved it (docs/results.md, run identity)."""
+        return str(self.api.inspect_image(image).get("Id", ""))
 
     def _ensure_image(self, worker: _Container, image: str) -> None:
         try:
@@ -217,7 +267,9 @@ class DockerRuntime(WorkerTable):
         """Stream the container's output to its end. An interrupted stream is opened again
         from the start and the lines already seen are skipped. A stream that ends is read
         once more without following, the same way: an engine may end a follow stream
-        before the container's last lines (podman's compat API under load does)."""
+        before the container's last lines (podman's compat API under load does), or keep
+        it open after the exit (then `_wait` cuts it: `follow_cut`; a line it cut in two
+        is not passed on, the stored log's read gives it whole)."""
         seen = 0
         follow = True
         while True:
@@ -235,15 +287,26 @@ class DockerRuntime(WorkerTable):
                 stream = self.stream_api.logs(
                     worker.container_id, stdout=True, stderr=True, stream=True, follow=follow
                 )
+                if follow:
+                    worker.follow_stream = stream
+                    if worker.follow_cut.is_set():  # cut while it was being opened
+                        getattr(stream, "close", lambda: None)()
+                        raise _FollowCut
                 for chunk in stream:
                     splitter.feed(chunk)
-                splitter.finish()
+                if not (follow and worker.follow_cut.is_set()):
+                    splitter.finish()
                 if not follow:
                     return
                 follow = False  # once more, to its end as stored
             except NotFound:
                 return
-            except (DockerException, requests.RequestException) as exc:
+            except Exception as exc:
+                if follow and worker.follow_cut.is_set():  # closed by _wait: read the rest
+                    follow = False
+                    continue
+                if not isinstance(exc, DockerException | requests.RequestException):
+                    raise
                 if worker.done.is_set():
                     return
                 log.warning("pod %s: log stream interrupted (%s); reopening", worker.pod_id, exc)
@@ -264,7 +327,16 @@ class DockerRuntime(WorkerTable):
         with worker.lock:
             for timer in worker.timers:
                 timer.cancel()
+        reader.join(FOLLOW_END_GRACE)
+        if reader.is_alive():  # the engine keeps following an exited container: stop it
+            worker.follow_cut.set()
+            with contextlib.suppress(Exception):
+                getattr(worker.follow_stream, "close", lambda: None)()
         reader.join(READER_JOIN_TIMEOUT)
+        if reader.is_alive():
+            log.warning(
+                "pod %s: output still unread %ss after exit", worker.pod_id, READER_JOIN_TIMEOUT
+            )
         if code not in (None, 0):
             error = worker.lines.error_tail()
         self._finish(worker, code, error)

@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import select
+import shlex
 import signal
 import subprocess
 import threading
@@ -106,6 +107,24 @@ def _read_exit_code(workdir: Path) -> tuple[int | None, bool]:
         return None, False
 
 
+def read_only_data(folders) -> list[str]:
+    """The worker's data folders read-only (docs/distributed.md): the command runs in a
+    mount namespace of its own where each is bind-mounted read-only over itself (the
+    agent's user namespace when it is not root). Empty: no data, no namespace."""
+    folders = sorted(folders)
+    if not folders:
+        return []
+    mounts = "".join(
+        f"mount --bind {shlex.quote(f)} {shlex.quote(f)} && "
+        f"mount -o remount,bind,ro {shlex.quote(f)} {shlex.quote(f)} && "
+        for f in folders
+    )
+    namespace = ["unshare", "-m", "--propagation", "private"]
+    if os.geteuid() != 0:
+        namespace.insert(1, "-r")
+    return [*namespace, "/bin/sh", "-c", f'{mounts}exec "$@"', "data"]
+
+
 class ProcessRuntime(WorkerTable):
     name = "process"
     join_timeout = READER_JOIN_TIMEOUT
@@ -148,7 +167,7 @@ class ProcessRuntime(WorkerTable):
             try:
                 wrapper = [self.wrapper, self.lease, str(workdir / EXIT_FILE), "--"]
                 proc = subprocess.Popen(
-                    [*wrapper, "/bin/sh", "-c", spec.command],
+                    [*wrapper, *read_only_data(spec.data.values()), "/bin/sh", "-c", spec.command],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,

@@ -1,8 +1,9 @@
 """`manage.py run_console`: the embedded default on one machine.
 
 Starts the web server, the scheduler and monitor loops in this process (no Redis needed),
-and one local agent with the process runtime and fake GPUs as a child process. Jobs run as
-local processes under this user's account, so the data files are kept private (0600).
+and one local agent with the process runtime and fake GPUs as a child process, started
+again with back-off when it dies (`console.supervise`). Jobs run as local processes under
+this user's account, so the data files are kept private (0600).
 
 Ctrl-C (or SIGTERM) stops placing work, asks the jobs running on the local node to stop the
 way a user's Stop does (SIGTERM and the grace period; without fault tolerance they end
@@ -31,6 +32,7 @@ from django.core.servers.basehttp import (
 from django.utils import timezone
 
 from console.demo import protect_data_files
+from console.supervise import Supervisor
 from protocol.agentlock import lock_holder
 
 
@@ -130,13 +132,13 @@ class Command(BaseCommand):
             stop_loops(["scheduler"])
             if agent is not None:
                 self._stop_local_jobs(options["node_name"])
-                self._stop_agent(agent)
+                self._stop_agent(agent.stop())
             stop_loops()
             httpd.shutdown()
             httpd.server_close()
             self.stdout.write("Stopped.")
 
-    def _start_agent(self, url: str, options) -> subprocess.Popen:
+    def _start_agent(self, url: str, options) -> Supervisor:
         from agents.actions import allow_reregistration, issue_bootstrap_token
         from cluster.models import Node
 
@@ -177,12 +179,19 @@ class Command(BaseCommand):
             "--parent-pid",
             str(os.getpid()),
         ]
-        self._replace_leftover_agent(state_dir)
-        # Its own process group, so Ctrl-C in the terminal reaches us first and we stop it
-        # in order (workers get their SIGTERM and grace) instead of all at once.
-        process = subprocess.Popen(command, env=env, start_new_session=True)
-        threading.Thread(target=self._watch_agent, args=(process,), daemon=True).start()
-        return process
+
+        def start() -> subprocess.Popen:
+            self._replace_leftover_agent(state_dir)
+            # Its own process group, so Ctrl-C in the terminal reaches us first and we stop
+            # it in order (workers get their SIGTERM and grace) instead of all at once.
+            return subprocess.Popen(command, env=env, start_new_session=True)
+
+        def report(line: str) -> None:
+            self.stderr.write(line)
+            self.stderr.flush()
+
+        # Started again when it dies (killed, crashed), with back-off (docs/processes.md).
+        return Supervisor(start, report=report)
 
     def _replace_leftover_agent(self, state_dir: Path) -> None:
         """An agent a previous console left on this state dir (one killed before agents
@@ -201,11 +210,6 @@ class Command(BaseCommand):
             if time.monotonic() >= deadline:
                 sig = signal.SIGKILL
             time.sleep(0.2)
-
-    def _watch_agent(self, process: subprocess.Popen) -> None:
-        code = process.wait()
-        if code not in (0, -signal.SIGTERM):
-            self.stderr.write(f"local agent exited with {code}")
 
     def _stop_local_jobs(self, node_name: str) -> None:
         """Stop the local node's jobs like a user's Stop, and wait until their workers have

@@ -1,0 +1,87 @@
+"""Counted results in a real browser (headless Chromium) against the real console
+(`manage.py run_console` with its local agent, process runtime): a researcher submits the
+partitioned example from the form with a work contract and reads the Result section once
+it is Completed; a run that exits 0 after 5 of 8 partitions shows Failed, rejected, 2,500
+of 4,000 items (docs/results.md)."""
+
+import sys
+
+import pytest
+
+from tests.e2e.conftest import ROOT, RunningConsole, wait_for
+
+pytestmark = pytest.mark.e2e
+COMMAND = f"{sys.executable} {ROOT / 'examples' / 'partitioned.py'}"
+
+
+def _login(browser, console: RunningConsole):
+    page = browser.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{console.url}/login/")
+    page.fill("input[name=username]", console.creds["researcher_username"])
+    page.fill("input[name=password]", console.creds["researcher_password"])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{console.url}/")
+    return page
+
+
+def test_the_result_of_a_contract_submitted_from_the_form(browser, running_console):
+    page = _login(browser, running_console)
+    page.goto(f"{running_console.url}/jobs/new/")
+    page.fill("input[name=name]", "partitions")
+    quota = page.locator("select[name=quota] option", has_text="vision-h200 (Lingjun, H200)")
+    page.select_option("select[name=quota]", value=quota.get_attribute("value"))
+    page.fill("input[name=image]", "python:3.12")
+    page.fill("textarea[name=command]", COMMAND)
+    page.fill("input[name=gpus_per_worker]", "1")
+    page.fill("input[name=cpus_per_worker]", "1")
+    page.fill("input[name=memory_gb_per_worker]", "1")
+    page.fill("input[name=result_unit]", "partition")
+    page.fill("input[name=result_expected_units]", "p{1..8}")
+    page.fill("input[name=result_expected_items]", "4000")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/jobs/*/")
+    page.locator("#job-live .status-line .badge", has_text="Completed").wait_for()
+    page.reload()
+    section = page.locator("section.result")
+    assert section.get_attribute("data-result-state") == "accepted"
+    text = section.inner_text()
+    assert "result accepted (8/8 partitions, 4,000 items)" in text
+    assert "8 of 8 partitions accepted · 4,000 of 4,000 items" in text
+    assert page.locator("table.result-units tbody tr").count() == 8
+    page.screenshot(path=str(running_console.var_dir / "result.png"), full_page=True)
+
+
+def test_exit_0_after_five_partitions_shows_rejected(browser, running_console):
+    api = running_console.api()
+    body = {
+        "quota": "vision-h200",
+        "image": "python:3.12",
+        "command": COMMAND,
+        "gpus_per_worker": 1,
+        "cpus_per_worker": 1,
+        "memory_gb_per_worker": 1,
+        "env": {"STOP_AFTER": "5"},
+        "result_unit": "partition",
+        "result_expected_units": "8",
+        "result_expected_items": 4000,
+    }
+    created = api.post(f"{running_console.url}/api/v1/jobs", json=body, timeout=10)
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+    url = f"{running_console.url}/api/v1/jobs/{job_id}"
+    job = wait_for(
+        lambda: (j := api.get(url, timeout=5).json())["status"] in ("Completed", "Failed") and j,
+        60,
+    )
+    assert job["status"] == "Failed" and job["result_state"] == "rejected"
+    page = _login(browser, running_console)
+    page.goto(f"{running_console.url}/jobs/{job_id}/")
+    text = page.locator("section.result").inner_text()
+    assert "exited 0 but result rejected: 5 of 8 partitions accepted; 2,500 of 4,000 items" in text
+    assert "result_rejected" in text
+    page.goto(f"{running_console.url}/jobs/")
+    assert (
+        "5 of 8 partitions accepted · 2,500 of 4,000 items"
+        in page.locator("#job-rows").inner_text()
+    )
