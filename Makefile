@@ -52,9 +52,11 @@ test-deploy: venv
 	DEPLOY_TEST=1 $(BIN)/pytest tests/deploy -p no:randomly -v -s --durations=0 $(PYTEST_ARGS)
 
 ## make test-distributed: a real torch.distributed (gloo, CPU) job across two agents, before
-## and after a fault-tolerance restart (tests/distributed). Torch goes into its own venv,
-## .venv-torch, used only by the workers' program; the console and agents run from .venv
+## and after a fault-tolerance restart, and a real mpirun job across them (tests/distributed).
+## Torch goes into its own venv, .venv-torch, used only by the workers' program; the console
+## and agents run from .venv; Open MPI from Debian (scripts/mpi-tools)
 test-distributed: venv
+	scripts/mpi-tools
 	@test -x .venv-torch/bin/python || python3.11 -m venv .venv-torch
 	@.venv-torch/bin/python -c "import torch" 2>/dev/null || \
 		.venv-torch/bin/pip install torch==$(TORCH_VERSION)

@@ -130,9 +130,33 @@ def hostfile(shape: Shape, hosts: Sequence[str]) -> str:
     return "".join(f"{address} slots={n}\n" for address, n in _slots(shape, hosts).items())
 
 
-def worker_env(shape: Shape, meeting: Meeting, rank: int) -> dict[str, str]:
+def mpi_exec_role(hosts: Sequence[str], rank: int) -> str:
+    """What worker `rank` of an MPI job runs (agents.node.mpi_exec): rank 0 the launcher,
+    the first worker on each other node that node's server, every other one waits on its
+    node's server (mpirun starts one daemon per node)."""
+    if rank == 0:
+        return "launcher"
+    return "serve" if hosts.index(hosts[rank]) == rank else "follow"
+
+
+def mpi_exec_env(meeting: Meeting, rank: int, token: str) -> dict[str, str]:
+    """The exec channel of an MPI job's worker (docs/distributed.md, "MPI jobs"): every
+    node's server listens on the attempt's port at its node's address."""
+    hosts = meeting.hosts
+    servers = [h for i, h in enumerate(hosts) if i and hosts.index(h) == i and h != hosts[0]]
+    return {
+        "MPI_EXEC_ROLE": mpi_exec_role(hosts, rank),
+        "MPI_EXEC_ADDR": hosts[rank],
+        "MPI_EXEC_PORT": str(meeting.port),
+        "MPI_EXEC_SERVERS": ",".join(servers),
+        "MPI_EXEC_TOKEN": token,
+    }
+
+
+def worker_env(shape: Shape, meeting: Meeting, rank: int, token: str = "") -> dict[str, str]:
     """The rendezvous variables of worker `rank` in this attempt (they override the job's
-    env and the agent's defaults)."""
+    env and the agent's defaults). `token`: the attempt's secret for an MPI job's exec
+    channel (the console derives it; no MPI channel without it)."""
     nodes = len(meeting.hosts)
     nproc = shape.nproc
     processes = shape.framework in (Framework.PYTORCH, Framework.MPI)
@@ -168,6 +192,8 @@ def worker_env(shape: Shape, meeting: Meeting, rank: int) -> dict[str, str]:
                 "OMPI_MCA_orte_keep_fqdn_hostnames": "1",
             }
         )
+        if token:
+            env.update(mpi_exec_env(meeting, rank, token))
     return env
 
 
@@ -182,14 +208,14 @@ def shape_of(distributed: Mapping[str, Any] | None, gpus_per_worker: int) -> Sha
     )
 
 
-def job_env(job: Any, rank: int) -> dict[str, str]:
+def job_env(job: Any, rank: int, token: str = "") -> dict[str, str]:
     """Worker `rank`'s rendezvous variables from a job row (or anything with its
     attributes): empty until the cycle recorded a rendezvous that names this rank."""
     hosts = tuple(job.rendezvous_hosts or ())
     if job.rendezvous_port is None or not 0 <= rank < len(hosts):
         return {}
     meeting = Meeting(hosts=hosts, port=job.rendezvous_port, attempt=job.rendezvous_attempt or 1)
-    return worker_env(shape_of(job.distributed, job.gpus_per_worker), meeting, rank)
+    return worker_env(shape_of(job.distributed, job.gpus_per_worker), meeting, rank, token)
 
 
 def job_roles(job: Any) -> tuple[str, ...]:

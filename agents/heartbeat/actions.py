@@ -58,6 +58,7 @@ from cluster.actions import (
 )
 from cluster.models import POOL_STATES, Node, NodeState
 from jobs.actions.progress import store_worker_extras, worker_ft_fields
+from jobs.actions.rendezvous import exec_token
 from jobs.actions.workers import apply_worker_state, record_gpu_samples
 from jobs.models import Pod, PodDesired
 from jobs.result_reads import resume_identities
@@ -454,7 +455,7 @@ def worker_spec(pod: Pod, resume_identity: ResumeIdentity | None = None) -> Work
         memory_gb=pod.memory_gb,
         log_next_seq=pod.log_next_seq,
         workspace_id=job.workspace_id,
-        rendezvous=job_env(job, pod.rank),  # where this attempt's workers meet
+        rendezvous=job_env(job, pod.rank, exec_token(job)),  # where this attempt's workers meet
         **worker_fields(job),  # image, command, env, checkpoint folder (policy.jobspec)
         **worker_ft_fields(pod),
         resume_identity=resume_identity,

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.node import fence
+from agents.node import fence, mpi_launch
 from agents.node.progress import checkpoint_root
 from agents.node.runtimes.base import ExitSink, LaunchError, LineSink, Runtime
 from agents.node.runtimes.processes import ProcessRuntime
@@ -67,6 +67,7 @@ def make_runtime(
 
     try:
         fence.install(fence_dir)  # bind-mounted read-only into every container
+        mpi_launch.install(fence_dir)  # an MPI job's exec channel, run by the image's python3
     except (fence.FenceUnavailable, OSError) as exc:
         raise AgentConfigError(f"no worker fence wrapper: {exc}") from exc
     root = checkpoint_root(state_dir)  # job folders under it are bind-mounted, one each

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.node import preflight
+from agents.node import mpi_launch, preflight
 from agents.node.checkout import CheckoutFailed, checkout
 from agents.node.gpus import GpuInfo, worker_gpu_usage
 from agents.node.identity import inputs_facts, process_facts
@@ -184,9 +184,13 @@ class Ledger:
         if refusal:  # docs/results.md, "Resume without duplicates"
             raise ResumeRefused(refusal)
         command = launch.command
-        if preflight.wanted(spec):  # docs/results.md, "Before a long run"
+        role = mpi_launch.role_of(spec.rendezvous)  # docs/distributed.md, "MPI jobs"
+        if preflight.wanted(spec) and role in ("", "launcher"):  # docs/results.md
             env[preflight.COMMAND_ENV] = spec.command
             command = preflight.wrapped(spec.preflight_seconds or 0)
+        if role:
+            env[mpi_launch.COMMAND_ENV] = command
+            command = mpi_launch.wrapped(role, runtime)
         return dataclasses.replace(launch, env=env, data=data, command=command), note
 
     def _outputs_of(

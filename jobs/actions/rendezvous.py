@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from django.db.models import Q
+from django.utils.crypto import salted_hmac
 
 from cluster.models import Node
 from jobs.models import Job
@@ -22,6 +23,13 @@ from policy.statuses import ACTIVE_JOB_STATUSES
 log = logging.getLogger(__name__)
 
 _FIELDS = ("rendezvous_node", "rendezvous_port", "rendezvous_attempt", "rendezvous_hosts")
+
+
+def exec_token(job: Job) -> str:
+    """The secret of an attempt's MPI exec channel (agents.node.mpi_exec): derived, not
+    stored, so every worker of the attempt gets the same one and the next attempt another."""
+    message = f"{job.pk}:{job.rendezvous_attempt or 1}"
+    return salted_hmac("gpu-console.mpi-exec", message, algorithm="sha256").hexdigest()[:40]
 
 
 def _address(node: Node) -> str:

@@ -76,6 +76,22 @@ def test_mpi_gives_the_launcher_the_hosts_with_their_slots():
     assert hostfile(shape, ("a", "b", "a")) == "a slots=4\nb slots=2\n"
 
 
+def test_mpi_workers_get_the_exec_channel_one_server_per_node():
+    shape = Shape(Framework.MPI, gpus_per_worker=1)
+    meeting = Meeting(hosts=("a", "b", "a", "c", "b"), port=2000, attempt=3)
+    envs = [worker_env(shape, meeting, rank, token="t0k") for rank in range(5)]
+    # rank 0 launches; the first worker on each other node serves it; the rest (rank 0's
+    # node included) wait on their node's server.
+    assert [e["MPI_EXEC_ROLE"] for e in envs] == ["launcher", "serve", "follow", "serve", "follow"]
+    assert [e["MPI_EXEC_ADDR"] for e in envs] == ["a", "b", "a", "c", "b"]
+    assert {e["MPI_EXEC_SERVERS"] for e in envs} == {"b,c"}
+    assert {(e["MPI_EXEC_PORT"], e["MPI_EXEC_TOKEN"]) for e in envs} == {("2000", "t0k")}
+    # No channel without the console's token, and none for other frameworks.
+    assert "MPI_EXEC_ROLE" not in worker_env(shape, meeting, 0)
+    pytorch = Shape(Framework.PYTORCH, gpus_per_worker=1)
+    assert not any(k.startswith("MPI_") for k in worker_env(pytorch, meeting, 1, token="t"))
+
+
 def test_node_facts_send_address_and_ports_only_when_set():
     assert "address" not in NodeFacts().model_dump()  # an older console refuses them
     facts = NodeFacts(address="10.0.0.2", rendezvous_ports=(30000, 30009))
@@ -191,3 +207,41 @@ def test_a_synchronous_restart_gives_every_worker_the_new_attempts_rendezvous(
     assert {s["attempt"] for s in specs.values()} == {2}
     assert {s["rendezvous"]["MASTER_PORT"] for s in specs.values()} == {str(job.rendezvous_port)}
     assert Pod.objects.filter(job=job, attempt=2, status=PodStatus.STARTING).count() == 2
+
+
+def test_an_mpi_attempt_carries_its_own_exec_token_to_every_worker(
+    client, two_nodes, researcher, workspace, quota, api_token
+):
+    (a, token_a), (b, token_b) = two_nodes
+    job = _job(
+        researcher,
+        workspace,
+        quota,
+        workers=2,
+        gpus_per_worker=8,
+        distributed={"framework": "mpi"},
+        fault_tolerance=True,
+        ft_config={"policy": "OnFailure", "max_restarts": 3},
+    )
+    run_cycle()
+    specs = {**_specs(client, token_a), **_specs(client, token_b)}
+    envs = {rank: spec["rendezvous"] for rank, spec in specs.items()}
+    assert [envs[r]["MPI_EXEC_ROLE"] for r in (0, 1)] == ["launcher", "serve"]
+    first = envs[0]["MPI_EXEC_TOKEN"]
+    assert len(first) == 40 and envs[1]["MPI_EXEC_TOKEN"] == first
+    assert envs[0]["MPI_EXEC_SERVERS"] == envs[1]["MPI_EXEC_ADDR"] != envs[0]["MPI_EXEC_ADDR"]
+
+    pods = {p.node_id: p for p in Pod.objects.filter(job=job)}
+    heartbeat(client, token_a, workers=[exited(pods[a.pk], 1, "boom")])
+    heartbeat(client, token_b, workers=[exited(pods[b.pk], 143)])
+    run_cycle()
+    again = {**_specs(client, token_a), **_specs(client, token_b)}
+    tokens = {spec["rendezvous"]["MPI_EXEC_TOKEN"] for spec in again.values()}
+    assert len(tokens) == 1 and first not in tokens  # the next attempt's, not the last one's
+    # The token is a secret of the attempt: the job's API and page never show it.
+    shown = client.get(f"/api/v1/jobs/{job.pk}", headers={"Authorization": f"Bearer {api_token}"})
+    assert shown.status_code == 200 and shown.json()["rendezvous"]["attempt"] == 2
+    assert not tokens & {*json.dumps(shown.json()).split('"')}
+    client.force_login(researcher)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "rendezvous" in page.lower() and not any(t in page for t in tokens)
