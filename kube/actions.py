@@ -20,16 +20,20 @@ from django.conf import settings
 from cluster.actions import sync_cluster_node
 from jobs.actions.logs import append_log_lines
 from jobs.actions.progress import store_checkpoints, store_progress
-from jobs.actions.results import store_facts, store_units
+from jobs.actions.results import fill_image_digest, store_facts, store_units
 from jobs.actions.workers import (
+    WorkerChange,
     apply_worker_state,
+    apply_worker_states,
     end_pods_of_dead_nodes,
     requeue_refused_pod,
 )
 from jobs.models import Pod
+from jobs.result_reads import resume_identities
 from protocol import limits
-from protocol.agent import RunFacts
+from protocol.agent import RESUME_REFUSED, RunFacts
 from protocol.text import fit
+from protocol.units import resume_refusal
 
 
 def sync_node(name: str, fields: dict, gpus: Sequence[dict], alive: bool, now: datetime):
@@ -79,3 +83,26 @@ def store_extras(
     if units:  # counted results (docs/results.md), promoted on the shared volume
         store_facts(pod, RunFacts(result_dir=result_dir))
         store_units(pod, units, now)
+
+
+def store_run_facts(pod: Pod, facts: RunFacts) -> None:
+    """What the controller resolved before the worker's Pod (docs/results.md, "Run
+    identity"): the data folders' fingerprint and the result folder."""
+    store_facts(pod, facts)
+
+
+def note_image(pod: Pod, image_id: str) -> bool:
+    """The image's id the kubelet reports once the worker runs (False: one was recorded)."""
+    return fill_image_digest(pod, image_id)
+
+
+def worker_resume_refused(pod: Pod, reason: str, now: datetime) -> bool:
+    """The worker never started: the run it would resume changed (docs/results.md,
+    "Resume without duplicates"); fault tolerance never retries it."""
+    change = WorkerChange(pod, False, None, fit(reason, limits.REASON), "", True, RESUME_REFUSED)
+    return pod.pk in apply_worker_states([change], now=now)
+
+
+def resume_refusal_of(pod: Pod, facts: RunFacts) -> str:
+    """Why this worker may not resume the run whose units it carries ("" : it may)."""
+    return resume_refusal(resume_identities([pod]).get(pod.pk), facts)

@@ -38,7 +38,13 @@ from kube.objects import (
     parse_node,
 )
 from kube.permissions import check_permissions
-from kube.volumes import job_checkpoints, prepare_outputs, promote_units, worker_progress
+from kube.volumes import (
+    data_inputs,
+    job_checkpoints,
+    prepare_outputs,
+    promote_units,
+    worker_progress,
+)
 from kube.watch import Watched
 from policy.jobspec import worker_fields
 from policy.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES
@@ -59,6 +65,7 @@ class Controller:
         self.lines: queue.Queue = queue.Queue()
         self.followers: dict[str, LogFollower] = {}
         self.drained: set[str] = set()
+        self.imaged: set[int] = set()  # pods whose image id is recorded (one row per attempt)
         node_params = {"labelSelector": config.node_selector} if config.node_selector else {}
         wake = self.woken.set
         self.nodes = Watched(
@@ -214,6 +221,9 @@ class Controller:
                 log.exception("kube: reading checkpoints or progress of pod %s failed", pod.pk)
 
     def _converge(self, pod: Pod, api: Observed | None, nodes, copies, now: datetime) -> None:
+        if api is not None and api.image_id and pod.pk not in self.imaged:
+            actions.note_image(pod, api.image_id)  # the run identity (docs/results.md)
+            self.imaged.add(pod.pk)
         facts = ConsolePod(
             pk=pod.pk,
             job_id=pod.job_id,
@@ -293,10 +303,13 @@ class Controller:
             **worker_fields(job),  # image, command, env, checkpoint folder (policy.jobspec)
         )
         try:
+            if self.config.checkpoint_root:  # its output folders (docs/results.md)
+                refusal = self._prepare_outputs(pod)
+                if refusal:  # the run it would resume changed: it never starts
+                    actions.worker_resume_refused(pod, refusal, now)
+                    return False
             if pod.rank == 0:  # the job's DNS names (kube.manifest); AlreadyExists: done
                 self._create_service(job.pk)
-            if self.config.checkpoint_root:  # its output folders (docs/results.md)
-                self._prepare_outputs(job, pod.attempt)
             self.client.create_pod(pod_manifest(facts, self.config))
         except KubeError as exc:
             if exc.reason == "AlreadyExists":
@@ -308,13 +321,27 @@ class Controller:
         log.info("kube: created pod %s on %s", facts.name, facts.node_name)
         return True
 
-    def _prepare_outputs(self, job: Job, attempt: int) -> None:
-        """A volume the console cannot write is logged: the worker still starts (its units
-        are then not counted, and a contract rejects its result)."""
+    def _prepare_outputs(self, pod: Pod) -> str:
+        """The output folders, and the worker's run facts known before it starts: the data
+        folders' fingerprint and the result folder, recorded together (the facts are
+        written once). Returns why the worker may not resume the run whose units it
+        carries ("" : it may). A volume the console cannot write or read is logged: the
+        worker still starts (its units are then not counted, and a contract rejects its
+        result)."""
+        job = pod.job
         try:
-            prepare_outputs(self.config, job.workspace_id, job.pk, job.checkpoint_dir, attempt)
+            where = (self.config, job.workspace_id, job.pk, job.checkpoint_dir, pod.attempt)
+            result_dir = prepare_outputs(*where)
+            facts, note = data_inputs(self.config, job.workspace_id, job.data or {})
         except OSError as exc:
             log.warning("kube: cannot prepare the output folders of job %s: %s", job.pk, exc)
+            return ""
+        if note:
+            log.info("kube: job %s: %s", job.pk, note)
+        facts = facts.model_copy(update={"result_dir": result_dir})
+        if facts.result_dir or facts.inputs_fingerprint:
+            actions.store_run_facts(pod, facts)
+        return actions.resume_refusal_of(pod, facts)
 
     def _create_service(self, job_id: int) -> None:
         try:
@@ -390,3 +417,4 @@ class Controller:
         for name in [n for n in self.followers if n not in api]:
             self.followers.pop(name).stop()
         self.drained &= set(api)
+        self.imaged &= {o.pod_id for o in api.values()}  # gone from the API: done with

@@ -31,6 +31,7 @@ from kube.objects import (
     pod_name,
 )
 from policy.rendezvous import Meeting, shape_of, worker_env
+from protocol import preflight
 from protocol.outputs import output_paths
 
 VOLUME = "checkpoints"
@@ -68,7 +69,8 @@ class WorkerFacts:
     # Free space the output needs (docs/results.md, "Before a long run"): checked by the
     # agent; not on Kubernetes yet (the checkpoint volume is the cluster's storage).
     expected_output_gb: int | None = None
-    # The preflight (docs/results.md): not run on Kubernetes yet (no OUTPUT_DIR there).
+    # The preflight (docs/results.md, "Before a long run"): run where OUTPUT_DIR is (a
+    # checkpoint volume) and the attempt does not resume.
     preflight_seconds: int | None = None
 
     @property
@@ -121,7 +123,8 @@ def progress_path(config: KubeConfig, workspace_id: int, pod_id: int, attempt: i
     return f"{config.checkpoint_mount}/ws-{workspace_id}/.progress/pod-{pod_id}-{attempt}.json"
 
 
-def _env(w: WorkerFacts, config: KubeConfig) -> list[dict]:
+def _env(w: WorkerFacts, config: KubeConfig, run_command: str = "") -> list[dict]:
+    """`run_command`: the job's command when the preflight script runs in its place."""
     env = {str(k): str(v) for k, v in w.env.items()}
     env.update(
         {
@@ -150,6 +153,8 @@ def _env(w: WorkerFacts, config: KubeConfig) -> list[dict]:
         env["ACCEPTED_UNITS_FILE"] = str(outputs.accepted_file)
         for name in w.data:
             env[f"DATA_{name.upper()}"] = f"{DATA_MOUNT}/{name}"
+    if run_command:  # docs/results.md, "Before a long run"
+        env[preflight.COMMAND_ENV] = run_command
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
@@ -170,11 +175,13 @@ def pod_manifest(w: WorkerFacts, config: KubeConfig) -> dict:
         resources["cpu"] = str(w.cpus)
     if w.memory_gb:
         resources["memory"] = f"{w.memory_gb}Gi"
+    rehearse = bool(w.preflight_seconds) and not w.resume_from and _volume(config) is not None
+    command = preflight.wrapped(w.preflight_seconds or 0) if rehearse else w.command
     container = {
         "name": CONTAINER,
         "image": w.image,
-        "command": ["/bin/sh", "-c", w.command],
-        "env": _env(w, config),
+        "command": ["/bin/sh", "-c", command],
+        "env": _env(w, config, run_command=w.command if rehearse else ""),
         "resources": {"limits": resources, "requests": dict(resources)},
     }
     spec = {

@@ -143,6 +143,9 @@ class Observed:
     error: str = ""
     finalizers: tuple[str, ...] = field(default_factory=tuple)
     resource_version: str = ""
+    # The image the kubelet ran (`imageID`, e.g. `docker.io/library/x@sha256:…`): known
+    # once the container started; the run identity's image digest (docs/results.md).
+    image_id: str = ""
 
 
 def _int(value: object) -> int | None:
@@ -152,10 +155,10 @@ def _int(value: object) -> int | None:
         return None
 
 
-def _container_state(status: dict) -> dict:
+def _container(status: dict) -> dict:
     for c in status.get("containerStatuses") or []:
         if c.get("name") == CONTAINER:
-            return c.get("state") or {}
+            return c
     return {}
 
 
@@ -164,7 +167,8 @@ def observe(obj: dict) -> Observed:
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
     labels = meta.get("labels") or {}
     phase, reason = status.get("phase", ""), status.get("reason") or ""
-    state = _container_state(status)
+    container = _container(status)
+    state = container.get("state") or {}
     terminated = state.get("terminated")
     exit_code, error = None, ""
     if phase == "Failed" and reason.startswith("OutOf"):
@@ -197,4 +201,5 @@ def observe(obj: dict) -> Observed:
         error=error,
         finalizers=tuple(meta.get("finalizers") or ()),
         resource_version=meta.get("resourceVersion", ""),
+        image_id=str(container.get("imageID") or "")[:200],
     )

@@ -4,11 +4,13 @@ KUBE_CHECKPOINT_ROOT; in the workers at KUBE_CHECKPOINT_MOUNT) and scans it as t
 scans its node's disk (protocol.volumes); paths are recorded as the workers see them, so a
 new attempt's RESUME_FROM names a folder inside its container."""
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from kube.config import KubeConfig
 from kube.manifest import checkpoint_folder, progress_path
-from protocol.agent import CheckpointReport, ProgressReport, UnitReport
+from protocol.agent import CheckpointReport, ProgressReport, RunFacts, UnitReport
+from protocol.inputs import inputs_facts
 from protocol.outputs import OutputPaths, output_paths, promote, write_accepted_file
 from protocol.volumes import read_progress, scan_checkpoints
 
@@ -57,14 +59,17 @@ def _outputs(
 
 def prepare_outputs(
     config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int
-) -> None:
+) -> str:
     """Before a worker's Pod is created, as the agent does before a start: the staging and
-    result folders, and ACCEPTED_UNITS_FILE with the units accepted so far."""
+    result folders, and ACCEPTED_UNITS_FILE with the units accepted so far. Returns the
+    result folder's path here ("" : none)."""
     paths = _outputs(config, workspace_id, job_id, subdir, attempt)
-    if paths is not None:
-        paths.staging.mkdir(parents=True, exist_ok=True)
-        paths.result.mkdir(parents=True, exist_ok=True)
-        write_accepted_file(paths)
+    if paths is None:
+        return ""
+    paths.staging.mkdir(parents=True, exist_ok=True)
+    paths.result.mkdir(parents=True, exist_ok=True)
+    write_accepted_file(paths)
+    return str(paths.result)
 
 
 def promote_units(
@@ -76,3 +81,19 @@ def promote_units(
     if paths is None or not paths.staging.is_dir():
         return [], ""
     return promote(paths, attempt), str(paths.result)
+
+
+def data_inputs(
+    config: KubeConfig, workspace_id: int, data: Mapping[str, str]
+) -> tuple[RunFacts, str]:
+    """The fingerprint of a job's data folders on the volume (protocol.inputs, the agent's
+    rule) before its Pod is created, and a note when they were too many files. A folder
+    that leaves the root or is missing is not part of it (the Pod's mount fails there)."""
+    if not config.checkpoint_root or not data:
+        return RunFacts(), ""
+    folders = {}
+    for name, folder in data.items():
+        local = _local(config, f"{config.checkpoint_mount}/ws-{workspace_id}/{folder}")
+        if local is not None and local.is_dir():
+            folders[name] = str(local)
+    return inputs_facts(folders) if folders else (RunFacts(), "")

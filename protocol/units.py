@@ -60,7 +60,7 @@ class RunFacts(_FromAgent):
     executable: Text(limits.PATH) = ""
     executable_sha256: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{64})?$")] = ""
     code_version: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{7,64})?$")] = ""
-    # The job's data folders as found on the node (agents.node.identity.inputs_facts): a
+    # The job's data folders as found on the node (protocol.inputs.inputs_facts): a
     # sha256 over each file's path, size and modification time, and how many files and bytes.
     inputs_fingerprint: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{64})?$")] = ""
     inputs_files: Annotated[int, Field(ge=0)] = 0

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.node import mpi_launch, preflight
+from agents.node import mpi_launch
 from agents.node.checkout import CheckoutFailed, checkout
 from agents.node.gpus import GpuInfo, worker_gpu_usage
-from agents.node.identity import inputs_facts, process_facts
+from agents.node.identity import process_facts
 from agents.node.progress import (
     BadCheckpointDir,
     checkpoint_dir,
@@ -33,7 +33,7 @@ from agents.node.state import LaunchRecord, StateStore
 from agents.node.validator import NOT_RUN_HERE, Validation, not_run
 from agents.node.validator import poll as poll_validator
 from agents.node.validator import start as start_validator
-from protocol import limits
+from protocol import limits, preflight
 from protocol.agent import (
     ENDED_BY,
     EndedBy,
@@ -44,6 +44,7 @@ from protocol.agent import (
     WorkerReport,
     WorkerSpec,
 )
+from protocol.inputs import inputs_facts
 from protocol.outputs import (
     OutputPaths,
     output_paths,

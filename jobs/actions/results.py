@@ -21,6 +21,7 @@ from policy.derive import JobChange
 from policy.jobspec import JobSpec
 from policy.statuses import JobStatus
 from protocol import limits
+from protocol.agent import RunFacts
 from protocol.text import fit
 
 
@@ -48,11 +49,25 @@ def _update_run(job: Job, **fields) -> None:
 # -- what workers report ---------------------------------------------------------------------
 
 
-def store_facts(pod: Pod, facts) -> bool:
-    """What the agent resolved when it started this worker: recorded once, never changed."""
-    if facts is None:
+def fill_image_digest(pod: Pod, digest: str) -> bool:
+    """The image's id learnt once the worker runs (Kubernetes: the pod status's
+    `imageID`): set on the attempt's facts where none is recorded, never changed after."""
+    digest = digest[:200]
+    row = AttemptFacts.objects.filter(job_id=pod.job_id, attempt=pod.attempt, rank=pod.rank)
+    if row.filter(image_digest="").update(image_digest=digest):
+        return True
+    if row.exists():
         return False
-    created = AttemptFacts.objects.bulk_create(
+    store_facts(pod, RunFacts(image_digest=digest))  # none recorded yet: the row is made
+    return True
+
+
+def store_facts(pod: Pod, facts) -> None:
+    """What the agent resolved when it started this worker: recorded once, never changed
+    (a second report is ignored)."""
+    if facts is None:
+        return
+    AttemptFacts.objects.bulk_create(
         [
             AttemptFacts(
                 job_id=pod.job_id,
@@ -71,7 +86,6 @@ def store_facts(pod: Pod, facts) -> bool:
         ],
         ignore_conflicts=True,
     )
-    return bool(created)
 
 
 def store_units(pod: Pod, units: Iterable, now: datetime) -> int:

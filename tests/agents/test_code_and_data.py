@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from agents.node.checkout import CheckoutFailed, checkout
-from agents.node.identity import inputs_facts
 from agents.node.ledger import data_folders
 from agents.node.progress import BadCheckpointDir
 from agents.node.runtimes.base import LaunchSpec
@@ -23,6 +22,7 @@ from agents.node.runtimes.container_config import (
 from jobs.result_models import AttemptFacts
 from policy.admission.values import Problem, data
 from policy.statuses import PodStatus
+from protocol.inputs import inputs_facts
 from tests.agents.agentproc import pod_status, registered, stored_lines, wait_for
 from tests.agents.conftest import make_job
 

@@ -11,7 +11,6 @@ import docker
 import pytest
 import requests
 
-from agents.node import preflight
 from agents.node.ledger import Ledger
 from agents.node.runtimes.base import CHECKPOINT_ENV, PROGRESS_ENV, LaunchSpec, WorkerState
 from agents.node.runtimes.containers import (
@@ -23,6 +22,7 @@ from agents.node.runtimes.containers import (
     container_config,
 )
 from agents.node.state import StateStore
+from protocol import preflight
 from protocol.agent import WorkerSpec
 from protocol.units import ResumeIdentity
 from tests.agents.conftest import TEST_IMAGE, remove_node_containers
@@ -354,7 +354,7 @@ def test_the_validator_runs_in_the_jobs_image_on_a_read_only_result(engine, tmp_
     ids=["passes", "past-its-limit"],
 )
 def test_the_preflight_runs_in_a_busybox_image(engine, command, code, last):
-    """The preflight's wrapper (agents.node.preflight) is a POSIX script: busybox's sh,
+    """The preflight's wrapper (protocol.preflight) is a POSIX script: busybox's sh,
     setsid, sleep, ls and grep run it as the host's do."""
     _, _, client, node = engine
     container = client.containers.run(

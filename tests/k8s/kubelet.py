@@ -150,9 +150,10 @@ class FakeKubelet:
     def _status(self, ns: str, name: str, status: dict) -> None:
         self.api.merge(f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": status})
 
-    def start(self, ns: str, name: str) -> None:
+    def start(self, ns: str, name: str, image_id: str = "") -> None:
         state = {"running": {"startedAt": _now()}}
-        self._status(ns, name, {"phase": "Running", "containerStatuses": [_cs(state, True)]})
+        status = _cs(state, True) | {"imageID": image_id}
+        self._status(ns, name, {"phase": "Running", "containerStatuses": [status]})
 
     def write(self, ns: str, name: str, *lines: str) -> None:
         with self.cond:

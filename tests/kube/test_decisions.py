@@ -1,12 +1,15 @@
 """The Kubernetes backend's functional core (kube.decisions, kube.objects, kube.manifest):
 pure, no API server needed (docs/kubernetes.md)."""
 
+import dataclasses
+
 import pytest
 
 from kube.config import KubeConfig
 from kube.decisions import FOREIGN, ConsolePod, Do, Step, gpu_rows, plan_pod
 from kube.manifest import WorkerFacts, pod_manifest
 from kube.objects import FINALIZER, Observed, Seen, gpu_request, observe, parse_node, quantity
+from protocol import preflight
 
 CONFIG = KubeConfig(api_url="https://k", token="t", namespace="ns", checkpoint_claim="ckpt")
 
@@ -196,3 +199,26 @@ def test_the_manifest_mounts_data_read_only_from_the_workspace_area():
         "readOnly": True,
     }
     assert {e["name"]: e["value"] for e in container["env"]}["DATA_MNIST"] == "/data/mnist"
+
+
+def test_the_manifest_rehearses_a_run_that_starts_from_nothing():
+    """The preflight (docs/results.md, "Before a long run"): the Pod runs the shell script,
+    the job's command in RUN_COMMAND; not for a resuming attempt, nor without a volume
+    (no OUTPUT_DIR)."""
+    fresh = WorkerFacts(
+        pod_id=7, job_id=3, rank=0, attempt=1, world_size=1, node_name="n1", image="img",
+        command="python t.py --epochs 3", gpus=0, cpus=1, memory_gb=1, grace_seconds=5,
+        workspace_id=5, preflight_seconds=20,
+    )  # fmt: skip
+    container = pod_manifest(fresh, CONFIG)["spec"]["containers"][0]
+    assert container["command"] == ["/bin/sh", "-c", preflight.wrapped(20)]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env[preflight.COMMAND_ENV] == "python t.py --epochs 3" and "OUTPUT_DIR" in env
+    assert [e["name"] for e in container["env"]] == sorted(env)
+
+    resuming = dataclasses.replace(fresh, attempt=2, resume_from="/checkpoints/ws-5/job-3/s9")
+    no_volume = dataclasses.replace(CONFIG, checkpoint_claim="")
+    for facts, config in ((resuming, CONFIG), (fresh, no_volume)):
+        container = pod_manifest(facts, config)["spec"]["containers"][0]
+        assert container["command"] == ["/bin/sh", "-c", "python t.py --epochs 3"]
+        assert preflight.COMMAND_ENV not in {e["name"] for e in container["env"]}

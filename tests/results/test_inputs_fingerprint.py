@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from agents.node.identity import inputs_facts
 from policy.run_compare import RESOLVED
+from protocol.inputs import inputs_facts
 from protocol.units import ResumeIdentity, RunFacts, resume_refusal
 from tests.agents.agentproc import (
     agents,  # noqa: F401 - the fixture (F811 below: pytest injects it by name)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.node import preflight
 from jobs.models import Job
 from policy.faulttolerance.classify import Verdict, classify
 from policy.statuses import JobStatus
+from protocol import preflight
 from protocol.agent import WorkerSpec
 from tests.agents.agentproc import (
     agents,  # noqa: F401 - the fixture (F811 below: pytest injects it by name)
