@@ -94,6 +94,7 @@ class Agent(Waking):
         self.cfg = config
         self.stop = stop or threading.Event()
         self.wake = threading.Event()
+        self._exited = threading.Event()  # a worker exited since the last heartbeat
         self.store = StateStore(config.state_dir)
         self.store.lock()
         try:
@@ -130,6 +131,7 @@ class Agent(Waking):
 
     def _on_exit(self, pod_id: int) -> None:
         self.shipper.close(pod_id)
+        self._exited.set()
         self.wake.set()
 
     def _send_logs(self, batch: LogBatch) -> LogAck:
@@ -457,8 +459,7 @@ class Agent(Waking):
                 # A bug in one cycle must not kill the agent and orphan its workers; the
                 # next cycle starts again from the runtime's and the console's state.
                 log.exception("agent cycle failed; retrying at the next heartbeat")
-            self.wake.wait(self.interval)
-            self.wake.clear()
+            self.wait_for_work()
         self.shutdown(shipping)
         return status
 

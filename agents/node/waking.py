@@ -14,6 +14,11 @@ from protocol.agent import WaitRequest
 log = logging.getLogger("agents.node.agent")
 
 WAIT_FOR = 25.0  # how long each wait asks the console to hold (it may hold less)
+# An exit is reported this long after it happened, with every exit meanwhile: the workers of
+# one gang end within milliseconds of each other, and one report frees all their GPUs at once
+# (reported one by one, the console gave the first ones' GPUs to smaller jobs, and the next
+# gang waited for those: docs/agent-protocol.md, "Exits gathered").
+EXIT_GATHER = 0.03
 
 
 class Waking:
@@ -26,6 +31,16 @@ class Waking:
     _beat: threading.Condition
     _beats: int
     _desired_version: str | None
+    _exited: threading.Event  # a worker exited since the loop last woke
+
+    def wait_for_work(self) -> None:
+        """The loop's pause: until the next heartbeat is due or something wakes it; after
+        an exit, EXIT_GATHER more, so that the gang's other exits ride the same report."""
+        self.wake.wait(self.interval)
+        self.wake.clear()
+        if self._exited.is_set():
+            self.stop.wait(EXIT_GATHER)
+            self._exited.clear()
 
     def _next_beat(self, after: int, timeout: float) -> None:
         """Wait until a heartbeat newer than `after` was applied (or `timeout`)."""

@@ -12,7 +12,16 @@ from policy.scheduler.fairshare import fair_share_preempt
 from policy.scheduler.guaranteed import _wait_guaranteed
 from policy.scheduler.model import Admission, JobSnap, PoolKey, QuotaSnap
 from policy.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
-from policy.scheduler.working import _book, _Both, _diagnose, _place, _Short, _Working, scope_of
+from policy.scheduler.working import (
+    _book,
+    _Both,
+    _diagnose,
+    _place,
+    _Short,
+    _Working,
+    release_kept,
+    scope_of,
+)
 from protocol import words
 
 
@@ -20,6 +29,7 @@ def _idle_pass(job: JobSnap, state: _Working, deferred: dict) -> Admission | str
     """Second pass: idle jobs borrow; an `Acceptable` job that cannot borrow then has every
     right of an `Off` job in its own quota (reclaim, priority preemption, the hold)."""
     quota = state.quotas[job.quota_id]
+    release_kept(state, job.id)  # the room it kept in the guaranteed pass: borrow or preempt
     limited = state.tree.limit_short(quota.id, job.total_gpus)  # again: earlier admissions
     if limited:
         deferred.pop(job.id)

@@ -6,7 +6,7 @@ rule), but only while capacity that will free up could ever satisfy it."""
 from policy.scheduler.model import Admission, JobSnap, QuotaSnap
 from policy.scheduler.moves import move_borrowers
 from policy.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
-from policy.scheduler.reclaim import _preempt
+from policy.scheduler.reclaim import _preempt, victim_choice
 from policy.scheduler.working import Usage, _place, _Short, _Working, quota_shortfall
 from policy.statuses import IdleResources
 
@@ -32,6 +32,7 @@ def _guaranteed_pass(job: JobSnap, state: _Working, deferred: dict) -> object:
         return result
     if job.idle_resources == IdleResources.ACCEPTABLE:
         deferred[job.id] = result  # whichever comes first: idle capacity is tried next
+        _keep_room(job, quota, result, state)
         return _DEFER
     return _wait_guaranteed(job, quota, result, state)
 
@@ -95,6 +96,27 @@ def _guaranteed(job: JobSnap, quota: QuotaSnap, state: _Working) -> Admission | 
         in_quota=True,
         reason=describe_placements(placements, state.capacity.names),
     )
+
+
+def _keep_room(job: JobSnap, quota: QuotaSnap, result: str | _Short, state: _Working) -> None:
+    """An `Acceptable` job short of its quota's guarantee tries idle capacity first and
+    preempts only in the idle pass; until then the jobs behind it must not take the room it
+    would preempt for: they would be its next victims, or hold it back a whole run (the
+    Kueue baseline's large jobs waited behind medium ones that way). When the decision
+    table gives it victims, the free part of what it needs is booked to it until the idle
+    pass (docs/scheduling.md, "The head keeps its room") and its quota lends nothing."""
+    if not isinstance(result, _Short) or result.pool is not None or quota.id in state.claims:
+        return
+    if any(quota_id == quota.id for quota_id, _ in state.kept.values()):
+        return  # one head per quota keeps room
+    choice, _ = victim_choice(job, quota, result, state)
+    if choice is None:
+        return
+    room = job.total_gpus - sum(v.gpus_charged_to(quota.id) for v in choice.victims)
+    if room > 0:
+        state.usage[quota.id].gpus += room
+        state.kept[job.id] = (quota.id, room)
+        state.reclaiming.add(quota.id)
 
 
 # -- claims on capacity being released ----------------------------------------------------

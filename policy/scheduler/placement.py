@@ -192,6 +192,38 @@ class PoolIndex:
                 self._remove(pos, self.nodes[pos])
                 self.reserved.add(pos)
 
+    def hold_for(self, freed: dict[int, int], shape: Shape, excluded: frozenset[int]) -> None:
+        """Keep, for a preemptor, the free GPUs it counts on besides its victims' (`freed`:
+        node id → GPUs they release): on the victims' nodes first, the most freed first, then
+        a placement of its other workers on free GPUs elsewhere. Only those GPUs leave play:
+        the rest of a victims' node stays free for others (a whole node of 60 GPUs held for
+        a job of 20 stalled every other quota's job in the Kueue baseline). Its workers' CPUs
+        and memory there are kept too (the victims' own are not known here: not counted)."""
+        workers, gpus, cpus, memory_gb = shape
+        if not gpus:  # CPU-only: whole nodes, as before (rare)
+            self.reserve(freed)
+            return
+        skip = self.excluded_positions(excluded) if excluded else set()
+        remaining = workers
+        for node_id, extra in sorted(freed.items(), key=lambda item: (-item[1], item[0])):
+            pos = self.pos_of.get(node_id)
+            if remaining <= 0 or pos is None or pos in self.reserved or pos in skip:
+                continue
+            node = self.nodes[pos]
+            use = min((len(node.free) + extra) // gpus, remaining)
+            keep = min(max(use * gpus - extra, 0), len(node.free))
+            self._remove(pos, node)
+            del node.free[:keep]
+            node.cpus -= min(node.cpus, use * cpus)
+            node.memory_gb -= min(node.memory_gb, use * memory_gb)
+            self._insert(pos, node)
+            remaining -= use
+        if remaining > 0:
+            rest = (remaining, gpus, cpus, memory_gb)
+            chosen = self.find(rest, excluded)
+            if chosen is not None:
+                self.take(chosen, rest)
+
     def reserve_for(self, shape: Shape) -> list[int]:
         """Reserve the nodes a starving gang will start on once they drain: the emptiest
         first, until their whole size hosts every worker. Returns the node ids."""

@@ -64,19 +64,48 @@ def _move_home(running: Iterable[RunningSnap], state: _Working) -> list[ChargeHo
 def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> str | None:
     """Reclaim or priority-preempt for a guaranteed job (docs/scheduling.md, the decision
     table). Returns its waiting reason, or None when no set of victims would make room."""
+    choice, protected = victim_choice(job, quota, short, state)
+    if choice is None:
+        if protected:  # those it may take do not make room: say who is kept
+            return f"quota {quota.name}: capacity lent to idle jobs; kept: {protected}"
+        return None
+    for v in choice.victims:
+        state.victims.add(v.id)
+        why = _why(v, job, quota, state)
+        if not v.stopping:
+            state.preemptions.append(Preemption(v.id, job.id, why, reclaim=not v.in_quota))
+    # The free GPUs it will start on beside its victims' are kept for it in this plan.
+    pool = state.capacity.pool(quota.pool)
+    assert pool is not None  # victim_choice found none without one
+    freed: dict[int, int] = {}
+    for v in choice.victims:
+        for node_id, gpus in v.gpus_by_node:
+            freed[node_id] = freed.get(node_id, 0) + gpus
+    pool.hold_for(freed, job.shape, job.excluded_node_ids)
+    state.reclaiming.add(quota.id)
+    # The free room it counts on besides its victims' GPUs is booked to it for the rest of
+    # the plan: a job looked at later would otherwise take it, and it would preempt again.
+    room = job.total_gpus - sum(v.gpus_charged_to(quota.id) for v in choice.victims)
+    if room > 0:
+        state.usage[quota.id].gpus += room
+    return f"waiting for {_n(len(choice.victims), 'preempted job')} to release their GPUs"
+
+
+def victim_choice(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working):
+    """The victims the decision table would take to make room for `job` (a `preempt.Choice`,
+    or None), and (worded) who a protection rule keeps. Changes nothing but the memo of
+    (quota, priority, shape) that found none."""
     memo = (quota.id, job.priority, job.shape)
     if memo in state.no_victims:
-        return None
+        return None, ""
     within = quota.preemption in WITHIN_QUOTA
     if short.pool is None and not short.lent and not within:
-        return None  # short of its own guarantee: only priority preemption helps
+        return None, ""  # short of its own guarantee: only priority preemption helps
     candidates, protected = _candidates(job, quota, short, state)
     pool = state.capacity.pool(quota.pool)
     if not candidates or pool is None:
         state.no_victims.add(memo)
-        if protected:
-            return f"quota {quota.name}: capacity lent to idle jobs; kept: {protected}"
-        return None
+        return None, protected
     used = state.usage[quota.id]
     need = job.total_gpus
 
@@ -95,22 +124,10 @@ def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> 
                 by_node[node_id] = by_node.get(node_id, 0) + g
         return pool.placeable_with(by_node, job.gpus_per_worker, job.workers, job.excluded_node_ids)
 
-    tier = _tier(quota, state)
-    choice = choose_victims(job, candidates, eligible, state.now, tier)
+    choice = choose_victims(job, candidates, eligible, state.now, _tier(quota, state))
     if choice is None:
         state.no_victims.add(memo)
-        if protected:  # those it may take do not make room: say who is kept
-            return f"quota {quota.name}: capacity lent to idle jobs; kept: {protected}"
-        return None
-    for v in choice.victims:
-        state.victims.add(v.id)
-        why = _why(v, job, quota, state)
-        if not v.stopping:
-            state.preemptions.append(Preemption(v.id, job.id, why, reclaim=not v.in_quota))
-    # Freed GPUs are for this job: nothing else is placed on those nodes in this plan.
-    pool.reserve({node_id for v in choice.victims for node_id, _ in v.gpus_by_node})
-    state.reclaiming.add(quota.id)
-    return f"waiting for {_n(len(choice.victims), 'preempted job')} to release their GPUs"
+    return choice, protected
 
 
 def _why(v: RunningSnap, job: JobSnap, quota: QuotaSnap, state: _Working) -> str:

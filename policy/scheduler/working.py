@@ -103,6 +103,9 @@ class _Working:
     # Claims: quota id → the first job in line that the GPUs being released (stopping or
     # preempted jobs) will let start; later jobs of the quota do not take its room meanwhile.
     claims: dict[int, JobSnap] = field(default_factory=dict)
+    # The head keeps its room: job id → (quota id, free GPUs of its quota booked for it in the
+    # guaranteed pass, until the idle pass decides whether it borrows or preempts).
+    kept: dict[int, tuple[int, int]] = field(default_factory=dict)
     # GPUs charged to each quota that are being released: (in quota, all).
     releasing: dict[int, tuple[int, int]] = field(default_factory=dict)
     reserved_for: dict[PoolKey, int] = field(default_factory=dict)  # pool → starving job
@@ -254,8 +257,19 @@ def _claim_demand(order: list[JobSnap], state: _Working) -> None:
         state.claimants.add(job.id)
 
 
+def release_kept(state: _Working, job_id: int) -> None:
+    """Give back the room a head kept in the guaranteed pass (`guaranteed._keep_room`)."""
+    kept = state.kept.pop(job_id, None)
+    if kept is not None:
+        quota_id, room = kept
+        state.usage[quota_id].gpus -= room
+        # Jobs looked at while the room was kept found no victims against it: forget that.
+        state.no_victims = {memo for memo in state.no_victims if memo[0] != quota_id}
+
+
 def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
     state.booked += 1
+    release_kept(state, job.id)
     if job.id in state.claimants:  # admitted (in quota or borrowing): no longer a claim
         state.claimants.discard(job.id)
         claimed = state.demand.get(job.quota_id, 0)

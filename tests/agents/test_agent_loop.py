@@ -301,3 +301,38 @@ def test_an_exit_seen_before_its_exit_callback_ran_still_ends_its_log(make_agent
     pod.refresh_from_db()
     assert (pod.status, pod.exit_code, pod.log_next_seq) == (PodStatus.FAILED, 4, 3)
     assert pod.logs_delivered
+
+
+def test_exits_a_few_milliseconds_apart_are_reported_in_one_heartbeat(make_agent, job_on):
+    """The loop gathers exits for EXIT_GATHER before it reports them (docs/agent-protocol.md,
+    "Exits gathered"): two workers ending 5 ms apart reach the console together, so their
+    GPUs are free at once instead of in two steps."""
+    from agents.node import waking
+
+    agent = make_agent(runtime="simulated")
+    node = Node.objects.get(name="loop-node")
+    pods = [
+        job_on(node, command="simulated", env={"SIM_RUN_SECONDS": seconds})[1][0]
+        for seconds in ("0.3", "0.305")
+    ]
+    exits_per_beat: list[int] = []
+    real = agent.client.heartbeat
+
+    def spy(beat, **kwargs):
+        exits_per_beat.append(sum(1 for w in beat.workers if w.exit_code is not None))
+        return real(beat, **kwargs)
+
+    agent.client.heartbeat = spy
+    loop = threading.Thread(target=agent.run, daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + WAIT
+        while Pod.objects.filter(pk__in=[p.pk for p in pods], finished_at=None).exists():
+            assert time.monotonic() < deadline, "the exits were not reported"
+            time.sleep(0.05)
+    finally:
+        agent.stop.set()
+        agent.wake.set()
+        loop.join(WAIT)
+    assert waking.EXIT_GATHER >= 0.02
+    assert [n for n in exits_per_beat if n] == [2]

@@ -38,17 +38,20 @@ def test_cpu_only_job_waits_when_every_node_is_reserved():
     assert set(reasons(result)) == {1, 2}
 
 
-def test_cpu_only_job_skips_nodes_freed_for_a_preemptor():
-    # Job 1 reclaims node-0 from a borrower; the CPU-only job must not land there.
+def test_cpu_only_job_leaves_a_preemptor_the_cpus_it_counts_on():
+    # Job 1 (4 CPUs) reclaims node-0 from a borrower: the CPUs and memory its worker needs
+    # there are kept for it, so a CPU-only job that needs more than the rest goes elsewhere,
+    # and one that fits beside it may stay (only what the preemptor counts on leaves play).
     quotas = [quota(1, gpus=8), quota(2, name="team-b", gpus=8)]
-    nodes = [node(0, free=()), node(1, free=())]
+    nodes = [node(0, free=(), cpus=8), node(1, free=())]
     borrower = running(9, on={0: 8}, quota=2, charged=1, in_quota=False)
     holder = running(8, on={1: 8}, quota=2, charged=2, in_quota=True)
-    jobs = [job(1, gpus=8, at=0), job(2, quota=2, gpus=0, at=1)]
-    result = plan(snapshot(nodes, quotas, jobs, [borrower, holder]), LATER)
-    assert [p.job_id for p in result.preemptions] == [9]
-    placed = {a.job_id: a.placements[0].node_id for a in result.admissions}
-    assert placed.get(2) != 0
+    for cpus, where in ((8, 1), (4, 0)):
+        jobs = [job(1, gpus=8, cpus=4, at=0), job(2, quota=2, gpus=0, cpus=cpus, at=1)]
+        result = plan(snapshot(nodes, quotas, jobs, [borrower, holder]), LATER)
+        assert [p.job_id for p in result.preemptions] == [9]
+        placed = {a.job_id: a.placements[0].node_id for a in result.admissions}
+        assert placed.get(2) == where, cpus
 
 
 # -- one job's failure does not stop the cycle ------------------------------------------------
