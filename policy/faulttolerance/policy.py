@@ -166,12 +166,11 @@ def decide(config: FtConfig, counters: Counters, failure: Failure) -> Decision:
             else counters.node_losses + 1
         )
         label = "preemption" if failure.kind == FailureKind.PREEMPTED else "node loss"
-        # A job preempted again and again backs off like a crash loop (first time: at once),
-        # so it stops re-taking capacity that is wanted back (issue 10: reclaim loops).
-        backoff = backoff_for(counters.preemptions) if failure.kind == FailureKind.PREEMPTED else 0
-        return Decision(
-            Action.RESTART_JOB, f"restart after {label} {counted}: {what}", backoff_seconds=backoff
-        )
+        # At once, however often: not the job's fault, and a delay would idle GPUs it could
+        # use (docs/fault-tolerance.md, "Preempted jobs restart at once"). What once needed the
+        # back-off, a borrower re-taking capacity its lender wants back, the scheduler's own
+        # rules prevent: the reclaim cool-down per lender and the per-hour cap on victims.
+        return Decision(Action.RESTART_JOB, f"restart after {label} {counted}: {what}")
     if failure.kind == FailureKind.HANG:
         if config.hang_action == HangAction.STOP:
             return Decision(Action.STOP, f"stopped: {what}", rule="hang")
