@@ -25,7 +25,7 @@ from accounts.dbloss import is_lost_connection, lost_connection_response, reset_
 from agents import actions
 from agents.auth import AgentApiError, authenticate_node, bearer_token
 from agents.heartbeat.actions import answer_heartbeat
-from agents.wake import NoSlot, watcher
+from agents.wake import WAIT_REFUSED_RETRY_BEATS, NoSlot, watcher
 from protocol.agent import RegisterRequest, RegisterResponse, WaitReply, WaitRequest
 from protocol.batches import RequestRefused, parse_log_batch
 from protocol.text import JsonBodyError, load_json
@@ -137,8 +137,9 @@ def wait(request: HttpRequest) -> HttpResponse:
     timeout = min(req.timeout, float(settings.AGENT_WAIT_TIMEOUT))
     try:
         changed = watcher().wait(node.pk, req.known, timeout)
-    except NoSlot:
-        return _ok(WaitReply(changed=False, retry_after=actions.heartbeat_interval()))
+    except NoSlot:  # it learns of new work at its heartbeats; asks again much later
+        retry = actions.heartbeat_interval() * WAIT_REFUSED_RETRY_BEATS
+        return _ok(WaitReply(changed=False, retry_after=retry))
     return _ok(WaitReply(changed=changed))
 
 

@@ -243,7 +243,7 @@ def job_spec(quota: str, seconds: float) -> dict:
     }  # fmt: skip
 
 
-def submit(base: str, token: str, count: int, stop: threading.Event, ids: list, errors: list):
+def submit(base: str, token: str, count: int, stop: threading.Event | None, ids, errors):
     """The backlog (`count` jobs, arrays of 1,000); then one probe job each second until
     `stop` (`ids`, `errors`)."""
     client, headers = Client(base), {"Authorization": f"Bearer {token}"}
@@ -252,7 +252,7 @@ def submit(base: str, token: str, count: int, stop: threading.Event, ids: list, 
         status, reply = client.json("POST", "/api/v1/jobs/array", body, headers)
         if status != 201:
             raise RuntimeError(f"submitting the backlog: {status} {str(reply)[:300]}")
-    while not stop.wait(1.0):
+    while stop is not None and not stop.wait(1.0):
         status, reply = client.json("POST", "/api/v1/jobs", job_spec("probe", PROBE_RUN), headers)
         if status == 201:
             ids.append(reply["id"])
@@ -350,7 +350,7 @@ def run_size(args) -> dict:
             sampler = Sampler({k: v for k, v in pids.items() if k != "fleet"})
             sampler.start()
             fill, t_fill = capacity - RESERVE, time.monotonic()
-            submit(base, token, fill + args.jobs, threading.Event(), [], [])
+            submit(base, token, fill + args.jobs, None, [], [])
             running = Pod.objects.filter(status="Running")
             wait_until("backlog Running", lambda: running.count() >= fill, 120 + n / 5)
             fill_s = time.monotonic() - t_fill

@@ -38,6 +38,7 @@ BENCHMARKS = [
     "usage",  # usage history: the roll-up, the Usage page and API at 13 months of buckets
     "quota_preview",  # the owner pages' what-if of a resize at 2,000 nodes, 10,000 waiting
     "results_accept",  # counted results: 10,000 units accepted, the result API, accept()
+    "fleet",  # N agents over the real protocol against gunicorn + Celery + PostgreSQL + Redis
     "kueue_sim",  # the same baseline on the policy alone (the simulator, no product latency)
     "kueue",  # Kueue's scheduler baseline through the whole product
     "philly",  # Philly what-if: idle off vs on, with a chart

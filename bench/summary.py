@@ -82,6 +82,13 @@ def lines(results: dict) -> list[str]:
                 f"< {r['kueue_mean_s']} s (Kueue)")  # fmt: skip
         add("Kueue baseline: minimum quota usage", f"{k['min_quota_usage']:.1%}",
             f"≥ {goal.get('min_quota_usage', 0.8):.1%} (Kueue 58.7 %)")  # fmt: skip
+    if (fl := b.get("fleet")) and not fl.get("error"):
+        for r in fl["rows"]:
+            add(f"fleet: {r['nodes']:,} nodes, {r['queued']:,} queued, heartbeat "
+                f"{fl['heartbeat']:g} s", f"{r['hb_per_s']}/{r['hb_offered_per_s']} heartbeats/s, "
+                f"p95 {r['hb_p95_ms']} ms; cycle {r['cycle_mean_ms']} ms (longest "
+                f"{r['cycle_max_ms']}); submit → Running p95 {r['submit_running_p95_s']} s; "
+                f"{r['not_ready']} NotReady", "p95 ≤ 200 ms, cycle ≤ 1 s, 0 NotReady")  # fmt: skip
     if (ks := b.get("kueue_sim")) and not ks.get("error"):
         means = ", ".join(f"{r['class']} {r['mean_admission_s']} s" for r in ks["rows"])
         add(f"Kueue baseline on the policy alone (simulator, {ks['tenants']} x "

@@ -459,7 +459,8 @@ class WaitReply(_FromConsole):
     # True: the desired state changed, heartbeat now. False: nothing changed in `timeout`.
     changed: bool
     # Set when the console cannot hold the request now (all its wait slots taken): the
-    # agent waits this long, or for its next heartbeat, before asking again.
+    # agent waits this long before asking again (six heartbeat intervals; its heartbeats go
+    # on meanwhile and learn of new work).
     retry_after: Annotated[float, Field(ge=0, le=3600)] | None = None
 
 

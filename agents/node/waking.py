@@ -65,7 +65,7 @@ class Waking:
             self.wake.set()
             self._next_beat(beats, self.interval * 2)
         elif reply.retry_after is not None:  # no slot free on the console: back off
-            self._next_beat(beats, reply.retry_after)
+            self.stop.wait(reply.retry_after)  # the heartbeats learn of new work meanwhile
 
     def _waker(self) -> None:
         client = self.client.copy()
