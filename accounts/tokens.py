@@ -4,6 +4,7 @@ The secret part carries 256 bits of randomness, so a fast hash is enough (no pas
 stretching needed) and a leaked database row does not reveal a usable token.
 """
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -20,6 +21,21 @@ class NewToken:
 def make_token(kind: str) -> NewToken:
     prefix = secrets.token_hex(4)
     plain = f"{kind}_{prefix}_{secrets.token_urlsafe(32)}"
+    return NewToken(plain=plain, prefix=prefix, digest=digest_of(plain))
+
+
+def derived_token(kind: str, secret: bytes, material: str) -> NewToken:
+    """The token `material` determines under `secret` (HMAC-SHA256, 256 bits in its secret
+    part): asked for twice, the same token. For a request that may arrive twice, or late
+    behind its own retry (an agent's registration with its key): every copy answers the
+    same token, so none makes the one the agent kept useless."""
+
+    def mac(purpose: str) -> bytes:
+        return hmac.new(secret, f"{kind}:{purpose}:{material}".encode(), hashlib.sha256).digest()
+
+    prefix = mac("prefix")[:4].hex()
+    body = base64.urlsafe_b64encode(mac("secret")).rstrip(b"=").decode()
+    plain = f"{kind}_{prefix}_{body}"
     return NewToken(plain=plain, prefix=prefix, digest=digest_of(plain))
 
 

@@ -13,6 +13,7 @@ actions of the app that owns the rows:
 All times are the console's receive time; the agent's clock is never trusted (docs/traps.md).
 """
 
+import hashlib
 import logging
 from datetime import datetime, timedelta
 
@@ -20,7 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.tokens import make_token, matches, split_prefix
+from accounts.tokens import derived_token, make_token, matches, split_prefix
 from agents.applying import FAILED, isolated
 from agents.auth import BOOTSTRAP_KIND, NODE_KIND, AgentApiError
 from agents.decisions import is_foreign, new_log_lines, not_ours_reason
@@ -141,6 +142,33 @@ def revoke_bootstrap_tokens(tokens, now: datetime) -> int:
 # --- register ----------------------------------------------------------------------------
 
 
+def repeating_token(
+    bootstrap_plain: str, name: str, key_digest: str, now: datetime
+) -> BootstrapToken | None:
+    """The bootstrap token, if this request may repeat the last registration of `name`
+    (an agent whose reply was lost asks again): it carries a registration key, and comes
+    within REGISTRATION_REPEAT_SECONDS of that registration, with the token that made it,
+    not revoked since. The token is not claimed again (a single-use one was used by that
+    registration). Whether the key is that registration's is checked under the node's lock
+    (cluster.actions.save_registration); any other request is a registration of its own."""
+    if not key_digest:
+        return None
+    since = now - timedelta(seconds=limits.REGISTRATION_REPEAT_SECONDS)
+    last = (
+        RegistrationRecord.objects.filter(
+            name=name,
+            outcome__in=[RegistrationOutcome.REGISTERED, RegistrationOutcome.REREGISTERED],
+        )
+        .only("created_at", "bootstrap_prefix")
+        .first()
+    )
+    prefix = split_prefix(bootstrap_plain, BOOTSTRAP_KIND)
+    if last is None or last.created_at < since or not prefix or prefix != last.bootstrap_prefix:
+        return None
+    token = BootstrapToken.objects.filter(prefix=prefix, revoked_at__isnull=True).first()
+    return token if token is not None and matches(bootstrap_plain, token.digest) else None
+
+
 def register_node(
     bootstrap_plain: str, req: RegisterRequest, now: datetime, *, remote_addr: str = ""
 ) -> tuple[Node, str]:
@@ -150,59 +178,97 @@ def register_node(
     A name that is already registered is never taken over by a bootstrap token (whoever
     holds a reusable one would lock the real agent out and receive its job specs): it is
     refused (409) and the attempt recorded, until an operator allows the name to register
-    again (admin "Allow re-registration", or revoking its token). Every registration is
-    recorded in RegistrationRecord."""
-    new = make_token(NODE_KIND)
+    again (admin "Allow re-registration", or revoking its token). The one exception is the
+    same registration asked again after its reply was lost (`repeating_token`,
+    docs/agent-protocol.md "A registration repeated"). Every registration is recorded in
+    RegistrationRecord."""
     record = {"name": req.name, "created_at": now, "remote_addr": remote_addr[:64]}
-    try:
-        with transaction.atomic():
-            token = claim_bootstrap_token(bootstrap_plain, now)
-            record["bootstrap_prefix"] = token.prefix
-            node, created = save_registration(
-                req.name,
-                {
-                    "address": req.facts.address or remote_addr[: limits.ADDRESS],
-                    **fact_fields(req.facts),
-                    "resource_type": req.facts.resource_type,
-                    "state": NodeState.READY,
-                    "last_heartbeat_at": now,
-                    "heartbeat_deadline": deadline_of(now),
-                    "token_prefix": new.prefix,
-                    "token_digest": new.digest,
-                    "token_revoked_at": None,
-                    "report_digest": "",
-                },
-            )
-            upsert_gpus(node.pk, gpu_rows(req.facts), known_count=None)
+    key = hashlib.sha256(req.registration_key.encode()).hexdigest() if req.registration_key else ""
+    # With a key, the node's token is the key's (every copy of the request, however late
+    # behind its retry, answers the same token); without one, a random token.
+    new = (
+        derived_token(NODE_KIND, settings.SECRET_KEY.encode(), f"{req.name}:{req.registration_key}")
+        if key
+        else make_token(NODE_KIND)
+    )
+    fields = {
+        "address": req.facts.address or remote_addr[: limits.ADDRESS],
+        **fact_fields(req.facts),
+        "resource_type": req.facts.resource_type,
+        "state": NodeState.READY,
+        "last_heartbeat_at": now,
+        "heartbeat_deadline": deadline_of(now),
+        "token_prefix": new.prefix,
+        "token_digest": new.digest,
+        "token_revoked_at": None,
+        "report_digest": "",
+        "registration_key_digest": key,
+    }
+    # With a key, a refusal is looked at once more: a copy of this very request may have
+    # been registering while this one looked (its record not yet committed: its insert of
+    # the node, or its claim of a single-use token, made this one wait and fail); the
+    # second look sees it committed and repeats it.
+    tries = 2 if key else 1
+    for attempt in range(1, tries + 1):
+        try:
+            node, repeated = _register_once(bootstrap_plain, req, key, fields, record, now)
+            break
+        except AgentApiError as exc:
+            if exc.code != "token_used" or attempt == tries:
+                raise
+        except NameTaken:
+            if attempt < tries:
+                continue
+            taken = Node.objects.filter(name=req.name).first()
             RegistrationRecord.objects.create(
                 **record,
-                node=node,
-                outcome=RegistrationOutcome.REGISTERED
-                if created
-                else RegistrationOutcome.REREGISTERED,
+                node=taken,
+                outcome=RegistrationOutcome.REFUSED,
+                detail="the name is registered to another agent",
             )
-    except NameTaken:
-        taken = Node.objects.filter(name=req.name).first()
+            log.warning(
+                "refused to register node %s from %s: the name is already registered",
+                req.name,
+                remote_addr or "?",
+            )
+            raise AgentApiError(
+                409,
+                "name_taken",
+                f"a node named {req.name} is already registered; an admin must allow it to "
+                "register again (Nodes → Allow re-registration)",
+                "name",
+            ) from None
+    log.info(
+        "node %s %s (id %s, %s)",
+        node.name,
+        "registration repeated" if repeated else "registered",
+        node.pk,
+        words.gpus(len(req.facts.gpus)),
+    )
+    return node, new.plain
+
+
+def _register_once(
+    bootstrap_plain: str, req: RegisterRequest, key: str, fields: dict, record: dict, now
+) -> tuple[Node, bool]:
+    """One transaction of `register_node`: the node and whether this repeated its last
+    registration. Raises NameTaken (nothing written)."""
+    with transaction.atomic():
+        repeated_by = repeating_token(bootstrap_plain, req.name, key, now)
+        token = repeated_by or claim_bootstrap_token(bootstrap_plain, now)
+        record["bootstrap_prefix"] = token.prefix
+        node, created = save_registration(req.name, fields, repeats=key if repeated_by else "")
+        upsert_gpus(node.pk, gpu_rows(req.facts), known_count=None)
+        repeated = repeated_by is not None and not created
         RegistrationRecord.objects.create(
             **record,
-            node=taken,
-            outcome=RegistrationOutcome.REFUSED,
-            detail="the name is registered to another agent",
+            node=node,
+            outcome=RegistrationOutcome.REREGISTERED
+            if not created
+            else RegistrationOutcome.REGISTERED,
+            detail="repeated: the reply to its last registration was lost" if repeated else "",
         )
-        log.warning(
-            "refused to register node %s from %s: the name is already registered",
-            req.name,
-            remote_addr or "?",
-        )
-        raise AgentApiError(
-            409,
-            "name_taken",
-            f"a node named {req.name} is already registered; an admin must allow it to "
-            "register again (Nodes → Allow re-registration)",
-            "name",
-        ) from None
-    log.info("node %s registered (id %s, %s)", node.name, node.pk, words.gpus(len(req.facts.gpus)))
-    return node, new.plain
+    return node, repeated
 
 
 def allow_reregistration(nodes, user, now: datetime) -> int:

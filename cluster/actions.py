@@ -4,6 +4,7 @@ monitors never act twice. (One statement writes a node's row elsewhere: the quie
 heartbeat's, guarded in the same UPDATE by the node's pods, which this room cannot see:
 `agents.heartbeat.actions`.)"""
 
+import hmac
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -54,10 +55,13 @@ def may_take_over(node: Node) -> bool:
     )
 
 
-def save_registration(name: str, fields: dict) -> tuple[Node, bool]:
+def save_registration(name: str, fields: dict, *, repeats: str = "") -> tuple[Node, bool]:
     """Create the node `name`, or replace the facts and token of the existing one if it may
-    be taken over (raises NameTaken). Call inside a transaction: the row is locked while
-    checked. Returns the node and whether it was created."""
+    be taken over (raises NameTaken). `repeats`: the digest of the registration key of a
+    request the caller found to repeat this node's last registration (same token, soon
+    after): it may replace the token if the node's digest is that one. Call inside a
+    transaction: the row is locked while checked. Returns the node and whether it was
+    created."""
     node = Node.objects.select_for_update().filter(name=name).first()
     if node is None:
         try:
@@ -65,7 +69,8 @@ def save_registration(name: str, fields: dict) -> tuple[Node, bool]:
                 return Node.objects.create(name=name, **fields), True
         except IntegrityError:  # another agent registered this very name at this moment
             raise NameTaken(name) from None
-    if not may_take_over(node):
+    repeated = bool(repeats) and hmac.compare_digest(node.registration_key_digest, repeats)
+    if not (repeated or may_take_over(node)):
         raise NameTaken(name)
     fields = {**fields, "reregistration_allowed_at": None}
     Node.objects.filter(pk=node.pk).update(**fields)

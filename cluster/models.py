@@ -57,6 +57,10 @@ class Node(models.Model):
     # An operator allowed the next registration of this name to replace its token (admin
     # action "Allow re-registration"); cleared by that registration.
     reregistration_allowed_at = models.DateTimeField(null=True, blank=True)
+    # sha256 of the key its last registration carried (RegisterRequest.registration_key): the
+    # same key repeated soon after, by the same bootstrap token, is that registration's
+    # retry after a lost reply, not a takeover (docs/agent-protocol.md).
+    registration_key_digest = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

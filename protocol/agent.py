@@ -70,6 +70,12 @@ class RegisterRequest(_FromAgent):
 
     name: NodeName
     facts: NodeFacts
+    # Additive: a secret the agent draws before its first attempt and keeps until it is
+    # registered; an attempt repeated after a lost reply carries it and gets the node its
+    # first attempt made, not a 409 (docs/agent-protocol.md, "A registration repeated").
+    registration_key: (
+        Annotated[str, StringConstraints(pattern=limits.REGISTRATION_KEY_PATTERN)] | None
+    ) = None
 
 
 MetricName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:/-]{1,64}$")]

@@ -77,6 +77,11 @@ ERROR_STORED = 4000  # the part of it the console keeps (Pod.error_message)
 CONTAINER_ID = 100
 PHASE = 100  # a progress phase (ProgressReport.phase, Pod.progress_phase)
 NODE_NAME = 200
+# A registration whose reply was lost is repeated with the same key (RegisterRequest.
+# registration_key): within this many seconds of it, by the token that made it, it gets the
+# node it made with a new token (docs/agent-protocol.md, "A registration repeated").
+REGISTRATION_KEY_PATTERN = r"^[A-Za-z0-9_-]{32,128}$"
+REGISTRATION_REPEAT_SECONDS = 600
 GPU_TEXT = 100  # a GPU's uuid and name
 GPU_REASON = 200  # GpuDevice.health_reason
 RULE = 100  # RestartRecord.rule

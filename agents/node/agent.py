@@ -169,9 +169,9 @@ class Agent(Waking):
                 "this node is not registered yet: pass --bootstrap-token "
                 "or set GPU_AGENT_BOOTSTRAP_TOKEN"
             )
-        reply = self.client.register(
-            self.cfg.bootstrap_token, RegisterRequest(name=self.cfg.name, facts=self.facts())
-        )
+        key = self.store.registration_key(self.cfg.server, self.cfg.name)
+        req = RegisterRequest(name=self.cfg.name, facts=self.facts(), registration_key=key)
+        reply = self.client.register(self.cfg.bootstrap_token, req)
         identity = {
             "server": self.cfg.server,
             "name": self.cfg.name,

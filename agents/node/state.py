@@ -1,14 +1,18 @@
 """The agent's state dir: its registration and the pods it has launched.
 
-`node.json` holds the node id and token (mode 0600). `workers.json` records every pod the
-agent launched, written *before* the launch, so that no crash or restart can lead to a pod
-being launched twice (docs/traps.md, "duplicate workers"). Both are replaced atomically.
+`node.json` holds the node id and token (mode 0600); `registering.json` the key of a
+registration not yet answered (kept across restarts, so an attempt repeated after a lost
+reply carries the same key; removed once `node.json` is written). `workers.json` records
+every pod the agent launched, written *before* the launch, so that no crash or restart can
+lead to a pod being launched twice (docs/traps.md, "duplicate workers"). All are replaced
+atomically.
 """
 
 import contextlib
 import fcntl
 import json
 import os
+import secrets
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -74,6 +78,7 @@ class StateStore:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.identity_path = self.dir / "node.json"
+        self.registering_path = self.dir / "registering.json"
         self.workers_path = self.dir / "workers.json"
         self._lock_file = None
 
@@ -109,6 +114,19 @@ class StateStore:
 
     def save_identity(self, identity: dict) -> None:
         _write_private(self.identity_path, identity)
+        self.registering_path.unlink(missing_ok=True)
+
+    def registration_key(self, server: str, name: str) -> str:
+        """The key of this node's registration at `server` as `name`: the one saved by an
+        earlier attempt, else a new one, saved before it is sent (docs/agent-protocol.md,
+        "A registration repeated")."""
+        with contextlib.suppress(OSError, ValueError):
+            saved = json.loads(self.registering_path.read_text())
+            if saved.get("server") == server and saved.get("name") == name and saved.get("key"):
+                return saved["key"]
+        key = secrets.token_urlsafe(32)
+        _write_private(self.registering_path, {"server": server, "name": name, "key": key})
+        return key
 
     def load_launched(self) -> dict[int, LaunchRecord]:
         try:

@@ -1,5 +1,6 @@
 """POST /api/v1/agent/register/: bootstrap tokens in every state, node creation, takeover."""
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -234,3 +235,91 @@ def test_two_agents_racing_for_one_single_use_token_exactly_one_wins():
     codes = sorted(value for kind, value in results if kind == "ok")
     assert codes == [200, 403, 403], results
     assert Node.objects.count() == 1
+
+
+# --- a registration repeated after a lost reply (docs/agent-protocol.md) ----------------
+KEY = "k" * 43
+
+
+def test_a_registration_repeated_after_a_lost_reply_gets_its_node_and_token_again(client):
+    _, single = issue_bootstrap_token(None, "a")  # single-use: the repeat must not need it
+    lost = post(client, "register/", body("n1") | {"registration_key": KEY}, single).json()
+    again = post(client, "register/", body("n1") | {"registration_key": KEY}, single)
+    assert again.status_code == 200, again.content
+    # The same node and the same token: a copy of the request that arrives late, behind
+    # the retry the agent got its answer from, cannot make the agent's token useless.
+    assert again.json() == lost
+    assert Node.objects.count() == 1
+    assert heartbeat(client, again.json()["node_token"]).status_code == 200
+    # Another key (another registration, once allowed) gets another token.
+    Node.objects.filter(name="n1").update(reregistration_allowed_at=timezone.now())
+    _, other = issue_bootstrap_token(None, "b")
+    third = post(client, "register/", body("n1") | {"registration_key": "z" * 43}, other).json()
+    assert third["node_token"] != lost["node_token"]
+    assert heartbeat(client, lost["node_token"]).status_code == 401
+    records = RegistrationRecord.objects.order_by("id").values_list("outcome", "detail")
+    assert [r[0] for r in records] == ["registered", "re-registered", "re-registered"]
+    assert "reply to its last registration was lost" in records[1][1]
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        {},  # an agent without a key (an older one, or another holder of the token)
+        {"registration_key": "x" * 43},  # another key: another agent
+    ],
+)
+def test_a_registration_without_the_same_key_does_not_take_the_name(client, second):
+    _, reusable = issue_bootstrap_token(None, "a", single_use=False)
+    first = post(client, "register/", body("n1") | {"registration_key": KEY}, reusable).json()
+    refused = post(client, "register/", body("n1") | second, reusable)
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "name_taken"
+    assert heartbeat(client, first["node_token"]).status_code == 200
+
+
+def test_the_same_key_from_another_token_late_or_revoked_does_not_take_the_name(client):
+    _, token = issue_bootstrap_token(None, "a", single_use=False)
+    _, other = issue_bootstrap_token(None, "b", single_use=False)
+    keyed = body("n1") | {"registration_key": KEY}
+    with time_machine.travel(T0, tick=False):
+        first = post(client, "register/", keyed, token).json()
+        assert post(client, "register/", keyed, other).status_code == 409
+    with time_machine.travel(T0 + timedelta(seconds=601), tick=False):
+        late = post(client, "register/", keyed, token)
+        assert late.status_code == 409
+    with time_machine.travel(T0 + timedelta(seconds=30), tick=False):
+        BootstrapToken.objects.filter(note="a").update(revoked_at=T0 + timedelta(seconds=20))
+        revoked = post(client, "register/", keyed, token)
+        assert revoked.status_code == 403
+    assert heartbeat(client, first["node_token"]).status_code == 200
+
+
+@pytest.mark.parametrize("key", ["short", "k" * 129, "not a key!" * 5])
+def test_a_malformed_registration_key_is_400_naming_the_field(client, key):
+    _, token = issue_bootstrap_token(None, "a")
+    response = post(client, "register/", body("n1") | {"registration_key": key}, token)
+    assert response.status_code == 400
+    assert "registration_key" in json.dumps(response.json())
+    assert not Node.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_copies_of_one_registration_at_once_all_get_its_node_and_token():
+    """The overloaded console's case: copies of one registration (a timed-out attempt still
+    running beside its retries) meet in the database; each copy waits for the one that
+    inserts the node (and claims the single-use token), then repeats it."""
+    _, single = issue_bootstrap_token(None, "copies")
+
+    def copy():
+        reply = post(Client(), "register/", body("n1") | {"registration_key": KEY}, single)
+        return reply.status_code, reply.json().get("node_token")
+
+    results = run_together(copy, copy, copy)
+    connections.close_all()
+    replies = [value for kind, value in results if kind == "ok"]
+    assert [code for code, _ in replies] == [200, 200, 200], results
+    assert len({token for _, token in replies}) == 1
+    assert Node.objects.count() == 1
+    outcomes = sorted(RegistrationRecord.objects.values_list("outcome", flat=True))
+    assert outcomes == ["re-registered", "re-registered", "registered"]
