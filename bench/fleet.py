@@ -41,7 +41,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import common  # noqa: E402
-from bench.load import Client, db_backends  # noqa: E402
+from bench.cpu import cpu_figures, cpu_snapshot  # noqa: E402
+from bench.load import Client  # noqa: E402
 
 GPUS = 8
 RESERVE = 16  # probe quota GPUs
@@ -170,15 +171,6 @@ def rss_mb(pid: int) -> float:
         status = Path(f"/proc/{pid}/status").read_text()
         kb = next((int(ln.split()[1]) for ln in status.splitlines() if ln[:6] == "VmRSS:"), 0)
     return kb / 1024 + sum(rss_mb(c) for c in common.children(pid))
-
-
-def cpu_snapshot(pids: dict[str, list[int]], database: str) -> dict:
-    snap = {name: sum(common.tree_cpu(p) for p in group) for name, group in pids.items()}
-    snap["pg"] = {p: common.cpu_seconds(p) for p in db_backends(database)}  # type: ignore
-    jiffies = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    snap["total"] = sum(jiffies)
-    snap["busy"] = snap["total"] - jiffies[3] - jiffies[4]  # all but idle and iowait
-    return snap
 
 
 class Sampler(threading.Thread):
@@ -415,23 +407,13 @@ def heartbeat_figures(recorded: dict, window: tuple[float, float], offered: floa
     }  # fmt: skip
 
 
-def cpu_figures(before: dict, after: dict, seconds: float) -> dict:
-    """Cores used over the window by each part, and the machine's busy share."""
-    # Backends come and go: each one's CPU since the start (all of it for a new one).
-    after["postgres"] = sum(cpu - before["pg"].get(pid, 0.0) for pid, cpu in after["pg"].items())
-    before["postgres"] = 0.0
-    parts = ("web", "celery", "postgres", "fleet")
-    figures = {f"{k}_cores": round((after[k] - before[k]) / seconds, 2) for k in parts}
-    busy, total = after["busy"] - before["busy"], after["total"] - before["total"]
-    figures["machine_busy_pct"] = round(100 * busy / total, 1) if total else None
-    return figures
-
-
 def notes(rows: list[dict], args) -> str:
     parts = [
         f"{args.heartbeat:g} s heartbeat, {args.web_workers} gunicorn workers x 4 threads, Celery"
         f" worker ({args.celery}) + beat; load generator on the same {os.cpu_count()} CPUs"
     ]
+    parts += [f"{r['nodes']} nodes NOT MEASURED: {r['not_reached']}" for r in rows if "failed" in r]
+    rows = [r for r in rows if "failed" not in r]
     for row in rows:
         if row["hb_per_s"] < 0.95 * row["hb_offered_per_s"] or row["machine_busy_pct"] >= 80:
             parts.append(
@@ -452,14 +434,18 @@ def run_sizes(sizes: list[int], argv: list[str]) -> list[dict]:
     rows = []
     for size in sizes:
         cmd = [common.PYTHON, "-m", "bench.fleet", *argv, "--size", str(size)]
-        with subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) as proc:
+        why = ""  # the size's own account of a failure (its last exception line)
+        out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+        with subprocess.Popen(cmd, cwd=ROOT, env=env, **out) as proc:
             for line in proc.stdout:
                 if not line.startswith(ROW_MARK):
                     print(line, end="", flush=True)
+                    why = line.strip() if line[:1].isupper() and "Error: " in line else why
                 else:
                     rows.append(json.loads(line.removeprefix(ROW_MARK)))
         if proc.returncode:
             print(f"{size} nodes: failed (exit {proc.returncode}); see {WORK}", file=sys.stderr)
+            rows.append({"nodes": size, "failed": proc.returncode, "not_reached": why[:300]})
     return rows
 
 

@@ -44,6 +44,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import common  # noqa: E402
+from bench.cpu import CpuSampler  # noqa: E402
 from bench.load import Client  # noqa: E402
 
 
@@ -217,22 +218,23 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
             AGENT_HEARTBEAT_INTERVAL=str(max(1, round(heartbeat))),
         )
         with contextlib.ExitStack() as stack:
-            base, _ = stack.enter_context(common.gunicorn(env))
+            base, web = stack.enter_context(common.gunicorn(env))
             celery = [common.PYTHON, "-m", "celery", "-A", "console"]
-            stack.enter_context(
+            worker = stack.enter_context(
                 process(
                     [*celery, "worker", "--loglevel", "WARNING", "--concurrency", "2"],
                     env,
                     work / "worker.log",
                 )
             )
-            stack.enter_context(
+            beat = stack.enter_context(
                 process(
                     [*celery, "beat", "--loglevel", "WARNING", "--schedule", str(work / "beat")],
                     env,
                     work / "beat.log",
                 )
             )
+            agent_pids = []
             agent_env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_AGENT_")}
             agent_env["GPU_AGENT_BOOTSTRAP_TOKEN"] = boot
             for i in range(agents):
@@ -242,7 +244,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
                 # (<dir>/agent-<i>.prof, written when the agent exits on SIGTERM).
                 profile = os.environ.get("BENCH_AGENT_PROFILE", "")
                 prof = ["-m", "cProfile", "-o", f"{profile}/agent-{i}.prof"] if profile else []
-                stack.enter_context(
+                agent = stack.enter_context(
                     process(
                         [
                             common.PYTHON,
@@ -272,6 +274,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
                         work / f"agent-{i}.log",
                     )
                 )
+                agent_pids.append(agent.pid)
             # Wait for the agents and for the Celery worker's first scheduler cycle (a busy
             # machine takes minutes to start a worker): the clock starts with a ready system.
             deadline = time.monotonic() + 300
@@ -291,6 +294,12 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
             arrivals: dict[int, tuple[str, float]] = {}
             errors: list[str] = []
             threads = 4
+            sampler = CpuSampler(
+                {"web": [web], "worker": [worker.pid], "beat": [beat.pid], "agents": agent_pids},
+                alone={"load": os.getpid()},
+                database=url.rsplit("/", 1)[1],
+            )
+            sampler.start_window()
             t0 = time.monotonic()
             wall0 = timezone.now()
             subs = [
@@ -313,6 +322,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
                     break
                 time.sleep(1)
             total = time.monotonic() - t0
+            cpu = sampler.stop()
         # -- figures from the database -------------------------------------------------
         # Where the time goes: what the loops did during the run (LoopRun, /metrics' source).
         loops = {
@@ -385,6 +395,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
         "preemptions": preemptions,
         "loops": loops,
         "turnover": turnover,
+        "cpu": cpu,
         "min_quota_usage": round(min(usages), 3),
         "mean_quota_usage": round(sum(usages) / len(usages), 3),
         "refused_requests": len(errors),
@@ -415,6 +426,12 @@ def main(argv: list[str] | None = None) -> None:
         f"{t['p95_admitted_to_running_s']}); a GPU idles {t['gpu_idle_between_pods_s']} s "
         f"between two pods (p50 {t['p50_gpu_idle_between_pods_s']}, p90 "
         f"{t['p90_gpu_idle_between_pods_s']}; {t['gpu_handovers']} handovers)"
+    )
+    c = result["cpu"]
+    print(
+        "cores used over the run: "
+        + ", ".join(f"{k[:-6]} {v}" for k, v in c.items() if k.endswith("_cores"))
+        + f"; machine {c['machine_busy_pct']} % busy of {c['cpus']} CPUs"
     )
     scale = ""
     if (tenants, per_tenant) != (5, QUOTAS_PER_TENANT):

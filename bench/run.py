@@ -5,6 +5,7 @@ printed as its JSON line into bench/results.json with the machine, date and comm
     .venv/bin/python bench/run.py                  # quick: under 10 minutes on 2 cores
     .venv/bin/python bench/run.py --full           # the sizes the issue asks for
     .venv/bin/python bench/run.py --only http,pages
+    .venv/bin/python bench/run.py --full --only fleet --with fleet='--nodes 200'
     make bench [FULL=1]
 
 Each benchmark also runs alone: `.venv/bin/python -m bench.<name> [--full]`.
@@ -45,8 +46,8 @@ BENCHMARKS = [
 ]
 
 
-def run_one(name: str, full: bool, timeout: float) -> dict:
-    cmd = [sys.executable, "-m", f"bench.{name}"] + (["--full"] if full else [])
+def run_one(name: str, full: bool, timeout: float, extra: str = "") -> dict:
+    cmd = [sys.executable, "-m", f"bench.{name}"] + (["--full"] if full else []) + extra.split()
     print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
     started = time.perf_counter()
     payload: dict = {"bench": name, "error": None}
@@ -78,7 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
     parser.add_argument("--out", default=str(ROOT / "bench" / "results.json"))
     parser.add_argument("--timeout", type=float, default=3600, help="per benchmark, seconds")
+    parser.add_argument(
+        "--with",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="more arguments for one benchmark, e.g. fleet='--nodes 200' (a machine too small "
+        "for the full sizes)",
+    )
     args = parser.parse_args(argv)
+    extra = dict(item.split("=", 1) for item in args.extra if "=" in item)
     names = BENCHMARKS
     if args.only:
         names = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -91,13 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["BENCH_TEMPLATE"] = template = f"{common.PREFIX}tpl_{common._migrations_hash()}"
     try:
         common.template()
-        results = [run_one(n, args.full, args.timeout) for n in names]
+        results = [run_one(n, args.full, args.timeout, extra.get(n, "")) for n in names]
     finally:
         common.drop_database(template)
     total = round(time.perf_counter() - started, 1)
     out = {
         "machine": info,
         "variant": "full" if args.full else "quick",
+        "with": extra,
         "total_seconds": total,
         "benchmarks": {r["bench"]: r for r in results},
     }

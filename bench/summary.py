@@ -84,6 +84,9 @@ def lines(results: dict) -> list[str]:
             f"≥ {goal.get('min_quota_usage', 0.8):.1%} (Kueue 58.7 %)")  # fmt: skip
     if (fl := b.get("fleet")) and not fl.get("error"):
         for r in fl["rows"]:
+            if "failed" in r:  # a size this machine could not drive
+                add(f"fleet: {r['nodes']:,} nodes", f"not measured: {r['not_reached']}", "")
+                continue
             add(f"fleet: {r['nodes']:,} nodes, {r['queued']:,} queued, heartbeat "
                 f"{fl['heartbeat']:g} s", f"{r['hb_per_s']}/{r['hb_offered_per_s']} heartbeats/s, "
                 f"p95 {r['hb_p95_ms']} ms; cycle {r['cycle_mean_ms']} ms (longest "
