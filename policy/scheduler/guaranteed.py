@@ -116,6 +116,7 @@ def _keep_room(job: JobSnap, quota: QuotaSnap, result: str | _Short, state: _Wor
     if room > 0:
         state.usage[quota.id].gpus += room
         state.kept[job.id] = (quota.id, room)
+        state.kept_changes += 1
         state.reclaiming.add(quota.id)
 
 

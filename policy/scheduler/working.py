@@ -129,6 +129,9 @@ class _Working:
     charge_moves: list = field(default_factory=list)
     scopes: dict[int, list[QuotaSnap]] = field(default_factory=dict)  # scope_of's memo
     booked: int = 0  # admissions booked so far (`_book`): part of `changes()`
+    # Rooms kept and given back so far (`guaranteed._keep_room`, `release_kept`): each moves a
+    # quota's usage, which a borrowing try reads: part of `changes()`.
+    kept_changes: int = 0
     # The borrowing pass's refusals by job shape, with `changes()` when refused.
     borrow_refusals: dict[tuple, tuple[tuple, str]] = field(default_factory=dict)
 
@@ -156,6 +159,7 @@ class _Working:
         within a plan, so equal counts mean nothing changed in between."""
         return (
             self.booked,
+            self.kept_changes,
             len(self.preemptions),
             len(self.reclaiming),
             len(self.claims),
@@ -263,6 +267,7 @@ def release_kept(state: _Working, job_id: int) -> None:
     if kept is not None:
         quota_id, room = kept
         state.usage[quota_id].gpus -= room
+        state.kept_changes += 1
         # Jobs looked at while the room was kept found no victims against it: forget that.
         state.no_victims = {memo for memo in state.no_victims if memo[0] != quota_id}
 
