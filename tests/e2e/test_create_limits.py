@@ -43,7 +43,9 @@ def test_a_command_too_long_is_the_apis_field_error_never_cut(
     command = page.locator("textarea[name=command]")
     command.fill(TOO_LONG)  # typed into the field as a paste is: a maxlength would cut it
     assert len(command.input_value()) == len(TOO_LONG)
-    with page.expect_navigation():
+    # The answer is what is checked, not the page's subresources: "commit" (the response
+    # arrived), then the locators below wait for their elements.
+    with page.expect_navigation(wait_until="commit"):
         page.click("button[type=submit]")
 
     assert page.url.rstrip("/").endswith("/jobs/new")  # the form again, not a job's page
