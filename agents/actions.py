@@ -104,20 +104,26 @@ def issue_bootstrap_token(
     return row, new.plain
 
 
-def claim_bootstrap_token(plain: str, now: datetime) -> BootstrapToken:
-    """Check a bootstrap token and, if it is single-use, mark it used.
-
-    The claim is a compare-and-set, `UPDATE … SET used_at=now WHERE id=… AND used_at IS NULL
-    AND revoked_at IS NULL AND expires_at > now`: of two agents racing with one single-use
-    token exactly one UPDATE matches a row. Call it inside the registration transaction so
-    a registration that fails afterwards leaves the token unused.
-    """
+def find_bootstrap_token(plain: str) -> BootstrapToken:
+    """The bootstrap token `plain` is, in any state (401 when it is none)."""
     prefix = split_prefix(plain, BOOTSTRAP_KIND)
     if prefix is None:
         raise AgentApiError(401, "malformed_token", "not a bootstrap token")
     token = BootstrapToken.objects.filter(prefix=prefix).first()
     if token is None or not matches(plain, token.digest):
         raise AgentApiError(401, "invalid_token", "unknown bootstrap token")
+    return token
+
+
+def claim_bootstrap_token(token: BootstrapToken, now: datetime) -> BootstrapToken:
+    """Check a bootstrap token (`find_bootstrap_token`) and, if it is single-use, mark it
+    used.
+
+    The claim is a compare-and-set, `UPDATE … SET used_at=now WHERE id=… AND used_at IS NULL
+    AND revoked_at IS NULL AND expires_at > now`: of two agents racing with one single-use
+    token exactly one UPDATE matches a row. Call it inside the registration transaction so
+    a registration that fails afterwards leaves the token unused.
+    """
     usable = BootstrapToken.objects.filter(pk=token.pk, revoked_at__isnull=True, expires_at__gt=now)
     if token.single_use:
         claimed = usable.filter(used_at__isnull=True).update(used_at=now)
@@ -142,18 +148,18 @@ def revoke_bootstrap_tokens(tokens, now: datetime) -> int:
 # --- register ----------------------------------------------------------------------------
 
 
-def repeating_token(
-    bootstrap_plain: str, name: str, key_digest: str, now: datetime
-) -> BootstrapToken | None:
-    """The bootstrap token, if this request may repeat the last registration of `name`
-    (an agent whose reply was lost asks again): it carries a registration key, and comes
-    within REGISTRATION_REPEAT_SECONDS of that registration, with the token that made it,
-    not revoked since. The token is not claimed again (a single-use one was used by that
-    registration). Whether the key is that registration's is checked under the node's lock
-    (cluster.actions.save_registration); any other request is a registration of its own."""
-    if not key_digest:
-        return None
-    since = now - timedelta(seconds=limits.REGISTRATION_REPEAT_SECONDS)
+def repeats_last_registration(
+    token: BootstrapToken, name: str, key_digest: str, now: datetime
+) -> bool:
+    """Whether this request may repeat the last registration of `name` (an agent whose
+    reply was lost asks again): it carries a registration key, and comes within
+    REGISTRATION_REPEAT_SECONDS of that registration, with the bootstrap token that made it,
+    not revoked since. The token is then not claimed again (a single-use one was used by
+    that registration). Whether the key is that registration's is checked under the node's
+    lock (cluster.actions.save_registration); any other request is a registration of its
+    own."""
+    if not key_digest or token.revoked_at is not None:
+        return False
     last = (
         RegistrationRecord.objects.filter(
             name=name,
@@ -162,11 +168,8 @@ def repeating_token(
         .only("created_at", "bootstrap_prefix")
         .first()
     )
-    prefix = split_prefix(bootstrap_plain, BOOTSTRAP_KIND)
-    if last is None or last.created_at < since or not prefix or prefix != last.bootstrap_prefix:
-        return None
-    token = BootstrapToken.objects.filter(prefix=prefix, revoked_at__isnull=True).first()
-    return token if token is not None and matches(bootstrap_plain, token.digest) else None
+    since = now - timedelta(seconds=limits.REGISTRATION_REPEAT_SECONDS)
+    return last is not None and last.created_at >= since and last.bootstrap_prefix == token.prefix
 
 
 def register_node(
@@ -179,7 +182,7 @@ def register_node(
     holds a reusable one would lock the real agent out and receive its job specs): it is
     refused (409) and the attempt recorded, until an operator allows the name to register
     again (admin "Allow re-registration", or revoking its token). The one exception is the
-    same registration asked again after its reply was lost (`repeating_token`,
+    same registration asked again after its reply was lost (`repeats_last_registration`,
     docs/agent-protocol.md "A registration repeated"). Every registration is recorded in
     RegistrationRecord."""
     record = {"name": req.name, "created_at": now, "remote_addr": remote_addr[:64]}
@@ -254,12 +257,14 @@ def _register_once(
     """One transaction of `register_node`: the node and whether this repeated its last
     registration. Raises NameTaken (nothing written)."""
     with transaction.atomic():
-        repeated_by = repeating_token(bootstrap_plain, req.name, key, now)
-        token = repeated_by or claim_bootstrap_token(bootstrap_plain, now)
+        token = find_bootstrap_token(bootstrap_plain)
+        repeats = repeats_last_registration(token, req.name, key, now)
+        if not repeats:
+            claim_bootstrap_token(token, now)
         record["bootstrap_prefix"] = token.prefix
-        node, created = save_registration(req.name, fields, repeats=key if repeated_by else "")
+        node, created = save_registration(req.name, fields, repeats=key if repeats else "")
         upsert_gpus(node.pk, gpu_rows(req.facts), known_count=None)
-        repeated = repeated_by is not None and not created
+        repeated = repeats and not created
         RegistrationRecord.objects.create(
             **record,
             node=node,

@@ -56,8 +56,8 @@ class CpuSampler(threading.Thread):
         names = [*parts, *self.alone, "postgres"]
         self.last: dict[str, dict[int, float]] = {name: {} for name in names}
         self.base: dict[str, dict[int, float]] = {}
-        self.window: list[float] = []
-        self.jiffies: list[tuple[int, int]] = []
+        self.started = 0.0
+        self.jiffies = (0, 0)  # the machine's (busy, total) at the window's start
         self.halt = threading.Event()
 
     def sample(self) -> None:
@@ -80,8 +80,8 @@ class CpuSampler(threading.Thread):
     def start_window(self) -> None:
         self.sample()
         self.base = {name: dict(seen) for name, seen in self.last.items()}
-        self.window = [time.monotonic()]
-        self.jiffies = [machine_jiffies()]
+        self.started = time.monotonic()
+        self.jiffies = machine_jiffies()
         self.start()
 
     def stop(self) -> dict:
@@ -89,8 +89,8 @@ class CpuSampler(threading.Thread):
         self.halt.set()
         self.join()
         self.sample()
-        seconds = time.monotonic() - self.window[0]
-        (busy0, total0), (busy1, total1) = self.jiffies[0], machine_jiffies()
+        seconds = time.monotonic() - self.started
+        (busy0, total0), (busy1, total1) = self.jiffies, machine_jiffies()
         figures = {"window_s": round(seconds, 1), "cpus": os.cpu_count()}
         for name, seen in self.last.items():
             base = self.base.get(name, {})

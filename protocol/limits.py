@@ -78,8 +78,8 @@ CONTAINER_ID = 100
 PHASE = 100  # a progress phase (ProgressReport.phase, Pod.progress_phase)
 NODE_NAME = 200
 # A registration whose reply was lost is repeated with the same key (RegisterRequest.
-# registration_key): within this many seconds of it, by the token that made it, it gets the
-# node it made with a new token (docs/agent-protocol.md, "A registration repeated").
+# registration_key): within this many seconds of it, by the bootstrap token that made it, it
+# gets the node and the node token it made (docs/agent-protocol.md, "A registration repeated").
 REGISTRATION_KEY_PATTERN = r"^[A-Za-z0-9_-]{32,128}$"
 REGISTRATION_REPEAT_SECONDS = 600
 GPU_TEXT = 100  # a GPU's uuid and name
