@@ -23,7 +23,7 @@ from jobs.actions.submit import JobStillActive, ResumeRefused, create_jobs, resu
 from jobs.actions.submit import create_job as submit_job
 from jobs.actions.transitions import TransitionConflict
 from jobs.admission.facts import Checked, FactsLoader, check_job
-from jobs.folders import FolderRaced, FolderTaken, array_folders
+from jobs.folders import FolderRaced, FolderTaken, array_folders, output_dir_of
 from jobs.models import Job, Pod
 from jobs.paging import BadPageRequest, page_of_jobs
 from jobs.templates import TemplateProblem, submitted_fields
@@ -174,7 +174,7 @@ def create_job(
                 spec=checked.spec(),
             )
         except FolderRaced as exc:  # taken by a submission that committed meanwhile
-            raise ApiError(400, "validation_error", str(exc), "checkpoint_dir") from None
+            raise ApiError(400, "validation_error", str(exc), exc.field) from None
         return Outcome(jobs=[job])
 
     outcome = idempotency.once(request, create)
@@ -234,7 +234,7 @@ def create_batch(
         try:
             return Outcome(jobs=create_jobs(user=request.user, items=items), errors=errors)
         except FolderRaced as exc:  # nothing created: the caller submits the batch again
-            where = f"jobs.{indexes[exc.index]}.checkpoint_dir"
+            where = f"jobs.{indexes[exc.index]}.{exc.field}"
             raise ApiError(400, "validation_error", f"{where}: {exc}", where) from None
 
     outcome = idempotency.once(request, create)
@@ -269,22 +269,25 @@ def create_array(
             raise problems_error(checked, prefix="job.")
         template = checked.spec()
         try:
-            folders = array_folders(checked.workspace.pk, template.checkpoint_dir, payload.count)
+            output = output_dir_of(template)  # copy i: <output>/<i>, as its checkpoints
+            where = (checked.workspace.pk, template.checkpoint_dir, payload.count, output)
+            folders = array_folders(*where)
         except FolderTaken as exc:
-            raise ApiError(400, "validation_error", str(exc), "job.checkpoint_dir") from None
+            raise ApiError(400, "validation_error", str(exc), f"job.{exc.field}") from None
         items = []
         for index in range(payload.count):
             spec = replace(
                 template,
                 env={**template.env, "ARRAY_INDEX": str(index)},
                 name=f"{template.name[:190]}-{index}",
-                checkpoint_dir=folders[index],
+                checkpoint_dir=folders[index][0],
+                result_contract={**template.result_contract, "output_dir": folders[index][1]},
             )
             items.append((checked.workspace, checked.quota, spec))
         try:
             return Outcome(jobs=create_jobs(user=request.user, items=items))
         except FolderRaced as exc:
-            raise ApiError(400, "validation_error", str(exc), "job.checkpoint_dir") from None
+            raise ApiError(400, "validation_error", str(exc), f"job.{exc.field}") from None
 
     outcome = idempotency.once(request, create)
     jobs = _created(request, response, outcome)

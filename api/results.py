@@ -63,6 +63,11 @@ class AttemptIdentity(schemas.Schema):
     )
     inputs_files: int
     inputs_bytes: int
+    inputs_sha256: str = Field(
+        description="sha256 of the manifest of the data folders' content (every file's "
+        "sha256, in sha256sum's format) the agent wrote before the start; empty: the job did "
+        "not ask (result_inputs_sha256), or a bound was passed."
+    )
     reported_at: str
 
 
@@ -137,7 +142,8 @@ class CompareParams(schemas.Schema):
 class ConfigChange(schemas.Schema):
     key: str = Field(
         description="A setting of the effective configuration (nested: dotted), "
-        "or resolved.<image_digest|executable_sha256|code_version|inputs_fingerprint>."
+        "or resolved.<image_digest|executable_sha256|code_version|inputs_fingerprint|"
+        "inputs_sha256>."
     )
     this: Any = Field(None, description="Its value in this run (null and this_set false: absent).")
     other: Any = Field(None, description="Its value in the other run.")

@@ -57,6 +57,8 @@ def _print(report: dict, files: list[dict]) -> None:
         code = f", code {attempt['code_version'][:12]}" if attempt["code_version"] else ""
         if attempt.get("inputs_fingerprint"):  # absent from an older console's report
             code += f", data {attempt['inputs_fingerprint'][:12]} ({attempt['inputs_files']} files)"
+        if attempt.get("inputs_sha256"):  # the job asked for its data's content
+            code += f", content sha256 {attempt['inputs_sha256'][:12]}"
         print(f"Attempt {attempt['attempt']} rank {attempt['rank']}: {what}{code}")
     if units["missing"]:
         print(f"Missing   {', '.join(units['missing'][:20])}")

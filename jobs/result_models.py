@@ -52,6 +52,9 @@ class AttemptFacts(models.Model):
     inputs_fingerprint = models.CharField(max_length=64, blank=True)
     inputs_files = models.PositiveBigIntegerField(default=0)
     inputs_bytes = models.PositiveBigIntegerField(default=0)
+    # Their content (the job's result_inputs_sha256): the sha256 of the manifest the agent
+    # wrote before the start; files and bytes above are the manifest's.
+    inputs_sha256 = models.CharField(max_length=64, blank=True)
     result_dir = models.CharField(max_length=limits.PATH, blank=True)  # on the node
     reported_at = models.DateTimeField(auto_now_add=True)
 

@@ -60,6 +60,7 @@ def _identity(job: Job, run: RunRecord | None) -> dict:
             "inputs_fingerprint": f.inputs_fingerprint,
             "inputs_files": f.inputs_files,
             "inputs_bytes": f.inputs_bytes,
+            "inputs_sha256": f.inputs_sha256,
             "reported_at": _time(f.reported_at),
         }
         for f in AttemptFacts.objects.filter(job_id=job.pk).order_by("attempt", "rank")
@@ -272,6 +273,7 @@ def resume_identities(pods: Sequence[Pod]) -> dict[int, ResumeIdentity]:
             code_version=source.code_version,
             executable_sha256=source.executable_sha256,
             inputs_fingerprint=source.inputs_fingerprint,
+            inputs_sha256=source.inputs_sha256,
             image_digest=source.image_digest,
         )
     return found

@@ -9,18 +9,21 @@ same code paths as the node agent's reports (agents.actions, docs/kubernetes.md)
   tolerance as for a lost node, no failure budget spent),
 - kubelet refusals: `jobs.actions.workers.requeue_refused_pod`,
 - log lines: `jobs.actions.logs.append_log_lines` (each sequence number once),
-- checkpoints and progress: `jobs.actions.progress`.
+- checkpoints, progress and accepted units (a new unit is progress for the hang judge):
+  `jobs.actions.progress`,
+- rank 0's validator outcome: `jobs.actions.results.store_validator`, then its exit.
 """
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
 
 from cluster.actions import sync_cluster_node
 from jobs.actions.logs import append_log_lines
-from jobs.actions.progress import store_checkpoints, store_progress
-from jobs.actions.results import fill_image_digest, store_facts, store_units
+from jobs.actions.progress import may_report, store_checkpoints, store_new_units, store_progress
+from jobs.actions.results import fill_image_digest, store_facts, store_validator
 from jobs.actions.workers import (
     WorkerChange,
     apply_worker_state,
@@ -31,7 +34,7 @@ from jobs.actions.workers import (
 from jobs.models import Pod
 from jobs.result_reads import resume_identities
 from protocol import limits
-from protocol.agent import RESUME_REFUSED, RunFacts
+from protocol.agent import RESUME_REFUSED, ResumeIdentity, RunFacts, ValidatorReport
 from protocol.text import fit
 from protocol.units import resume_refusal
 
@@ -82,7 +85,7 @@ def store_extras(
         store_progress(pod, progress, now)
     if units:  # counted results (docs/results.md), promoted on the shared volume
         store_facts(pod, RunFacts(result_dir=result_dir))
-        store_units(pod, units, now)
+        store_new_units(pod, units, now)
 
 
 def store_run_facts(pod: Pod, facts: RunFacts) -> None:
@@ -106,3 +109,28 @@ def worker_resume_refused(pod: Pod, reason: str, now: datetime) -> bool:
 def resume_refusal_of(pod: Pod, facts: RunFacts) -> str:
     """Why this worker may not resume the run whose units it carries ("" : it may)."""
     return resume_refusal(resume_identities([pod]).get(pod.pk), facts)
+
+
+def identities_of(pods: Sequence[Pod]) -> dict[int, ResumeIdentity]:
+    """Pod id → the run its Starting worker carries accepted units of (the image check once
+    its Pod runs: kube.decisions.image_refusal)."""
+    return resume_identities(pods)
+
+
+def worker_start_refused(pod: Pod, reason: str, now: datetime) -> bool:
+    """The worker never started, and no node would start it: the checkpoint volume every
+    node shares lacks the free space its output needs (docs/results.md, "Before a long
+    run"). Recorded as a refusal on every node (`resume_refused`): the job fails with the
+    reason, its restart budget untouched, never retried (a retry would meet the same
+    volume)."""
+    return worker_resume_refused(pod, f"launch failed: refused to start: {reason}", now)
+
+
+def worker_validated(pod: Pod, error: str, report: ValidatorReport, now: datetime) -> bool:
+    """Rank 0 exited 0 and its validator ended: the outcome is stored and then the exit is
+    judged with it, as an agent's report is (jobs.actions.progress.store_worker_extras,
+    then the exit); one transaction, so a crash between leaves neither."""
+    with transaction.atomic():
+        if may_report(pod):
+            store_validator(pod, report, now)
+        return worker_exited(pod, 0, error, now)

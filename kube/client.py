@@ -142,6 +142,25 @@ class KubeClient:
             raise error
         return response
 
+    def log_tail(self, name: str, container: str, lines: int, limit_bytes: int) -> bytes:
+        """The last `lines` lines of a finished container's log (timestamps stripped by the
+        caller: kube.logs.strip_stamp), at most `limit_bytes`."""
+        params = {
+            "container": container,
+            "timestamps": "true",
+            "tailLines": lines,
+            "limitBytes": limit_bytes,
+        }
+        response = self.session.get(
+            self.base + self.pods_path(name) + "/log",
+            params=params,
+            timeout=REQUEST_TIMEOUT,
+            verify=self.verify,
+        )
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.content[:limit_bytes]
+
     def create_pod(self, manifest: dict) -> dict:
         return self.call("POST", self.pods_path(), body=manifest)
 
@@ -160,6 +179,11 @@ class KubeClient:
     def json_patch_pod(self, name: str, ops: list[dict]) -> dict:
         return self.call(
             "PATCH", self.pods_path(name), body=ops, content_type="application/json-patch+json"
+        )
+
+    def merge_patch_pod(self, name: str, body: dict) -> dict:
+        return self.call(
+            "PATCH", self.pods_path(name), body=body, content_type="application/merge-patch+json"
         )
 
     def allowed(self, verb: str, resource: str, *, namespace: str = "", sub: str = "") -> bool:

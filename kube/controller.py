@@ -19,25 +19,31 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cluster.actions import KUBERNETES
+from jobs.folders import output_dir_of
 from jobs.models import Job, Pod, PodDesired
 from kube import actions
 from kube.client import KubeClient, KubeError
 from kube.config import KubeConfig
 from kube.decisions import ConsolePod, Do, Step, gpu_rows, plan_pod
 from kube.logs import Done, LogFollower
-from kube.manifest import WorkerFacts, pod_manifest, service_manifest, service_name
+from kube.manifest import pod_manifest, service_manifest, service_name
 from kube.objects import (
     FINALIZER,
     OWN_SELECTOR,
     KubeNode,
     Observed,
+    ValidatorSeen,
     gpu_request,
     is_finished,
     is_own,
+    is_validator,
     observe,
+    observe_validator,
     parse_node,
 )
 from kube.permissions import check_permissions
+from kube.starting import check_images, has_validator, space_problem, worker_facts
+from kube.validation import Validators
 from kube.volumes import (
     data_inputs,
     job_checkpoints,
@@ -46,8 +52,7 @@ from kube.volumes import (
     worker_progress,
 )
 from kube.watch import Watched
-from policy.jobspec import worker_fields
-from policy.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES
+from policy.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, PLACED_JOB_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +70,8 @@ class Controller:
         self.lines: queue.Queue = queue.Queue()
         self.followers: dict[str, LogFollower] = {}
         self.drained: set[str] = set()
-        self.imaged: set[int] = set()  # pods whose image id is recorded (one row per attempt)
+        self.imaged: set[int] = set()  # pods whose image id is recorded and checked
+        self.validators = Validators(self.client, config, self._release)
         node_params = {"labelSelector": config.node_selector} if config.node_selector else {}
         wake = self.woken.set
         self.nodes = Watched(
@@ -127,22 +133,46 @@ class Controller:
 
     def step(self, now: datetime | None = None) -> None:
         now = now or timezone.now()
-        api = {o.name: o for o in (observe(obj) for obj in self.own.snapshot().values())}
+        api, validators = self._observe()
         pods = self._console_pods(api)
         self._store_logs(api, pods, now)
         kube_nodes = {n.name: n for n in self._kube_nodes()}
         self._sync_inventory(kube_nodes, now)
-        self._store_extras(pods, now)
         by_id = {o.pod_id: o for o in api.values() if o.pod_id is not None}
+        # Before any unit of theirs is promoted (kube.starting.check_images).
+        held = check_images(pods, by_id, self.imaged, self._release, now)
+        held_jobs = {pods[pk].job_id for pk in held}
+        if held:
+            pods = self._console_pods(api)  # a refusal ended its job
+        self._store_extras(pods, now, held_jobs)
         copies: dict[tuple, set[int]] = defaultdict(set)
         for o in api.values():
             copies[(o.job_id, o.rank)].add(o.attempt or 0)
         for pod in sorted(pods.values(), key=lambda p: p.pk):
-            self._converge(pod, by_id.get(pod.pk), kube_nodes, copies, now)
+            if pod.pk not in held:
+                self._converge(pod, by_id.get(pod.pk), kube_nodes, copies, now, validators)
         for o in api.values():
             if o.pod_id not in pods:
                 self._apply(None, o, Step(Do.RELEASE), now)
+        live = {
+            o.name
+            for o in api.values()
+            if o.pod_id in pods and pods[o.pod_id].status in ACTIVE_POD_STATUSES
+        }
+        self.validators.sweep(validators, live)
         self._forget(api)
+
+    def _observe(self) -> tuple[dict[str, Observed], dict[str, ValidatorSeen]]:
+        """The console's worker Pods by name, and its validator Pods by their worker's."""
+        workers, validators = {}, {}
+        for obj in self.own.snapshot().values():
+            if is_validator(obj):
+                seen = observe_validator(obj)
+                validators[seen.worker] = seen
+            else:
+                o = observe(obj)
+                workers[o.name] = o
+        return workers, validators
 
     def _console_pods(self, api: dict[str, Observed]) -> dict[int, Pod]:
         ids = [o.pod_id for o in api.values() if o.pod_id is not None]
@@ -198,14 +228,16 @@ class Controller:
                 log.exception("kube: storing log lines of %s failed", item.name)
                 self._restart_follower(item.name)
 
-    def _store_extras(self, pods: dict[int, Pod], now: datetime) -> None:
+    def _store_extras(self, pods: dict[int, Pod], now: datetime, held: set[int]) -> None:
         """Checkpoints once per job (its folder is shared), progress per worker, before any
-        exit of this step is applied (a save on SIGTERM is known before the restart)."""
+        exit of this step is applied (a save on SIGTERM is known before the restart). Units
+        are promoted only while the job is placed: a job that failed (a worker refused for
+        a changed image among them) leaves its staged units staged; none of `held` jobs."""
         if not self.config.checkpoint_root:
             return
         scanned: set[int] = set()
         for pod in sorted(pods.values(), key=lambda p: (p.job_id, p.rank)):
-            if pod.status not in ACTIVE_POD_STATUSES:
+            if pod.status not in ACTIVE_POD_STATUSES or pod.job_id in held:
                 continue
             job = pod.job
             try:
@@ -214,16 +246,16 @@ class Controller:
                     scanned.add(job.pk)
                     where = (self.config, job.workspace_id, job.pk, job.checkpoint_dir)
                     checkpoints = job_checkpoints(*where)
-                    units, result_dir = promote_units(*where, pod.attempt)
+                    if job.status in PLACED_JOB_STATUSES:
+                        units, result_dir = promote_units(*where, pod.attempt, output_dir_of(job))
                 progress = worker_progress(self.config, job.workspace_id, pod.pk, pod.attempt)
                 actions.store_extras(pod, checkpoints, progress, now, units, result_dir)
             except Exception:
                 log.exception("kube: reading checkpoints or progress of pod %s failed", pod.pk)
 
-    def _converge(self, pod: Pod, api: Observed | None, nodes, copies, now: datetime) -> None:
-        if api is not None and api.image_id and pod.pk not in self.imaged:
-            actions.note_image(pod, api.image_id)  # the run identity (docs/results.md)
-            self.imaged.add(pod.pk)
+    def _converge(
+        self, pod: Pod, api: Observed | None, nodes, copies, now: datetime, validators: dict
+    ) -> None:
         facts = ConsolePod(
             pk=pod.pk,
             job_id=pod.job_id,
@@ -233,6 +265,7 @@ class Controller:
             stopping=pod.desired == PodDesired.STOP,
             grace_seconds=pod.stop_grace_seconds,
             live=pod.status in ACTIVE_POD_STATUSES,
+            validates=has_validator(pod),
         )
         node = nodes.get(pod.node.name) if pod.node_id else None
         others = copies.get((pod.job_id, pod.rank), set()) - {pod.attempt}
@@ -242,6 +275,8 @@ class Controller:
             node_ready=bool(node and node.ready),
             logs_done=api is not None and api.name in self.drained,
             rank_blocked=bool(others),
+            validator=validators.get(api.name) if api is not None else None,
+            now=now,
         )
         for step in steps:
             if not self._apply(pod, api, step, now):
@@ -281,35 +316,24 @@ class Controller:
             self._release(api)
         elif step.do == Do.RELEASE:
             self._release(api)
+        elif step.do in (Do.VALIDATE, Do.JUDGE):  # rank 0's validator (kube.validation)
+            return self.validators.run(pod, api, step, now)
         return True
 
     def _create(self, pod: Pod, now: datetime) -> bool:
-        job = pod.job
-        facts = WorkerFacts(
-            pod_id=pod.pk,
-            job_id=job.pk,
-            rank=pod.rank,
-            attempt=pod.attempt,
-            world_size=job.workers,
-            node_name=pod.node.name,
-            gpus=pod.gpus,
-            cpus=pod.cpus,
-            memory_gb=pod.memory_gb,
-            grace_seconds=pod.stop_grace_seconds,
-            workspace_id=job.workspace_id,
-            resume_from=job.resume_from,
-            distributed=dict(job.distributed or {}),
-            gpus_per_worker=job.gpus_per_worker,
-            **worker_fields(job),  # image, command, env, checkpoint folder (policy.jobspec)
-        )
+        facts = worker_facts(pod)
         try:
             if self.config.checkpoint_root:  # its output folders (docs/results.md)
                 refusal = self._prepare_outputs(pod)
                 if refusal:  # the run it would resume changed: it never starts
                     actions.worker_resume_refused(pod, refusal, now)
                     return False
+                problem = space_problem(self.config, pod, facts.expected_output_gb)
+                if problem:  # no node would have more: the volume is every node's
+                    actions.worker_start_refused(pod, problem, now)
+                    return False
             if pod.rank == 0:  # the job's DNS names (kube.manifest); AlreadyExists: done
-                self._create_service(job.pk)
+                self._create_service(pod.job_id)
             self.client.create_pod(pod_manifest(facts, self.config))
         except KubeError as exc:
             if exc.reason == "AlreadyExists":
@@ -331,7 +355,7 @@ class Controller:
         job = pod.job
         try:
             where = (self.config, job.workspace_id, job.pk, job.checkpoint_dir, pod.attempt)
-            result_dir = prepare_outputs(*where)
+            result_dir = prepare_outputs(*where, output_dir_of(job))
             facts, note = data_inputs(self.config, job.workspace_id, job.data or {})
         except OSError as exc:
             log.warning("kube: cannot prepare the output folders of job %s: %s", job.pk, exc)

@@ -3,16 +3,25 @@
 `gpu_rows`: a Kubernetes node's GPUs as the console's inventory sees them: its allocatable
 GPUs, less those that pods the console does not own request, and none free while the node
 may not take new work. `plan_pod`: what to do about one worker, from the console's pod and
-the Kubernetes Pod (either may be missing). The shell is `kube.controller`.
+the Kubernetes Pod (either may be missing), and rank 0's validator (`plan_validation`,
+docs/results.md "The validator"). `image_refusal`: whether a resumed worker's image
+changed. The shell is `kube.controller`.
 """
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
-from kube.objects import Observed, Seen
+from kube.objects import Observed, Seen, ValidatorSeen
+from protocol import limits
+from protocol.agent import ResumeIdentity, RunFacts
+from protocol.units import resume_refusal
 
 FOREIGN = "requested by pods the console does not own"
+# Why a validator did not run (docs/results.md, "The validator"), as the agent says it.
+VALIDATOR_GONE = "the validator's Pod disappeared"
+VALIDATOR_TIMED_OUT = f"timed out after {limits.RESULT_VALIDATOR_SECONDS} s"
 
 
 def gpu_rows(
@@ -55,6 +64,7 @@ class ConsolePod:
     stopping: bool  # the console ordered it stopped (desired Stop)
     grace_seconds: int
     live: bool  # Starting, Running or Unknown
+    validates: bool = False  # rank 0 of a job with a result validator
 
 
 class Do(StrEnum):
@@ -66,6 +76,8 @@ class Do(StrEnum):
     REQUEUE = "requeue"  # the kubelet refused it: the job is placed again
     LOSE = "lose"  # the cluster took it away (eviction, deleted): fault tolerance
     RELEASE = "release"  # drop the finalizer and delete at once: nothing more to read
+    VALIDATE = "validate"  # rank 0 exited 0: promote the units, create its validator Pod
+    JUDGE = "judge"  # the validator ended: rank 0's exit 0 applied with its outcome
     WAIT = "wait"
 
 
@@ -75,6 +87,49 @@ class Step:
     reason: str = ""
     exit_code: int | None = None
     grace: int = 0
+    read_log: bool = False  # JUDGE: the validator's last lines are its report
+
+
+def image_digest(image_id: str) -> str:
+    """The digest a kubelet's `imageID` names (`docker.io/library/x@sha256:…`,
+    `docker-pullable://x@sha256:…` → `sha256:…`): two runtimes' prefixes differ."""
+    return image_id.rsplit("@", 1)[-1]
+
+
+def image_refusal(expected: ResumeIdentity | None, image_id: str) -> str:
+    """Why a worker whose job carries accepted units may not go on with the image its
+    kubelet ran (docs/results.md, "Resume without duplicates"), or "". Only ids of one kind
+    are compared: registry digests (`…@sha256:`) with each other, an engine's image id
+    (`sha256:…`, the docker runtime's or a kubelet's for an image never pushed) with
+    another; a value either side lacks is not compared (protocol.units.resume_refusal)."""
+    if expected is None or not image_id or not expected.image_digest:
+        return ""
+    if ("@" in image_id) != ("@" in expected.image_digest):
+        return ""
+    run = expected.model_copy(update={"image_digest": image_digest(expected.image_digest)})
+    return resume_refusal(run, RunFacts(image_digest=image_digest(image_id)))
+
+
+def plan_validation(
+    made: bool, validator: ValidatorSeen | None, now: datetime | None
+) -> list[Step]:
+    """Rank 0 exited 0 and its job has a validator: its exit waits for the validator Pod.
+    `made`: the worker Pod carries the mark that its validator was created (one that is
+    gone since did not run). Past its deadline (the kubelet's `activeDeadlineSeconds`, or
+    the console's own bound when no kubelet says so) it counts as not run."""
+    if validator is None:
+        return [Step(Do.JUDGE, VALIDATOR_GONE)] if made else [Step(Do.VALIDATE)]
+    if not validator.ended:
+        bound = limits.RESULT_VALIDATOR_SECONDS + limits.KUBE_VALIDATOR_GRACE_SECONDS
+        age = (now - validator.created_at).total_seconds() if now and validator.created_at else 0
+        if age > bound:
+            return [Step(Do.JUDGE, VALIDATOR_TIMED_OUT, read_log=True)]
+        return [Step(Do.WAIT)]
+    if validator.timed_out:
+        return [Step(Do.JUDGE, VALIDATOR_TIMED_OUT, read_log=True)]
+    if validator.exit_code is None:
+        return [Step(Do.JUDGE, validator.error or "the validator's Pod failed", read_log=True)]
+    return [Step(Do.JUDGE, exit_code=validator.exit_code, read_log=True)]
 
 
 def plan_pod(
@@ -84,11 +139,14 @@ def plan_pod(
     node_ready: bool,
     logs_done: bool,
     rank_blocked: bool,
+    validator: ValidatorSeen | None = None,
+    now: datetime | None = None,
 ) -> list[Step]:
     """The steps for one worker. `node_ready`: its Kubernetes node reports Ready (a NotReady
     node's pod statuses are stale); `logs_done`: the log stream ended after the container
     did; `rank_blocked`: a Pod of another attempt of this rank still exists (a new copy
-    waits until the old one is gone: never two copies)."""
+    waits until the old one is gone: never two copies); `validator`: the validator Pod of
+    this worker, if any."""
     if pod is None or not pod.live:
         return [] if api is None else [Step(Do.RELEASE)]
     if api is None:
@@ -97,7 +155,10 @@ def plan_pod(
         if pod.status == "Starting":
             return [Step(Do.WAIT)] if rank_blocked or not node_ready else [Step(Do.CREATE)]
         return [Step(Do.LOSE, "the pod was deleted in Kubernetes")]
-    return _plan_existing(pod, api, node_ready=node_ready, logs_done=logs_done)
+    steps = _plan_existing(pod, api, node_ready=node_ready, logs_done=logs_done)
+    if steps[0].do == Do.EXIT and pod.validates and api.exit_code == 0 and not pod.stopping:
+        return plan_validation(api.validator_made, validator, now)
+    return steps
 
 
 def _plan_existing(pod: ConsolePod, api: Observed, *, node_ready: bool, logs_done: bool) -> list:

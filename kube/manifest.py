@@ -1,4 +1,5 @@
-"""The Pod the console creates for one worker (pure; docs/kubernetes.md).
+"""The Pod the console creates for one worker (pure; docs/kubernetes.md), and rank 0's
+validator Pod (`validator_manifest`, docs/results.md "The validator").
 
 A bare Pod bound to the node the console's `plan()` chose (`nodeName`: Kubernetes 1.20 has
 no scheduling gates), `restartPolicy: Never` (a restart is the console's decision: a new
@@ -28,10 +29,12 @@ from kube.objects import (
     MANAGER,
     POD_ID,
     RANK,
+    VALIDATES,
+    VALIDATOR_CONTAINER,
     pod_name,
 )
 from policy.rendezvous import Meeting, shape_of, worker_env
-from protocol import preflight
+from protocol import limits, preflight
 from protocol.outputs import output_paths
 
 VOLUME = "checkpoints"
@@ -55,6 +58,9 @@ class WorkerFacts:
     grace_seconds: int
     workspace_id: int
     checkpoint_subdir: str = ""
+    # The declared output folder (docs/results.md): the controller promotes into it on the
+    # volume (kube.volumes); the worker writes only to its staging folder.
+    output_subdir: str = ""
     resume_from: str = ""
     env: dict[str, str] = field(default_factory=dict)
     distributed: dict = field(default_factory=dict)  # Job.distributed (policy.rendezvous)
@@ -63,15 +69,18 @@ class WorkerFacts:
     code_repo: str = ""
     code_ref: str = ""
     gpus_per_worker: int = 0
-    # The result's validator (docs/results.md): not run on Kubernetes yet, so a job with
-    # one is judged "validator did not report" (result_rejected).
+    # The result's validator (docs/results.md): run by rank 0's validator Pod after its
+    # exit 0 (validator_manifest).
     result_validator: str = ""
     # Free space the output needs (docs/results.md, "Before a long run"): checked by the
-    # agent; not on Kubernetes yet (the checkpoint volume is the cluster's storage).
+    # controller on its mount of the volume before the Pod (kube.volumes).
     expected_output_gb: int | None = None
     # The preflight (docs/results.md, "Before a long run"): run where OUTPUT_DIR is (a
     # checkpoint volume) and the attempt does not resume.
     preflight_seconds: int | None = None
+    # The data folders' content manifest (docs/results.md, "Run identity"): hashed by a
+    # node's agent; not on Kubernetes yet (the fingerprint only).
+    hash_inputs: bool = False
 
     @property
     def name(self) -> str:
@@ -228,4 +237,56 @@ def pod_manifest(w: WorkerFacts, config: KubeConfig) -> dict:
             "finalizers": [FINALIZER],
         },
         "spec": spec,
+    }
+
+
+def validator_name(worker: str) -> str:
+    """Deterministic: a second create is AlreadyExists (docs/results.md, "The validator")."""
+    return f"{worker}-validator"
+
+
+def validator_manifest(
+    w: WorkerFacts, config: KubeConfig, worker_uid: str, result_dir: str
+) -> dict | None:
+    """Rank 0's validator Pod (docs/results.md, "The validator"): the job's image runs
+    `/bin/sh -c <validator>` in the run's result folder (`RESULT_DIR`, inside the volume,
+    mounted read-only: enforced by the mount, root or not) with the worker's variables, on
+    the worker's node, without GPUs, service-account token or restarts, for at most
+    limits.RESULT_VALIDATOR_SECONDS. Owned by the worker Pod (deleted with it). None
+    without a checkpoint volume (nothing to validate)."""
+    volume = _volume(config)
+    if volume is None or not result_dir:
+        return None
+    env = [e for e in _env(w, config) if e["name"] != "RESULT_DIR"]
+    env.append({"name": "RESULT_DIR", "value": result_dir})
+    container = {
+        "name": VALIDATOR_CONTAINER,
+        "image": w.image,
+        "command": ["/bin/sh", "-c", w.result_validator],
+        "workingDir": result_dir,
+        "env": env,
+        "volumeMounts": [{"name": VOLUME, "mountPath": config.checkpoint_mount, "readOnly": True}],
+    }
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": w.name, "uid": worker_uid}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": validator_name(w.name),
+            "namespace": config.namespace,
+            # No pod-id label: never taken for a worker (kube.objects.is_validator).
+            "labels": {MANAGED_BY: MANAGER, VALIDATES: w.name},
+            "ownerReferences": [owner] if worker_uid else [],
+        },
+        "spec": {
+            "nodeName": w.node_name,
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": limits.RESULT_VALIDATOR_SECONDS,
+            "terminationGracePeriodSeconds": 5,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "tolerations": [{"key": config.gpu_resource, "operator": "Exists"}],
+            "volumes": [volume],
+            "containers": [container],
+        },
     }

@@ -7,6 +7,7 @@ one of its workers (`pod_manifest`). docs/kubernetes.md.
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 from kube.config import KubeConfig
@@ -20,6 +21,12 @@ RANK = "gpu-console.io/rank"
 ATTEMPT = "gpu-console.io/attempt"
 FINALIZER = "gpu-console.io/logs"
 CONTAINER = "worker"
+# The result's validator (docs/results.md, "The validator"): a Pod of its own, labelled with
+# the worker Pod it validates (never a worker: it has no pod-id label), and a mark on the
+# worker Pod once it was created, so one that vanished is told from one not made yet.
+VALIDATES = "gpu-console.io/validates"
+VALIDATOR_MARK = "gpu-console.io/validator"
+VALIDATOR_CONTAINER = "validator"
 
 
 def pod_name(job_id: int, rank: int, attempt: int) -> str:
@@ -146,6 +153,8 @@ class Observed:
     # The image the kubelet ran (`imageID`, e.g. `docker.io/library/x@sha256:…`): known
     # once the container started; the run identity's image digest (docs/results.md).
     image_id: str = ""
+    uid: str = ""
+    validator_made: bool = False  # VALIDATOR_MARK: its validator Pod was created
 
 
 def _int(value: object) -> int | None:
@@ -155,9 +164,9 @@ def _int(value: object) -> int | None:
         return None
 
 
-def _container(status: dict) -> dict:
+def _container(status: dict, name: str = CONTAINER) -> dict:
     for c in status.get("containerStatuses") or []:
-        if c.get("name") == CONTAINER:
+        if c.get("name") == name:
             return c
     return {}
 
@@ -202,4 +211,50 @@ def observe(obj: dict) -> Observed:
         finalizers=tuple(meta.get("finalizers") or ()),
         resource_version=meta.get("resourceVersion", ""),
         image_id=str(container.get("imageID") or "")[:200],
+        uid=meta.get("uid", ""),
+        validator_made=VALIDATOR_MARK in (meta.get("annotations") or {}),
     )
+
+
+# -- validators -----------------------------------------------------------------------------
+
+
+def is_validator(obj: dict) -> bool:
+    return VALIDATES in ((obj.get("metadata") or {}).get("labels") or {})
+
+
+@dataclass(frozen=True)
+class ValidatorSeen:
+    """What a validator Pod's status says (kube.decisions.plan_validation reads it)."""
+
+    name: str
+    worker: str  # the worker Pod it validates
+    ended: bool  # Succeeded or Failed
+    exit_code: int | None = None  # its container's, once terminated
+    timed_out: bool = False  # past activeDeadlineSeconds
+    error: str = ""  # why it failed without an exit code
+    created_at: datetime | None = None
+
+
+def observe_validator(obj: dict) -> ValidatorSeen:
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    phase, reason = status.get("phase", ""), status.get("reason") or ""
+    terminated = (_container(status, VALIDATOR_CONTAINER).get("state") or {}).get("terminated")
+    timed_out = reason == "DeadlineExceeded"
+    exit_code = None if timed_out or not terminated else _int(terminated.get("exitCode"))
+    return ValidatorSeen(
+        name=meta.get("name", ""),
+        worker=(meta.get("labels") or {}).get(VALIDATES, ""),
+        ended=phase in ("Succeeded", "Failed"),
+        exit_code=exit_code,
+        timed_out=timed_out,
+        error=f"{reason}: {status.get('message', '')}".strip(": ") if phase == "Failed" else "",
+        created_at=_timestamp(meta.get("creationTimestamp")),
+    )
+
+
+def _timestamp(text: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None

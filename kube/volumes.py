@@ -4,14 +4,22 @@ KUBE_CHECKPOINT_ROOT; in the workers at KUBE_CHECKPOINT_MOUNT) and scans it as t
 scans its node's disk (protocol.volumes); paths are recorded as the workers see them, so a
 new attempt's RESUME_FROM names a folder inside its container."""
 
+import errno
 from collections.abc import Mapping
 from pathlib import Path
 
 from kube.config import KubeConfig
 from kube.manifest import checkpoint_folder, progress_path
 from protocol.agent import CheckpointReport, ProgressReport, RunFacts, UnitReport
+from protocol.freespace import free_space_problem
 from protocol.inputs import inputs_facts
-from protocol.outputs import OutputPaths, output_paths, promote, write_accepted_file
+from protocol.outputs import (
+    OutputPaths,
+    output_paths,
+    promote,
+    rename_problem,
+    write_accepted_file,
+)
 from protocol.volumes import read_progress, scan_checkpoints
 
 
@@ -48,36 +56,43 @@ def worker_progress(
 
 
 def _outputs(
-    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int
+    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int, output: str
 ) -> OutputPaths | None:
-    """The attempt's output folders as the console sees them (shared by its workers)."""
+    """The attempt's output folders as the console sees them (shared by its workers); a
+    declared `output` folder is the result folder, resolved as the checkpoint folder is."""
     if not config.checkpoint_root:
         return None
     folder = _local(config, checkpoint_folder(config, workspace_id, job_id, subdir))
-    return output_paths(folder, job_id, attempt) if folder is not None else None
+    result = _local(config, checkpoint_folder(config, workspace_id, job_id, output))
+    if folder is None or result is None:
+        return None
+    return output_paths(folder, job_id, attempt, result if output else None)
 
 
 def prepare_outputs(
-    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int
+    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int, output=""
 ) -> str:
     """Before a worker's Pod is created, as the agent does before a start: the staging and
     result folders, and ACCEPTED_UNITS_FILE with the units accepted so far. Returns the
-    result folder's path here ("" : none)."""
-    paths = _outputs(config, workspace_id, job_id, subdir, attempt)
+    result folder's path here ("" : none). OSError (EXDEV) for a declared output folder a
+    rename from the staging folder cannot reach (docs/results.md)."""
+    paths = _outputs(config, workspace_id, job_id, subdir, attempt, output)
     if paths is None:
         return ""
     paths.staging.mkdir(parents=True, exist_ok=True)
     paths.result.mkdir(parents=True, exist_ok=True)
+    if output and (problem := rename_problem(paths)):
+        raise OSError(errno.EXDEV, problem)
     write_accepted_file(paths)
     return str(paths.result)
 
 
 def promote_units(
-    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int
+    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int, output=""
 ) -> tuple[list[UnitReport], str]:
     """The units the attempt's workers accepted since the last step, verified and promoted
     (protocol.outputs.promote, the agent's rule), and the result folder's path here."""
-    paths = _outputs(config, workspace_id, job_id, subdir, attempt)
+    paths = _outputs(config, workspace_id, job_id, subdir, attempt, output)
     if paths is None or not paths.staging.is_dir():
         return [], ""
     return promote(paths, attempt), str(paths.result)
@@ -97,3 +112,39 @@ def data_inputs(
         if local is not None and local.is_dir():
             folders[name] = str(local)
     return inputs_facts(folders) if folders else (RunFacts(), "")
+
+
+def _inside(config: KubeConfig, local: Path) -> str:
+    """A path under the console's root as the workers see it (inside their mount)."""
+    root = str(Path(config.checkpoint_root).resolve())
+    return config.checkpoint_mount + str(local)[len(root) :]
+
+
+def output_space_problem(
+    config: KubeConfig,
+    workspace_id: int,
+    job_id: int,
+    subdir: str,
+    attempt: int,
+    expected_gb: int | None,
+    output: str = "",
+) -> str:
+    """Before a worker's Pod (docs/results.md, "Before a long run"): the free space of the
+    filesystem its OUTPUT_DIR lies on, measured on the console's mount of the volume by the
+    agent's rule (protocol.freespace), named as the worker sees it. "" when there is room,
+    or when the console cannot tell (no mount, a filesystem it cannot measure)."""
+    paths = _outputs(config, workspace_id, job_id, subdir, attempt, output)
+    if paths is None:
+        return ""
+    return free_space_problem(
+        paths.staging, expected_gb, shown=_inside(config, paths.staging.resolve())
+    )
+
+
+def result_folder(
+    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, output: str = ""
+) -> str:
+    """The run's result folder as the workers see it (where the validator runs: docs/results.md,
+    "The validator"); "" when the console does not see the volume."""
+    paths = _outputs(config, workspace_id, job_id, subdir, 1, output)
+    return _inside(config, paths.result.resolve()) if paths is not None else ""

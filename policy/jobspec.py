@@ -229,6 +229,14 @@ FIELDS: tuple[JobField, ...] = (
         doc="A command run after exit 0 on the result folder; its exit code decides.",
         worker="result_validator", **_result("validator"),
     ),
+    JobField(  # claimed like the checkpoint folder; a clone's is its own (docs/results.md)
+        "result_output_dir", Kind.TEXT, "Output folder", default="", cloned=False,
+        max_length=limits.CHECKPOINT_DIR, check=values.checkpoint_dir,
+        pattern=limits.CHECKPOINT_DIR_GIVEN, worker="output_subdir", **_result("output_dir"),
+        help="A folder of your workspace's area for the accepted result, no other job's; "
+        "default: output/result in the checkpoint folder.",
+        doc="The run's result folder under your workspace's area, no other job's.",
+    ),
     JobField(
         "result_expected_output_gb", Kind.INT, "Expected output (GB)",
         bounds=limits.JOB_BOUNDS["result_expected_output_gb"],
@@ -250,6 +258,11 @@ FIELDS: tuple[JobField, ...] = (
         max_length=limits.RESULT_INPUTS, check=check_inputs,
         help="The version of the data it reads (dataset-v3); a resume with others is refused.",
         doc="The inputs' version; a Restart with other inputs is refused.", **_result("inputs"),
+    ),
+    JobField(
+        "result_inputs_sha256", Kind.FLAG, "Hash the data's content", worker="hash_inputs",
+        help="The sha256 of every data file before the start; a resume with others is refused.",
+        **_result("inputs_sha256"),
     ),
 )
 # fmt: on

@@ -1,8 +1,8 @@
 """What differs between two runs (docs/results.md, "Compare with run…"): the effective
 configuration key by key (nested settings as dotted keys: `env.LR`, `ft_config.max_restarts`)
 and what the runtime resolved when each run first started (image digest, executable hash,
-code version, data folders' fingerprint). Pure: the job page, the API and the CLI show the
-same list."""
+code version, data folders' fingerprint and content sha256). Pure: the job page, the API and
+the CLI show the same list."""
 
 import json
 from collections.abc import Iterable, Mapping
@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 # What the agent resolved, as the run identity's attempt facts name it.
-RESOLVED = ("image_digest", "executable_sha256", "code_version", "inputs_fingerprint")
+RESOLVED = (
+    "image_digest",
+    "executable_sha256",
+    "code_version",
+    "inputs_fingerprint",
+    "inputs_sha256",
+)
 RESOLVED_PREFIX = "resolved."
 
 

@@ -288,6 +288,14 @@ class JobRunSpec(_FromConsole):
     preflight_seconds: (
         Annotated[int, Field(ge=1, le=limits.JOB_BOUNDS["result_preflight_seconds"][1])] | None
     ) = None
+    # Additive (results): hash the data folders' content before the start into a manifest
+    # (docs/results.md, "Run identity": RunFacts.inputs_sha256). Older agents ignore it.
+    hash_inputs: bool = False
+    # Additive (results, docs/results.md): the run's result folder, relative to the
+    # workspace's area and confined like the checkpoint folder (empty: `output/result/` in
+    # the checkpoint folder). Staging stays beside the checkpoint folder. Older agents
+    # ignore it (the result_dir they report says where the result is).
+    output_subdir: CheckpointSubdir = ""
 
 
 class WorkerSpec(JobRunSpec):

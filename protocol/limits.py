@@ -162,3 +162,16 @@ RESULT_INPUTS = 200  # the declared inputs' version ("dataset-v3")
 # identity"): a stat walk in the agent's loop, about a second at this many; more are not
 # fingerprinted (said in the job's log) rather than holding the node's heartbeat.
 INPUT_FINGERPRINT_FILES = 100_000
+# The data folders' content manifest (docs/results.md, "Run identity"; a job's
+# result_inputs_sha256): hashed by the agent off its loop before the start, up to these many
+# files and bytes and for at most this long; past a bound the worker starts without a content
+# digest (its log says why) rather than waiting on the hash.
+INPUT_SHA256_FILES = 1_000_000
+INPUT_SHA256_BYTES = 10**12  # 1 TB: ~40 min at the ~440 MB/s bench.inputs_hash measures
+INPUT_SHA256_SECONDS = 3600
+# A validator Pod on Kubernetes (docs/results.md, "The validator"): the kubelet ends it at
+# RESULT_VALIDATOR_SECONDS (activeDeadlineSeconds); the controller's own bound waits this
+# much longer (a node whose kubelet does not say so) before it counts as timed out.
+KUBE_VALIDATOR_GRACE_SECONDS = 120
+# How much of a validator Pod's log the controller reads for its last lines.
+KUBE_VALIDATOR_LOG_BYTES = 64 * 1024

@@ -1,7 +1,8 @@
 """A run's output folders, read and promoted (Django-free, docs/results.md).
 
 Under the job's checkpoint folder: `output/job-<id>/attempt-N/` is attempt N's staging folder
-(`OUTPUT_DIR`), `output/result/` the run's result folder, and
+(`OUTPUT_DIR`), `output/result/` the run's result folder (or the output folder the job
+declared, on the same filesystem: `rename_problem`), and
 `output/job-<id>/attempt-N.accepted.json` the units accepted before attempt N started
 (`ACCEPTED_UNITS_FILE`). The program writes a
 unit's files into its staging folder, then `.accepted/<unit>.json` = {"unit", "items",
@@ -17,6 +18,7 @@ Everything read here is the job's output: hostile input, bounded and validated.
 """
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -41,23 +43,52 @@ class OutputPaths:
     accepted_file: Path  # ACCEPTED_UNITS_FILE
 
 
-def output_paths(checkpoint_folder: Path, job_id: int, attempt: int) -> OutputPaths:
+def output_paths(
+    checkpoint_folder: Path, job_id: int, attempt: int, result: Path | None = None
+) -> OutputPaths:
     """A job's attempt's folders: `output/job-<id>/attempt-N/` stages, `output/result/` is
     the result folder, shared by the runs of one checkpoint folder (a Restart of a job uses
-    its folder and carries its units: docs/results.md)."""
-    return staging_paths(
-        Path(checkpoint_folder) / "output" / f"job-{job_id}" / f"attempt-{attempt}"
-    )
+    its folder and carries its units: docs/results.md); `result`: the output folder the
+    job declared instead (its Restarts share it)."""
+    staging = Path(checkpoint_folder) / "output" / f"job-{job_id}" / f"attempt-{attempt}"
+    return staging_paths(staging, result)
 
 
-def staging_paths(staging: Path) -> OutputPaths:
-    """The paths that go with a staging folder (an adopted worker's, from workers.json)."""
+def staging_paths(staging: Path, result: Path | None = None) -> OutputPaths:
+    """The paths that go with a staging folder (an adopted worker's, from workers.json);
+    `result`: a declared output folder (None: `output/result/` beside the staging)."""
     staging = Path(staging)
     return OutputPaths(
         staging,
-        staging.parent.parent / "result",
+        Path(result) if result is not None else staging.parent.parent / "result",
         staging.with_name(staging.name + ".accepted.json"),
     )
+
+
+def rename_problem(paths: OutputPaths) -> str:
+    """Why units staged in `paths.staging` could not be promoted into `paths.result` by a
+    rename ("": they can). Both folders must exist. A declared output folder on another
+    filesystem (or another mount of the same one) than the checkpoint folder answers
+    EXDEV: a copy would not be atomic, so the run is refused before it starts."""
+    probe = paths.staging / f".rename-probe-{os.getpid()}"
+    target = paths.result / probe.name
+    try:
+        probe.touch()
+        os.rename(probe, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        if exc.errno != errno.EXDEV:
+            raise
+        return (
+            f"the output folder {paths.result} is on another filesystem than the staging "
+            f"folder {paths.staging}: accepted units are moved into it by an atomic rename, "
+            "which cannot cross filesystems; choose an output folder on the checkpoint "
+            "folder's filesystem"
+        )
+    with contextlib.suppress(OSError):
+        target.unlink()
+    return ""
 
 
 def sha256_of(path: Path) -> str:

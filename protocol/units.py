@@ -65,6 +65,9 @@ class RunFacts(_FromAgent):
     inputs_fingerprint: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{64})?$")] = ""
     inputs_files: Annotated[int, Field(ge=0)] = 0
     inputs_bytes: Annotated[int, Field(ge=0)] = 0
+    # The data folders' content (WorkerSpec.hash_inputs): the sha256 of the manifest the
+    # agent wrote before the start (protocol.inputs.content_facts); its files and bytes above.
+    inputs_sha256: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{64})?$")] = ""
     # The run's result folder on the node (where the console reads accepted files from,
     # when it shares the node's filesystem).
     result_dir: Annotated[str, StringConstraints(max_length=limits.PATH)] = ""
@@ -74,9 +77,12 @@ class RunFacts(_FromAgent):
         """The inputs' fields are additive: sent only when the job has data folders (an
         older console refuses an unknown field)."""
         data = handler(self)
-        if not data.get("inputs_fingerprint"):
-            for key in ("inputs_fingerprint", "inputs_files", "inputs_bytes"):
+        for key in ("inputs_fingerprint", "inputs_sha256"):
+            if not data.get(key):
                 data.pop(key, None)
+        if "inputs_fingerprint" not in data and "inputs_sha256" not in data:
+            data.pop("inputs_files", None)
+            data.pop("inputs_bytes", None)
         return data
 
 
@@ -100,6 +106,7 @@ class ResumeIdentity(_FromConsole):
     code_version: str = ""
     executable_sha256: str = ""
     inputs_fingerprint: str = ""
+    inputs_sha256: str = ""  # the data folders' content, when the job asked for it
     image_digest: str = ""  # compared by a runtime that resolves images (docker), after the pull
 
 
@@ -108,21 +115,26 @@ RESUME_COMPARED = (
     ("code_version", "code version"),
     ("executable_sha256", "program (sha256)"),
     ("inputs_fingerprint", "data folders (fingerprint)"),
+    ("inputs_sha256", "data folders (content sha256)"),
     ("image_digest", "image"),
 )
 
 
 def resume_refusal(expected: ResumeIdentity | None, facts: RunFacts) -> str:
     """Why this attempt may not resume the run it carries units of, or "" (also when either
-    side does not know a value: only what both resolved is compared)."""
+    side does not know a value: only what both resolved is compared). Where both know the
+    data folders' content sha256, their fingerprint is not compared: the same bytes copied
+    without their times are the same inputs."""
     if expected is None:
         return ""
+    by_content = bool(expected.inputs_sha256 and facts.inputs_sha256)
     changed = [
         f"{label} {_short(getattr(expected, key))} → {_short(getattr(facts, key))}"
         for key, label in RESUME_COMPARED
         if getattr(expected, key)
         and getattr(facts, key)
         and getattr(expected, key) != getattr(facts, key)
+        and not (by_content and key == "inputs_fingerprint")
     ]
     if not changed:
         return ""

@@ -94,7 +94,7 @@ def job_create(request: HttpRequest) -> HttpResponse:
             try:
                 job = form.create_job()
             except FolderRaced as exc:  # taken by a submission that committed meanwhile
-                form.add_error("checkpoint_dir", str(exc))
+                form.add_error(exc.field, str(exc))
             else:
                 messages.success(request, f"Job #{job.pk} submitted.")
                 return redirect("web:detail", pk=job.pk)

@@ -53,15 +53,16 @@ from agents.node.config import (
 )
 from agents.node.fence import Lease, boottime
 from agents.node.gpus import GpuMismatch, GpuSource, resolve
+from agents.node.hashing import InputHashing
 from agents.node.identity import note_image
 from agents.node.ledger import Ledger
 from agents.node.logship import LogShipper
 from agents.node.progress import BadCheckpointDir
+from agents.node.refusing import Refusing
 from agents.node.room import NodeRefused
 from agents.node.runtimes.base import LaunchError, worker_marker
 from agents.node.state import AgentConfigError, LaunchRecord, StateStore
 from agents.node.waking import Waking
-from protocol import limits
 from protocol.agent import (
     AGENT_SHUTDOWN,
     GpuReport,
@@ -71,6 +72,7 @@ from protocol.agent import (
     LogBatch,
     NodeFacts,
     RegisterRequest,
+    RunFacts,
     WorkerSpec,
 )
 from protocol.devices import without_device_env
@@ -80,10 +82,9 @@ __all__ = ["Agent", "AgentConfig", "AgentConfigError"]
 log = logging.getLogger(__name__)
 
 EXIT_LOG_WAIT = 2.0  # at most this long for an exited worker's last lines before reporting
-BARE_HEARTBEATS = 10  # heartbeats sent without worker details once the console kept failing
 
 
-class Agent(Waking):
+class Agent(Waking, Refusing):
     def __init__(
         self,
         config: AgentConfig,
@@ -101,6 +102,7 @@ class Agent(Waking):
             self.shipper = LogShipper(self._send_logs, journal_dir=self.store.dir / "logs")
             self.runtime = make_runtime(config, self.store.dir, self.shipper.append, self._on_exit)
             self.ledger = Ledger(self.store, self.runtime)
+            self.hashing = InputHashing(self.store.dir, self.shipper.append, self.wake)
         except (AgentConfigError, OSError) as exc:
             self.store.unlock()
             if isinstance(exc, OSError):
@@ -198,6 +200,7 @@ class Agent(Waking):
         adopted = self.runtime.adopt(skip, prepare)
         if adopted:
             log.info("adopted %d workers of a previous agent run", len(adopted))
+        again = self.ledger.unprepared(adopted)  # their logs go on when they start
         orphans = self.ledger.orphans(adopted)
         if orphans:
             killed = self.runtime.kill_leftovers(
@@ -206,7 +209,7 @@ class Agent(Waking):
             if killed:
                 log.warning("killed %d leftover processes of a previous agent run", killed)
         for pod_id in journals:
-            if pod_id not in adopted:  # ship what is left of it, then drop the journal
+            if pod_id not in adopted and pod_id not in again:  # ship what is left, then drop it
                 self.shipper.close(pod_id)
         self.ledger.save()
 
@@ -272,41 +275,6 @@ class Agent(Waking):
         except OSError as exc:
             log.error("cannot renew the workers' lease (%s); they stop when it runs out", exc)
 
-    def _note_refusals(self, reply: HeartbeatReply, reports) -> None:
-        for pod_id, reason in reply.refused.items():
-            log.warning("the console refused the report of pod %s: %s", pod_id, reason)
-        sent = [r.pod_id for r in reports]
-        for pod_id, reason in self.ledger.note_refusals(reply.refused, sent):
-            self.shipper.append(
-                pod_id,
-                f"[agent] the console refused this worker's report "
-                f"{limits.REFUSALS_BEFORE_SET_ASIDE} times ({reason}); from now on only its "
-                "state and exit code are reported",
-                False,
-            )
-
-    def _console_failed(self, reports, bare: bool) -> None:
-        """A heartbeat the console failed on. After a few in a row, send the next ones
-        without worker details, so exits and liveness still get through."""
-        self._heartbeat_failures += 1
-        if bare or self._heartbeat_failures < limits.REFUSALS_BEFORE_SET_ASIDE:
-            return
-        self._bare_left = BARE_HEARTBEATS
-        self._heartbeat_failures = 0
-        log.error(
-            "the console failed on %d heartbeats in a row; sending the next %d without "
-            "worker details",
-            limits.REFUSALS_BEFORE_SET_ASIDE,
-            BARE_HEARTBEATS,
-        )
-        for report in reports:
-            self.shipper.append(
-                report.pod_id,
-                "[agent] the console kept failing on heartbeats; this worker's details "
-                "(progress, checkpoints, error text) are left out for a while",
-                False,
-            )
-
     # --- converging on the desired state ---
 
     def converge(self, reply: HeartbeatReply) -> None:
@@ -328,7 +296,7 @@ class Agent(Waking):
                 if state.running and state.attempt == order.attempt:
                     log.info("stopping pod %s: %s", order.pod_id, order.reason)
                     self.runtime.stop(order.pod_id, order.grace_seconds)
-            elif order.pod_id not in self.launched:
+            elif order.pod_id not in self.launched or self.hashing.cancel(order.pod_id):
                 # Never launched here: report it ended so the console can finish the stop.
                 self.ledger.record_unlaunched(
                     order.pod_id, order.attempt, f"stopped before it was launched: {order.reason}"
@@ -361,6 +329,9 @@ class Agent(Waking):
             busy.update(uuids)
             changed = True
         self.launch_all(todo)
+        for spec, uuids, record, content in self.hashing.finished(self.ledger):
+            self._start(spec, uuids, record, content)  # its inputs hashed: launched now
+            changed = True
         if changed:
             self.ledger.save()
             self.wake.set()  # report the new workers at once
@@ -378,13 +349,21 @@ class Agent(Waking):
     def launch(self, spec: WorkerSpec, gpu_uuids: tuple[str, ...] = ()) -> None:
         self.launch_all([(spec, gpu_uuids)])
 
-    def _start(self, spec: WorkerSpec, gpu_uuids: tuple[str, ...], record: LaunchRecord) -> None:
-        self.shipper.open(spec.pod_id, spec.attempt, spec.log_next_seq)
+    def _start(
+        self, spec: WorkerSpec, gpu_uuids: tuple[str, ...], record: LaunchRecord,
+        content: RunFacts | None = None,
+    ) -> None:  # fmt: skip
+        """Launch, or first hash the data folders' content off the loop when the job asks
+        (`content`: once hashed; agents.node.hashing)."""
+        self.shipper.open(spec.pod_id, spec.attempt, spec.log_next_seq)  # once
+        if content is None and self.hashing.begin(spec, gpu_uuids, record):
+            return
         log.info("launching pod %s (job %s rank %s)", spec.pod_id, spec.job_id, spec.rank)
         try:
             launch, note = self.ledger.launch_spec(
-                spec, state_dir=self.store.dir, runtime=self.runtime.name, node=self.cfg.name
-            )
+                spec, state_dir=self.store.dir, runtime=self.runtime.name, node=self.cfg.name,
+                content=content,
+            )  # fmt: skip
             if note:
                 log.warning("pod %s: %s", spec.pod_id, note)
                 self.shipper.append(spec.pod_id, f"[agent] {note}")
@@ -469,6 +448,7 @@ class Agent(Waking):
         upgrading an agent costs no work. Then ship the last lines and report."""
         with self._beat:
             self._beat.notify_all()  # the waker sees the stop
+        self.hashing.stop()  # a worker still waiting for it starts with the next agent
         if self.runtime.name == "process":
             running = [s.pod_id for s in self.runtime.workers() if s.running]
             for pod_id in running:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.node import mpi_launch
+from agents.node import mpi_launch, result_folder
 from agents.node.checkout import CheckoutFailed, checkout
 from agents.node.gpus import GpuInfo, worker_gpu_usage
 from agents.node.identity import process_facts
@@ -45,14 +45,7 @@ from protocol.agent import (
     WorkerSpec,
 )
 from protocol.inputs import inputs_facts
-from protocol.outputs import (
-    OutputPaths,
-    output_paths,
-    promote,
-    promoted_units,
-    staging_paths,
-    write_accepted_file,
-)
+from protocol.outputs import OutputPaths, promote, promoted_units, staging_paths
 from protocol.units import resume_refusal
 
 log = logging.getLogger(__name__)
@@ -131,8 +124,9 @@ class Ledger:
         self.launched[pod_id] = LaunchRecord(attempt=attempt, error=error[:500])
 
     def launch_spec(
-        self, spec: WorkerSpec, *, state_dir: Path, runtime: str, node: str
-    ) -> tuple[LaunchSpec, str]:
+        self, spec: WorkerSpec, *, state_dir: Path, runtime: str, node: str,
+        content: RunFacts | None = None,
+    ) -> tuple[LaunchSpec, str]:  # fmt: skip
         """The launch spec with PROGRESS_FILE, CHECKPOINT_DIR and RESUME_FROM (agents.sdk),
         and a note for the worker's log when the resume point had to change. Raises
         BadCheckpointDir for a folder outside the checkpoint root."""
@@ -153,7 +147,7 @@ class Ledger:
             record.progress_file, record.checkpoint_dir = str(progress), str(folder)
         launch = LaunchSpec.from_worker_spec(spec, node=node)
         env = {**launch.env, "PROGRESS_FILE": str(progress), "CHECKPOINT_DIR": str(folder)}
-        env.update(self._outputs_of(spec, folder, record))
+        env.update(self._outputs_of(spec, result_folder.prepare(state_dir, spec, folder), record))
         self._runtime = runtime
         if record is not None and spec.rank == 0 and spec.result_validator:
             record.validator, record.validator_env = spec.result_validator, dict(env)
@@ -181,6 +175,8 @@ class Ledger:
             inputs, skipped = inputs_facts(data)
             self.note_facts(spec.pod_id, inputs)
             note = "; ".join(filter(None, [note, skipped]))
+        if content is not None:  # their content, hashed before (agents.node.hashing)
+            self.note_facts(spec.pod_id, content)
         refusal = resume_refusal(spec.resume_identity, self._facts.get(spec.pod_id, RunFacts()))
         if refusal:  # docs/results.md, "Resume without duplicates"
             raise ResumeRefused(refusal)
@@ -195,17 +191,13 @@ class Ledger:
         return dataclasses.replace(launch, env=env, data=data, command=command), note
 
     def _outputs_of(
-        self, spec: WorkerSpec, folder: Path, record: LaunchRecord | None
+        self, spec: WorkerSpec, paths: OutputPaths, record: LaunchRecord | None
     ) -> dict[str, str]:
         """OUTPUT_DIR (this attempt's staging folder) and ACCEPTED_UNITS_FILE (the units
-        accepted so far, which the program skips)."""
+        accepted so far, which the program skips), of the folders `result_folder` made."""
         pod_id, attempt = spec.pod_id, spec.attempt
-        paths = output_paths(folder, spec.job_id, attempt)
         if record is not None:  # kept in workers.json for adoption after an agent restart
-            record.output_dir = str(paths.staging)
-        paths.staging.mkdir(parents=True, exist_ok=True)
-        paths.result.mkdir(parents=True, exist_ok=True)
-        write_accepted_file(paths)
+            record.output_dir, record.result_dir = str(paths.staging), str(paths.result)
         self._outputs[pod_id] = (attempt, paths)
         self._facts[pod_id] = RunFacts(result_dir=str(paths.result))
         return {"OUTPUT_DIR": str(paths.staging), "ACCEPTED_UNITS_FILE": str(paths.accepted_file)}
@@ -229,7 +221,8 @@ class Ledger:
         if record.progress_file and record.checkpoint_dir:
             self._ft_paths[pod_id] = (Path(record.progress_file), Path(record.checkpoint_dir))
         if record.output_dir:
-            paths = staging_paths(Path(record.output_dir))
+            declared = Path(record.result_dir) if record.result_dir else None
+            paths = staging_paths(Path(record.output_dir), declared)
             self._outputs[pod_id] = (attempt, paths)
             # Units this attempt promoted may not have reached the console before the
             # previous agent run ended: report them again (the console stores each once).
@@ -238,10 +231,22 @@ class Ledger:
 
     def orphans(self, adopted) -> dict[int, LaunchRecord]:
         """Recorded, unfinished pods the runtime no longer has: reported as disappeared."""
-        lost = {p: r for p, r in self.launched.items() if not r.finished and p not in adopted}
+        lost = {
+            p: r
+            for p, r in self.launched.items()
+            if not (r.finished or r.preparing) and p not in adopted
+        }
         for record in lost.values():
             record.error = record.error or DISAPPEARED
         return lost
+
+    def unprepared(self, adopted) -> set[int]:
+        """Pods a previous agent run was hashing the inputs of (agents.node.hashing): never
+        launched, so forgotten; the console's next reply starts them again."""
+        again = {p for p, r in self.launched.items() if r.preparing and p not in adopted}
+        for pod_id in again:
+            del self.launched[pod_id]
+        return again
 
     def relist(self, pod_ids) -> bool:
         """The console still lists these pods as live. One whose exit was reported is
@@ -287,8 +292,8 @@ class Ledger:
         reports: list[WorkerReport] = []
         exited: list[int] = []
         for pod_id, record in self.launched.items():
-            if record.finished:
-                continue
+            if record.finished or record.preparing:
+                continue  # reported, or its inputs are being hashed: not launched yet
             state = held.get(pod_id)
             if state is not None and state.starting:
                 continue  # pulling its image: not running yet, nothing to report

@@ -40,6 +40,7 @@ class LaunchRecord:
     progress_file: str = ""
     checkpoint_dir: str = ""
     output_dir: str = ""  # its staging folder (OUTPUT_DIR, docs/results.md)
+    result_dir: str = ""  # its result folder, when the job declared one (docs/results.md)
     # Why its reports are sent without details (progress, checkpoints, GPU use, error
     # text): the console refused them limits.REFUSALS_BEFORE_SET_ASIDE times in a row.
     set_aside: str = ""
@@ -53,6 +54,9 @@ class LaunchRecord:
     validator_env: dict | None = None
     validation: dict | None = None
     validator_image: str = ""  # the docker runtime runs it in the job's image
+    # Its data folders' content is being hashed before its launch (agents.node.hashing):
+    # not launched yet, not reported; an agent restarted meanwhile starts it again.
+    preparing: bool = False
 
 
 def _write_private(path: Path, payload: dict) -> None:

@@ -167,6 +167,16 @@ def pruned_gone(reports: list, live: list[tuple[int, str, int]]) -> list[int]:
     ]
 
 
+def store_new_units(pod: Pod, units: Iterable, now: datetime) -> int:
+    """Accepted units of a worker, each stored once (jobs.actions.results.store_units); a
+    newly accepted unit is progress for the hang judge (docs/results.md), from an agent's
+    report or the Kubernetes controller's promotion alike. Returns how many were new."""
+    new = store_units(pod, units, now)
+    if new:
+        _push_hang_deadline(pod.job, now)
+    return new
+
+
 def store_worker_extras(pods: dict[int, Pod], reports: Iterable, now: datetime) -> None:
     """Progress and checkpoints of one heartbeat, before its exits are applied (so a
     checkpoint saved on SIGTERM is known before the job restarts from it)."""
@@ -180,9 +190,8 @@ def store_worker_extras(pods: dict[int, Pod], reports: Iterable, now: datetime) 
             store_progress(pod, report.progress, now)
         if report.facts is not None and may_report(pod):
             store_facts(pod, report.facts)
-        # A newly accepted unit is progress for the hang judge (docs/results.md).
-        if report.units and may_report(pod) and store_units(pod, report.units, now):
-            _push_hang_deadline(pod.job, now)
+        if report.units and may_report(pod):
+            store_new_units(pod, report.units, now)
         # Rank 0's validator outcome arrives with its exit, before the exit is judged.
         if report.validator is not None and may_report(pod):
             store_validator(pod, report.validator, now)

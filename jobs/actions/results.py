@@ -81,6 +81,7 @@ def store_facts(pod: Pod, facts) -> None:
                 inputs_fingerprint=facts.inputs_fingerprint,
                 inputs_files=facts.inputs_files,
                 inputs_bytes=facts.inputs_bytes,
+                inputs_sha256=facts.inputs_sha256,
                 result_dir=facts.result_dir,
             )
         ],

@@ -12,7 +12,7 @@ from django.db import transaction
 from jobs.actions.insert import insert_row
 from jobs.actions.results import carry_units, record_runs, resume_refusal
 from jobs.actions.transitions import record_decision
-from jobs.folders import claim_folders
+from jobs.folders import claim_folders, output_dir_of
 from jobs.hooks import JobNotice, Notice, announce, announce_one
 from jobs.models import Checkpoint, Job, JobEvent
 from jobs.triggers import request_scheduling
@@ -45,7 +45,7 @@ def create_job(*, user, workspace, quota, spec: JobSpec, claim_folder: bool = Tr
     original's (`claim_folder=False`)."""
     with transaction.atomic():
         if claim_folder:
-            claim_folders([(workspace.pk, spec.checkpoint_dir)])
+            claim_folders([(workspace.pk, spec.checkpoint_dir, output_dir_of(spec))])
         job = insert_row(_new_job(user, workspace, quota, spec))
         # Kept on the job: the response to the submission shows it without reading it back.
         job.submitted_event = insert_row(
@@ -84,7 +84,7 @@ def create_jobs(*, user, items: Sequence[tuple[Any, Any, JobSpec]]) -> list[Job]
     if not items:
         return []
     with transaction.atomic():
-        claim_folders([(ws.pk, spec.checkpoint_dir) for ws, _, spec in items])
+        claim_folders([(ws.pk, s.checkpoint_dir, output_dir_of(s)) for ws, _, s in items])
         jobs = Job.objects.bulk_create(
             [_new_job(user, ws, quota, spec) for ws, quota, spec in items], batch_size=1000
         )
@@ -150,8 +150,10 @@ def resubmit_job(job: Job, *, user, inputs: str | None = None, from_scratch: boo
         spec = replace(spec, checkpoint_dir=effective_checkpoint_dir(job))
     else:
         # A folder of its own (job-<new id>), also when the original's was named: that
-        # one holds the original's checkpoints and accepted results.
-        spec = replace(spec, checkpoint_dir="")
+        # one holds the original's checkpoints and accepted results; so does its declared
+        # output folder, which the new run does not share either (docs/results.md).
+        contract = {**spec.result_contract, "output_dir": ""}
+        spec = replace(spec, checkpoint_dir="", result_contract=contract)
     if inputs is not None:
         contract = {**spec.result_contract, "inputs": check_inputs(inputs)}
         spec = replace(spec, result_contract=contract)

@@ -13,7 +13,7 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 
 from cluster.models import POOL_STATES, Node
 from jobs.admission.cache import Versioned
-from jobs.folders import CHECKPOINT, folder_conflict
+from jobs.folders import FIELD_OF, folder_conflict, folders_of
 from policy.admission import rules
 from policy.admission.rules import Facts, PoolFacts, QuotaFacts, Verdict, WorkspaceFacts
 from policy.folders import Claim
@@ -207,19 +207,21 @@ def check_job(
 
 
 def _check_folder_is_free(verdict: Verdict, workspace_id: int, claimed: list[Claim]) -> None:
-    """Two runs never share a checkpoint folder, nor nest one in the other's: the other
-    job's checkpoints would be taken for this one's, or pruned by it (docs/fault-tolerance.md).
-    One query, only for a folder. A valid item's folder is claimed for the batch's later
-    items (`claimed`)."""
-    folder = verdict.values.get("checkpoint_dir") or ""
-    if not folder:
+    """Two runs never share a checkpoint or output folder, nor nest one in the other's: the
+    other job's checkpoints or accepted result files would be taken for this one's, or
+    pruned by it (docs/fault-tolerance.md, docs/results.md). One query, only for a folder.
+    A valid item's folders are claimed for the batch's later items (`claimed`)."""
+    output = str(verdict.values.get("result_output_dir") or "")
+    mine = folders_of(verdict.values.get("checkpoint_dir") or "", output, "this job")
+    if not mine:
         return
-    found = folder_conflict(workspace_id, folder, claimed)
+    found = folder_conflict(workspace_id, mine, claimed)
     if found is not None:
-        rules.add_problem(verdict, "checkpoint_dir", found.message())
+        rules.add_problem(verdict, FIELD_OF[found.kind], found.message())
     elif verdict.ok:
         name = verdict.values.get("name") or "unnamed"
-        claimed.append(Claim(folder, CHECKPOINT, f"an earlier job of this batch ({name})"))
+        who = f"an earlier job of this batch ({name})"
+        claimed.extend(Claim(c.path, c.kind, who) for c in mine)
 
 
 def _tree(quota: Quota) -> tuple[QuotaSnap, ...]:

@@ -125,6 +125,8 @@ def check(raw: Mapping[str, Any], facts: Facts) -> Verdict:
         verdict.workspace = _pick_workspace(verdict, quota, facts.workspaces)
         _fits_a_node(verdict, quota, facts.pool)
         _fits_the_quota(verdict, quota, facts)
+    if values.get("result_inputs_sha256") and not values.get("data") and "data" not in problems:
+        add_problem(verdict, "result_inputs_sha256", "Needs data folders: their content is hashed.")
     if not values.get("name") and values.get("image"):
         values["name"] = jobspec.default_name(values["image"])
     _agent_accepts(verdict)

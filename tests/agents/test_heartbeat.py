@@ -298,6 +298,8 @@ def test_reply_lists_pods_to_run_and_to_stop(client, job_factory):
         "result_validator": "",  # no work contract (docs/results.md)
         "expected_output_gb": None,  # the agent's floor (docs/results.md, "Before a long run")
         "preflight_seconds": None,  # no rehearsal before the run (ibid.)
+        "output_subdir": "",  # its result in its checkpoint folder (docs/results.md)
+        "hash_inputs": False,  # no content manifest (docs/results.md, "Run identity")
         "resume_identity": None,  # carries no accepted units
     }
     assert reply["stop"] == [

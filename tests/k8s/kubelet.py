@@ -161,14 +161,24 @@ class FakeKubelet:
             self.logs.setdefault((ns, name), []).extend((stamp, line) for line in lines)
             self.cond.notify_all()
 
-    def exit(self, ns: str, name: str, code: int) -> None:
+    def exit(self, ns: str, name: str, code: int, container: str = "worker") -> None:
         with self.cond:
             self.ended.add((ns, name))
             self.cond.notify_all()
         term = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                                "startedAt": _now(), "finishedAt": _now()}}  # fmt: skip
         phase = "Succeeded" if code == 0 else "Failed"
-        self._status(ns, name, {"phase": phase, "containerStatuses": [_cs(term, False)]})
+        status = _cs(term, False) | {"name": container}
+        self._status(ns, name, {"phase": phase, "containerStatuses": [status]})
+
+    def past_deadline(self, ns: str, name: str) -> None:
+        """The kubelet ending a Pod at its activeDeadlineSeconds."""
+        with self.cond:
+            self.ended.add((ns, name))
+            self.cond.notify_all()
+        message = "Pod was active on the node longer than the specified deadline"
+        status = {"phase": "Failed", "reason": "DeadlineExceeded", "message": message}
+        self._status(ns, name, status)
 
     def refuse(self, ns: str, name: str, reason: str = "OutOfnvidia.com/gpu") -> None:
         message = "Pod Node didn't have enough resource: nvidia.com/gpu"

@@ -8,10 +8,10 @@ scheduler, the real agent refusing, the console's decision."""
 
 import pytest
 
-from agents.node.room import free_space_problem
 from jobs.models import Job, RestartKind, RestartRecord
 from policy.faulttolerance.policy import Action, Counters, Failure, FailureKind, FtConfig, decide
 from policy.statuses import JobStatus
+from protocol.freespace import free_space_problem
 from tests.agents.agentproc import (
     agents,  # noqa: F401 - the fixture (F811 below: pytest injects it by name)
     registered,

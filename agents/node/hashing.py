@@ -1,0 +1,326 @@
+"""The data folders' content, hashed before a worker starts (docs/results.md, "Run
+identity"; a job's `result_inputs_sha256`, `WorkerSpec.hash_inputs`).
+
+Hashing a large dataset takes minutes, so it runs in a thread of its own, never in the
+agent's loop: the loop keeps heartbeating while the worker waits, recorded in `workers.json`
+as `preparing` and not reported (the console keeps it Starting). One thread hashes one worker
+at a time: the ranks of a job on one node read the same folders, and the second finds every
+file in the cache. Once hashed, the loop launches the worker as any other (the resume check
+compares the content digest first: agents.node.ledger.launch_spec).
+
+The manifest (`sha256sum` format, protocol.inputs.manifest) is written beside the attempt's
+ACCEPTED_UNITS_FILE, `output/job-<id>/attempt-N.inputs.sha256`: kept with the run, never
+promoted into its result. Past a bound (protocol.limits.INPUT_SHA256_*) the worker starts
+without a content digest and its log says why. A cache in the state dir keyed by each file's
+path, size, modification and change times and inode spares an unchanged file a second read
+(after an agent restart, or for the next rank).
+
+Why in the agent and not in the worker before its command: the same on every
+runtime (a job's image need not have sha256sum, nor see the agent's cache), the resume check
+stays the agent's (ended_by resume_refused, as for the fingerprint), and a refused worker
+never runs. An agent that stops while hashing leaves the record `preparing`: never launched,
+so the next agent forgets it (Ledger.unprepared) and the console's next reply starts it again.
+"""
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.node.ledger import data_folders
+from agents.node.progress import BadCheckpointDir, checkpoint_dir, workspace_area
+from agents.node.state import LaunchRecord
+from protocol import limits
+from protocol.agent import RunFacts, WorkerSpec
+from protocol.inputs import (
+    InputFile,
+    content_facts,
+    content_files,
+    file_sha256,
+    gb,
+    link_sha256,
+    manifest,
+    not_hashed,
+)
+from protocol.outputs import output_paths
+
+log = logging.getLogger(__name__)
+
+CACHE_NAME = "inputs-sha256.json"
+CACHE_ENTRIES = 200_000  # files remembered, the most recently hashed or found
+PROGRESS_EVERY = 30.0  # seconds between the log's progress lines while hashing
+
+
+class Cancelled(Exception):
+    """The worker was stopped, or the agent is shutting down, while its inputs were hashed."""
+
+
+class HashCache:
+    """path → (size, mtime_ns, inode, ctime_ns, sha256), in a private file of the state dir.
+    Used by the hashing thread only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._files: dict[str, list] | None = None
+        self._dirty = False
+
+    def _loaded(self) -> dict[str, list]:
+        if self._files is None:
+            self._files = {}
+            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                self._files = dict(json.loads(self.path.read_text())["files"])
+        return self._files
+
+    def get(self, entry: InputFile) -> str | None:
+        files = self._loaded()
+        known = files.pop(str(entry.path), None)
+        if known is None or tuple(known[:4]) != entry.key:
+            return None
+        files[str(entry.path)] = known  # the most recently used last: kept longest
+        return known[4]
+
+    def put(self, entry: InputFile, sha256: str) -> None:
+        self._loaded()[str(entry.path)] = [*entry.key, sha256]
+        self._dirty = True
+
+    def save(self) -> None:
+        if not self._dirty or self._files is None:
+            return
+        kept = dict(list(self._files.items())[-CACHE_ENTRIES:])
+        _write_atomic(self.path, json.dumps({"files": kept}).encode(), mode=0o600)
+        self._files, self._dirty = kept, False
+
+
+def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class _Clock:
+    """The time bound and the log's progress lines of one hash."""
+
+    say: Callable[[str], None]
+    cancelled: threading.Event
+    total: int
+    max_seconds: float
+    now: Callable[[], float]
+    done: int = 0
+    started: float = 0.0
+    said: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.started = self.said = self.now()
+
+    def block(self, size: int) -> None:
+        self.done += size
+        self.check()
+
+    def check(self) -> None:
+        if self.cancelled.is_set():
+            raise Cancelled
+        now = self.now()
+        if now - self.started > self.max_seconds:
+            raise TimeoutError(
+                f"not done after {self.max_seconds:,.0f} s ({gb(self.done)} of "
+                f"{gb(self.total)} hashed)"
+            )
+        if now - self.said >= PROGRESS_EVERY:
+            self.said = now
+            self.say(f"hashing inputs: {gb(self.done)} of {gb(self.total)} hashed")
+
+
+def hash_inputs(
+    folders: Mapping[str, str],
+    manifest_path: Path,
+    *,
+    cache: HashCache,
+    say: Callable[[str], None],
+    cancelled: threading.Event,
+    max_files: int = limits.INPUT_SHA256_FILES,
+    max_bytes: int = limits.INPUT_SHA256_BYTES,
+    max_seconds: float = limits.INPUT_SHA256_SECONDS,
+    now: Callable[[], float] = time.monotonic,
+) -> tuple[RunFacts, str]:
+    """The folders' content facts and the log's last word on them; empty facts when a bound
+    was passed or a file could not be read. Writes the manifest; raises Cancelled."""
+    files, note = content_files(folders, max_files, max_bytes)
+    if note:
+        return RunFacts(), note
+    total = sum(f.size for f in files)
+    say(f"hashing inputs: {_files(len(files))}, {gb(total)}")
+    clock = _Clock(say, cancelled, total, max_seconds, now)
+    hashed: list[tuple[str, str]] = []
+    try:
+        for entry in files:
+            clock.check()
+            digest = link_sha256(entry.target) if entry.target else cache.get(entry)
+            if digest is None:
+                digest = file_sha256(entry.path, clock.block)
+                cache.put(entry, digest)
+            else:
+                clock.done += entry.size
+            hashed.append((entry.shown, digest))
+    except TimeoutError as exc:
+        return RunFacts(), not_hashed(str(exc))
+    except OSError as exc:
+        return RunFacts(), not_hashed(f"cannot read {entry.shown}: {exc.strerror or exc}")
+    finally:
+        with contextlib.suppress(OSError):
+            cache.save()
+    text = manifest(hashed)
+    facts = content_facts(text, files)
+    try:
+        manifest_path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(manifest_path, text)
+        kept = f"manifest {manifest_path}"
+    except OSError as exc:
+        kept = f"manifest not written: {exc}"
+    seconds = now() - clock.started
+    return facts, (
+        f"inputs hashed: {_files(len(files))}, {gb(total)} in {seconds:,.0f} s; content "
+        f"sha256 {facts.inputs_sha256[:12]}…, {kept}"
+    )
+
+
+# A worker to launch now: its spec, GPUs, record and inputs' content facts.
+Hashed = tuple[WorkerSpec, tuple[str, ...], LaunchRecord, RunFacts]
+
+
+def _files(count: int) -> str:
+    return f"{count:,} file{'' if count == 1 else 's'}"
+
+
+@dataclass
+class _Pending:
+    spec: WorkerSpec
+    gpu_uuids: tuple[str, ...]
+    record: LaunchRecord
+    folders: dict[str, str]
+    manifest: Path
+    cancel: threading.Event = field(default_factory=threading.Event)
+    content: RunFacts | None = None  # once hashed (empty: not hashed, the log says why)
+
+
+class InputHashing:
+    """The agent's workers whose inputs are hashed before their launch."""
+
+    def __init__(
+        self, state_dir: Path, append: Callable[[int, str, bool], None], wake: threading.Event
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.cache = HashCache(self.state_dir / CACHE_NAME)
+        self.bounds: dict[str, Any] = {
+            "max_files": limits.INPUT_SHA256_FILES,
+            "max_bytes": limits.INPUT_SHA256_BYTES,
+            "max_seconds": limits.INPUT_SHA256_SECONDS,
+        }
+        self._append, self._wake = append, wake
+        self._pending: dict[int, _Pending] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def begin(self, spec: WorkerSpec, gpu_uuids: tuple[str, ...], record: LaunchRecord) -> bool:
+        """Hash this worker's inputs first when its job asks (True: its launch waits)."""
+        if not spec.hash_inputs or not spec.data:
+            return False
+        try:
+            area = workspace_area(self.state_dir, spec.workspace_id)
+            folders = data_folders(area, spec.data)
+            folder = checkpoint_dir(
+                self.state_dir, spec.job_id, spec.checkpoint_subdir, workspace_id=spec.workspace_id
+            )
+        except (BadCheckpointDir, OSError):
+            return False  # the launch refuses it, saying why
+        accepted = output_paths(folder, spec.job_id, spec.attempt).accepted_file
+        path = accepted.with_name(f"attempt-{spec.attempt}.inputs.sha256")
+        pending = _Pending(spec, gpu_uuids, record, folders, path)
+        record.preparing = True  # saved with the reply's launches (Agent.converge)
+        with self._lock:
+            self._pending[spec.pod_id] = pending
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hashing", daemon=True)
+                self._thread.start()
+        self._queue.put(pending)
+        return True
+
+    def cancel(self, pod_id: int) -> bool:
+        """A stop order for a worker whose inputs are being hashed: it is never launched."""
+        with self._lock:
+            pending = self._pending.pop(pod_id, None)
+        if pending is None:
+            return False
+        pending.cancel.set()
+        pending.record.preparing = False
+        return True
+
+    def finished(self, ledger: Any) -> list[Hashed]:
+        """The workers whose inputs are hashed, to launch now: first recorded in workers.json
+        as no longer hashing (the next agent never starts them twice)."""
+        with self._lock:
+            done = [p for p in self._pending.values() if p.content is not None]
+            for p in done:
+                del self._pending[p.spec.pod_id]
+        done = [p for p in done if ledger.launched.get(p.spec.pod_id) is p.record]
+        if not done:
+            return []
+        for p in done:
+            p.record.preparing = False
+        try:
+            ledger.save()
+        except OSError as exc:
+            log.error("cannot record the hashed workers (%s); will retry", exc)
+            with self._lock:
+                for p in done:
+                    p.record.preparing = True
+                    self._pending[p.spec.pod_id] = p
+            return []
+        return [(p.spec, p.gpu_uuids, p.record, p.content or RunFacts()) for p in done]
+
+    def stop(self) -> None:
+        """The agent shuts down: hashing ends; the records stay `preparing`."""
+        with self._lock:
+            for pending in self._pending.values():
+                pending.cancel.set()
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while (pending := self._queue.get()) is not None:
+            if pending.cancel.is_set():
+                continue
+            pod_id = pending.spec.pod_id
+
+            def say(line: str, pod_id: int = pod_id) -> None:
+                self._append(pod_id, f"[agent] {line}", False)
+
+            try:
+                content, note = hash_inputs(
+                    pending.folders, pending.manifest, cache=self.cache, say=say,
+                    cancelled=pending.cancel, **self.bounds,
+                )  # fmt: skip
+            except Cancelled:
+                continue
+            except Exception as exc:  # a bug must not leave the worker waiting for good
+                log.exception("pod %s: hashing its inputs failed", pod_id)
+                content, note = RunFacts(), not_hashed(f"the agent failed: {exc}")
+            say(note)
+            pending.content = content
+            self._wake.set()
