@@ -4,7 +4,8 @@ process (Django's test client: the real agent endpoint and API, no HTTP server):
 - acceptance: 10,000 units reported by one worker through heartbeats (500 a report, the
   protocol's limit), each stored once, then the exit 0 judged against the contract;
 - the same units reported again (an agent restart): no-ops;
-- the result API's first page and a middle page with 10,000 units (p95);
+- the result API's first page and a middle page with 10,000 units (p95), and the job page
+  (its Result section paged the same way; target p95 <= 100 ms);
 - `agents.sdk.accept()` per unit (a 4 KB file: fsync, sha256, manifest written atomically)
   and the agent's `promote()` per unit (verify sha256, rename).
 
@@ -41,6 +42,7 @@ def _placed_job(units: int):
 
     user, workspace, quota, api_token = common.researcher_with_quota()
     client = Client()
+    client.force_login(user)  # the job page; the APIs below say who they are by token
     gpus = [{"index": 0, "uuid": "GPU-0000", "name": "NVIDIA H200", "memory_total_mb": 1}]
     facts = {"hostname": "h", "runtime": "process", "gpu_type": "H200", "gpus": gpus}
     _, bootstrap = issue_bootstrap_token(None, "bench")
@@ -120,12 +122,22 @@ def accept_units(units: int) -> list[dict]:
         )
         pages.append((time.perf_counter() - t0) * 1000)
         assert response.status_code == 200
+    job_pages = []
+    for after in [0, cursor] * 20:  # the job page's Result section, paged the same way
+        t0 = time.perf_counter()
+        response = client.get(f"/jobs/{job.pk}/?units_after={after}")
+        job_pages.append((time.perf_counter() - t0) * 1000)
+        assert response.status_code == 200 and b'id="result"' in response.content
     return [
         {"what": f"accept {units:,} units (heartbeats of 500) + judge", "seconds": accept_s},
         {"what": f"the same {units:,} units again (no-ops)", "seconds": again_s},
         {
             "what": f"result API page, {units:,} units, p95 s",
             "seconds": common.percentile(pages, 95) / 1000,
+        },
+        {
+            "what": f"job page with its Result section, {units:,} units, p95 s",
+            "seconds": common.percentile(job_pages, 95) / 1000,
         },
     ]
 

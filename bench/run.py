@@ -39,6 +39,7 @@ BENCHMARKS = [
     "usage",  # usage history: the roll-up, the Usage page and API at 13 months of buckets
     "quota_preview",  # the owner pages' what-if of a resize at 2,000 nodes, 10,000 waiting
     "results_accept",  # counted results: 10,000 units accepted, the result API, accept()
+    "inputs_hash",  # the data folders' content manifest against sha256sum, cold and cached
     "fleet",  # N agents over the real protocol against gunicorn + Celery + PostgreSQL + Redis
     "kueue_sim",  # the same baseline on the policy alone (the simulator, no product latency)
     "kueue",  # Kueue's scheduler baseline through the whole product

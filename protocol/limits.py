@@ -167,7 +167,7 @@ INPUT_FINGERPRINT_FILES = 100_000
 # files and bytes and for at most this long; past a bound the worker starts without a content
 # digest (its log says why) rather than waiting on the hash.
 INPUT_SHA256_FILES = 1_000_000
-INPUT_SHA256_BYTES = 10**12  # 1 TB: ~40 min at the ~440 MB/s bench.inputs_hash measures
+INPUT_SHA256_BYTES = 10**12  # 1 TB: ~17 min at the 1 GB/s bench.inputs_hash measures
 INPUT_SHA256_SECONDS = 3600
 # A validator Pod on Kubernetes (docs/results.md, "The validator"): the kubelet ends it at
 # RESULT_VALIDATOR_SECONDS (activeDeadlineSeconds); the controller's own bound waits this
