@@ -85,3 +85,52 @@ def test_exit_0_after_five_partitions_shows_rejected(browser, running_console):
         "5 of 8 partitions accepted · 2,500 of 4,000 items"
         in page.locator("#job-rows").inner_text()
     )
+
+
+def test_an_output_folder_inside_another_runs_is_refused_on_the_form(browser, running_console):
+    """A declared output folder (docs/results.md, "An output folder of its own"): the first
+    run's result lands there and is accepted; a second job naming a folder inside it is
+    refused on the form with a field error naming the first, and nothing is created."""
+    api = running_console.api()
+    body = {
+        "quota": "vision-h200",
+        "image": "python:3.12",
+        "command": COMMAND,
+        "gpus_per_worker": 1,
+        "cpus_per_worker": 1,
+        "memory_gb_per_worker": 1,
+        "result_unit": "partition",
+        "result_expected_units": "p{1..8}",
+        "result_output_dir": "campaign-b/results",
+    }
+    created = api.post(f"{running_console.url}/api/v1/jobs", json=body, timeout=10)
+    assert created.status_code == 201, created.text
+    first = created.json()["id"]
+    url = f"{running_console.url}/api/v1/jobs/{first}"
+    job = wait_for(
+        lambda: (j := api.get(url, timeout=5).json())["status"] in ("Completed", "Failed") and j,
+        60,
+    )
+    assert job["status"] == "Completed" and job["result_state"] == "accepted", job
+
+    page = _login(browser, running_console)
+    page.goto(f"{running_console.url}/jobs/{first}/")
+    shown = page.locator("section.result [data-result-output-dir]").inner_text()
+    assert "campaign-b/results" in shown
+    page.goto(f"{running_console.url}/jobs/new/")
+    page.fill("input[name=name]", "nested")
+    quota = page.locator("select[name=quota] option", has_text="vision-h200 (Lingjun, H200)")
+    page.select_option("select[name=quota]", value=quota.get_attribute("value"))
+    page.fill("input[name=image]", "python:3.12")
+    page.fill("textarea[name=command]", COMMAND)
+    page.fill("input[name=gpus_per_worker]", "1")
+    page.fill("input[name=cpus_per_worker]", "1")
+    page.fill("input[name=memory_gb_per_worker]", "1")
+    page.fill("input[name=result_output_dir]", "campaign-b/results/more")
+    with page.expect_navigation(wait_until="commit"):
+        page.click("button[type=submit]")
+    error = page.locator(".field.has-error", has=page.locator("input[name=result_output_dir]"))
+    text = error.inner_text()
+    assert f"inside campaign-b/results, which job #{first} uses for its result" in text
+    newest = api.get(f"{running_console.url}/api/v1/jobs?limit=1", timeout=10).json()
+    assert newest["jobs"][0]["id"] == first  # nothing was created
