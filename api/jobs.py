@@ -7,6 +7,7 @@ only JSON strictness (api.schemas). Writes go through jobs.actions.
 from dataclasses import replace
 from typing import Any
 
+import pydantic
 from django.http import HttpRequest, HttpResponse
 from ninja import Header, Query, Router, Status
 
@@ -17,6 +18,7 @@ from api.job_filters import ListParams, filtered_jobs
 from api.parsing import reject_unknown_query, restart_options
 from api.serializers import expected_start_json, job_json
 from api.template_schemas import JobSubmit
+from api.validation import field_messages
 from jobs.access import MAX_ID, get_job_for_user, visible_jobs
 from jobs.actions.stop import JobNotActive, request_stop
 from jobs.actions.submit import JobStillActive, ResumeRefused, create_jobs, resubmit_job
@@ -186,6 +188,21 @@ def create_job(
     return Status(201, submitted_json(outcome.jobs[0]))
 
 
+def item_type_error(item: Any, exc: pydantic.ValidationError) -> dict:
+    """A batch item's JSON-type errors, worded as for a single job (its fields unprefixed)."""
+    if isinstance(item, dict):
+        fields = field_messages({**e, "loc": ("item", *e["loc"])} for e in exc.errors())
+    else:
+        fields = {"__all__": ["A job must be a JSON object."]}
+    first = next(iter(fields))
+    return {
+        "code": "validation_error",
+        "message": fields[first][0],
+        "field": None if first == "__all__" else first,
+        "fields": fields,
+    }
+
+
 @router.post(
     "/batch",
     response={201: schemas.BatchResult, **WRITE_ERRORS},
@@ -204,7 +221,12 @@ def create_batch(
     def create() -> Outcome:
         items, errors, indexes = [], [], []
         loader = FactsLoader(request.user)  # the quotas, workspaces and pools: once a batch
-        for index, spec in enumerate(payload.jobs):
+        for index, item in enumerate(payload.jobs):
+            try:  # item by item: one of the wrong JSON type is refused alone
+                spec = schemas.JobCreate.model_validate(item)
+            except pydantic.ValidationError as exc:
+                errors.append({"index": index, "error": item_type_error(item, exc)})
+                continue
             checked = checked_job(request, spec, loader=loader)
             if checked.ok:
                 items.append((checked.workspace, checked.quota, checked.spec()))
@@ -225,7 +247,7 @@ def create_batch(
         if not items:
             first = errors[0]["error"]
             fields = {
-                f"jobs.{e['index']}.{name}": messages
+                f"jobs.{e['index']}" + ("" if name == "__all__" else f".{name}"): messages
                 for e in errors
                 for name, messages in (e["error"]["fields"] or {}).items()
             }

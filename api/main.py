@@ -6,8 +6,6 @@ unexpected exception is logged and answered as a JSON 500 without internals.
 """
 
 import logging
-from types import UnionType
-from typing import Annotated, Union, get_args, get_origin
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
@@ -17,10 +15,10 @@ from ninja.openapi.schema import OpenAPISchema
 
 from accounts.api_auth import ApiError, error_response
 from accounts.dbloss import is_lost_connection, lost_connection_response
-from api import schemas
 from api.links import add_links
 from api.parsing import SafeJsonParser
 from api.security import ConsoleSession, TokenAuth
+from api.validation import field_messages
 from audit.actions import record
 from audit.denials import record_denial
 from quotas.access import HiddenObject
@@ -50,6 +48,9 @@ class ConsoleApi(NinjaAPI):
 
     def get_openapi_schema(self, *, path_prefix=None, path_params=None) -> OpenAPISchema:
         document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        # A batch's items are validated one by one (api.jobs.create_batch), each a JobCreate.
+        batch = document["components"]["schemas"]["JobBatchCreate"]["properties"]["jobs"]
+        batch["items"] = {"$ref": "#/components/schemas/JobCreate"}
         return add_links(document)
 
 
@@ -78,76 +79,14 @@ _CODES = {
     429: "rate_limited",
 }
 
-CONTAINERS = {"jobs", "job"}  # body fields that hold jobs: errors name the job's field
-
-
-def _field_of(loc: list) -> str | None:
-    """`("body", "payload", "jobs", 3, "workers", "int")` → "jobs.3.workers"."""
-    if not loc:
-        return None
-    source, rest = loc[0], list(loc[1:])
-    if source == "body":
-        rest = rest[1:]  # the body parameter's own name (query, path: the parameter itself)
-    parts: list[str] = []
-    for element in rest:
-        parts.append(str(element))
-        if isinstance(element, str) and element not in CONTAINERS:
-            break
-    return ".".join(parts) or None
-
-
-def _message(error: dict, field: str | None) -> str:
-    kind = error.get("type", "")
-    name = field or "The body"
-    if kind == "extra_forbidden":
-        return f"Unknown field {field.rsplit('.', 1)[-1]!r}." if field else "Unknown field."
-    if kind == "missing":
-        return f"{name} is required."
-    last = (field or "").rsplit(".", 1)[-1]
-    if kind.endswith(_TYPE_ERRORS) and JOB_FIELD_TYPES.get(last):
-        return f"{name} must be {JOB_FIELD_TYPES[last]}."
-    return f"{name}: {error.get('msg', 'invalid value')}."
-
-
-_TYPE_ERRORS = ("_type", "_parsing", "from_float")
-_JSON_NAMES = {int: "an integer", str: "a string", bool: "a boolean", dict: "an object of strings"}
-
-
-def _json_types(annotation) -> str:
-    """ "an integer or a string" for StrictInt | StrictStr | None (null is implied)."""
-    names: list[str] = []
-    pending = [annotation]
-    while pending:
-        member = pending.pop(0)
-        origin = get_origin(member)
-        if origin is Annotated:
-            pending.insert(0, get_args(member)[0])
-        elif origin in (Union, UnionType):
-            pending[:0] = get_args(member)
-        else:
-            name = _JSON_NAMES.get(origin or member)
-            if name and name not in names:
-                names.append(name)
-    return " or ".join(names)
-
-
-JOB_FIELD_TYPES = {
-    name: _json_types(info.annotation) for name, info in schemas.JobCreate.model_fields.items()
-}
-
 
 @api.exception_handler(ValidationError)
 def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    fields: dict[str, list[str]] = {}
     for error in exc.errors:
         loc = list(error.get("loc", ()))
         if loc[:1] == ["body"] and len(loc) <= 2:
             return error_response(400, "invalid_json", "The body must be a JSON object.")
-        field = _field_of(loc)
-        messages = fields.setdefault(field or "__all__", [])
-        message = _message(error, field)
-        if message not in messages:  # a union reports once per member type
-            messages.append(message)
+    fields = field_messages(exc.errors)
     first = next(iter(fields))
     return error_response(
         400,

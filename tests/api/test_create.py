@@ -148,6 +148,45 @@ def test_batch_creates_the_valid_jobs_and_reports_the_others(api, quota, node):
     assert JobEvent.objects.filter(reason="submitted").count() == 2
 
 
+def test_a_batch_item_of_the_wrong_json_type_is_refused_alone(api, quota, node):
+    """Types are checked item by item: a string for a number, an unknown field or an item
+    that is not an object fails its own item, never the batch."""
+    items = [
+        GOOD | {"name": "a"},
+        GOOD | {"workers": "2"},
+        GOOD | {"nmae": "typo"},
+        GOOD | {"env": {"A": 1}},
+        GOOD | {"name": "e"},
+    ]
+    response = post(api, "/api/v1/jobs/batch", {"jobs": items})
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert [j["name"] for j in data["jobs"]] == ["a", "e"]
+    errors = {e["index"]: e["error"] for e in data["errors"]}
+    assert sorted(errors) == [1, 2, 3]
+    assert errors[1] == {
+        "code": "validation_error",
+        "message": "workers must be an integer.",
+        "field": "workers",
+        "fields": {"workers": ["workers must be an integer."]},
+    }
+    assert errors[2]["message"] == "Unknown field 'nmae'." and errors[2]["field"] == "nmae"
+    assert errors[3]["field"] == "env"
+    assert Job.objects.count() == 2
+    response = post(api, "/api/v1/jobs/batch", {"jobs": [7, GOOD | {"name": "f"}]})
+    assert response.status_code == 201, response.content
+    (error,) = response.json()["errors"]
+    assert error["index"] == 0 and error["error"]["message"] == "A job must be a JSON object."
+    response = post(api, "/api/v1/jobs/batch", {"jobs": [GOOD | {"workers": "2"}, 7]})
+    error = error_of(response, 400, "validation_error")
+    assert error["field"] == "jobs.0" and "workers must be an integer." in error["message"]
+    assert error["fields"] == {
+        "jobs.0.workers": ["workers must be an integer."],
+        "jobs.1": ["A job must be a JSON object."],
+    }
+    assert Job.objects.count() == 3
+
+
 def _statements_of_batch(api, size: int) -> int:
     jobs = [GOOD | {"name": f"b{i}"} for i in range(size)]
     jobs[size // 2] = GOOD | {"workers": 0}  # one bad item, refused alone
@@ -174,10 +213,20 @@ def test_a_batch_of_only_invalid_jobs_is_a_400(api, quota, node):
 
 
 def test_batch_type_errors_name_the_item_and_field(api, quota, node):
+    # An item of the wrong JSON type is refused alone, by its index and field: the others
+    # are created (every boundary is a batch of independent items).
     response = post(api, "/api/v1/jobs/batch", {"jobs": [GOOD, GOOD | {"workers": "2"}]})
+    assert response.status_code == 201, response.content
+    (error,) = response.json()["errors"]
+    assert error["index"] == 1 and error["error"]["field"] == "workers"
+    assert Job.objects.count() == 1
+    # Every item refused: a 400 naming the first item, each item's field in `fields`.
+    response = post(api, "/api/v1/jobs/batch", {"jobs": [GOOD | {"workers": "2"}] * 2})
     error = error_of(response, 400, "validation_error")
-    assert error["field"] == "jobs.1.workers"
-    assert Job.objects.count() == 0
+    assert error["field"] == "jobs.0" and {"jobs.0.workers", "jobs.1.workers"} <= set(
+        error["fields"]
+    )
+    assert Job.objects.count() == 1
 
 
 def test_array_creates_count_jobs_with_an_index(api, quota, node, researcher):

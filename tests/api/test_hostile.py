@@ -125,3 +125,36 @@ def test_unknown_methods_are_json_405(api, job):
     response = api.generic("PATCH", f"/api/v1/jobs/{job.pk}")
     error_of(response, 405, "method_not_allowed")
     assert "GET" in response["Allow"]
+
+
+HOSTILE_VALUES = ["a\u0000b", "\ud800", "x" * 1_000_000, 12, ["out"], {"folder": "out"}]
+
+
+@pytest.mark.parametrize(
+    "value", HOSTILE_VALUES, ids=["nul", "surrogate", "1MB", "int", "list", "object"]
+)
+@pytest.mark.parametrize("field", ["result_output_dir", "result_inputs_sha256"])
+def test_hostile_result_fields_are_refused_alone_in_a_batch(api, quota, node, field, value):
+    """docs/results.md's declared output folder and content manifest: a hostile value is a
+    stable 4xx naming its field (one job), or its item alone refused (a batch: the good
+    item is created)."""
+    body = json.dumps(GOOD | {field: value}, ensure_ascii=True)
+    response = post(api, "/api/v1/jobs", body)
+    assert response.status_code in (400, 413), response.content[:300]
+    error = response.json()["error"]
+    assert error["code"] in {"invalid_text", "validation_error", "too_large"}, error
+    if error["code"] != "too_large":
+        assert error["field"] == field, error
+    assert Job.objects.count() == 0
+    if isinstance(value, str) and len(value) > 1000:
+        return  # a batch with 1 MB is refused whole by the body limit (the test above)
+    batch = {"jobs": [GOOD | {"name": "good"}, GOOD | {"name": "bad", field: value}]}
+    response = post(api, "/api/v1/jobs/batch", json.dumps(batch, ensure_ascii=True))
+    if response.status_code == 400 and response.json()["error"]["code"] == "invalid_text":
+        assert Job.objects.count() == 0  # undecodable text is refused before the items
+        return
+    assert response.status_code == 201, response.content[:300]
+    body = response.json()
+    assert [j["name"] for j in body["jobs"]] == ["good"]
+    assert [e["index"] for e in body["errors"]] == [1]
+    assert body["errors"][0]["error"]["field"] == field
