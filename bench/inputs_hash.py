@@ -51,7 +51,7 @@ def _timed(fn) -> tuple[float, object]:
 
 
 def measure(files: int, size: int) -> list[dict]:
-    from agents.node.hashing import HashCache, hash_inputs
+    from protocol.hashing import HashCache, hash_inputs
     from protocol.inputs import inputs_facts
 
     rows: list[dict] = []

@@ -6,6 +6,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+HASH_CACHE = "kube-inputs-sha256.json"
+
 
 @dataclass(frozen=True)
 class KubeConfig:
@@ -23,6 +25,9 @@ class KubeConfig:
     checkpoint_hostpath: str = ""
     checkpoint_mount: str = "/checkpoints"
     checkpoint_root: str = ""  # where the console sees the same volume ("" : not scanned)
+    # The content hashes' cache (kube.hashing), a private file of the console's var dir
+    # ("" : kept in memory only).
+    hash_cache: str = ""
 
     @property
     def verify(self) -> bool | str:
@@ -65,4 +70,5 @@ def load() -> KubeConfig:
         checkpoint_hostpath=settings.KUBE_CHECKPOINT_HOSTPATH,
         checkpoint_mount=settings.KUBE_CHECKPOINT_MOUNT,
         checkpoint_root=settings.KUBE_CHECKPOINT_ROOT,
+        hash_cache=str(Path(settings.VAR_DIR) / HASH_CACHE),
     )

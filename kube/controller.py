@@ -12,7 +12,9 @@ import logging
 import queue
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from django.db import close_old_connections
 from django.db.models import Q
@@ -25,6 +27,7 @@ from kube import actions
 from kube.client import KubeClient, KubeError
 from kube.config import KubeConfig
 from kube.decisions import ConsolePod, Do, Step, gpu_rows, plan_pod
+from kube.hashing import ContentHashing
 from kube.logs import Done, LogFollower
 from kube.manifest import pod_manifest, service_manifest, service_name
 from kube.objects import (
@@ -53,6 +56,7 @@ from kube.volumes import (
 )
 from kube.watch import Watched
 from policy.statuses import ACTIVE_POD_STATUSES, FINAL_JOB_STATUSES, PLACED_JOB_STATUSES
+from protocol.agent import RunFacts
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,9 @@ class Controller:
         self.drained: set[str] = set()
         self.imaged: set[int] = set()  # pods whose image id is recorded and checked
         self.validators = Validators(self.client, config, self._release)
+        self.wake: Callable[[], None] = self.woken.set
+        cache = Path(config.hash_cache) if config.hash_cache else None
+        self.hashing = ContentHashing(cache, lambda: self.wake())  # woken once hashed
         node_params = {"labelSelector": config.node_selector} if config.node_selector else {}
         wake = self.woken.set
         self.nodes = Watched(
@@ -108,6 +115,7 @@ class Controller:
 
     def wake_with(self, wake) -> None:
         """Let the watches wake another loop (console.loops) instead of run_forever."""
+        self.wake = wake
         for watched in (self.nodes, self.own, self.others):
             watched.on_change = wake
 
@@ -118,6 +126,7 @@ class Controller:
             watched.stop()
         for follower in self.followers.values():
             follower.stop()
+        self.hashing.stop()
 
     def run_forever(self) -> None:
         while not self.stopping.is_set():
@@ -151,6 +160,10 @@ class Controller:
         for pod in sorted(pods.values(), key=lambda p: p.pk):
             if pod.pk not in held:
                 self._converge(pod, by_id.get(pod.pk), kube_nodes, copies, now, validators)
+        # Only workers with no Pod yet may still wait for their hash (kube.hashing).
+        self.hashing.keep(
+            {pk for pk, p in pods.items() if p.status in ACTIVE_POD_STATUSES and pk not in by_id}
+        )
         for o in api.values():
             if o.pod_id not in pods:
                 self._apply(None, o, Step(Do.RELEASE), now)
@@ -324,7 +337,10 @@ class Controller:
         facts = worker_facts(pod)
         try:
             if self.config.checkpoint_root:  # its output folders (docs/results.md)
-                refusal = self._prepare_outputs(pod)
+                content = self.hashing.of(self.config, pod, facts.hash_inputs)
+                if content is None:  # its data's content is being hashed: no Pod yet
+                    return False
+                refusal = self._prepare_outputs(pod, content)
                 if refusal:  # the run it would resume changed: it never starts
                     actions.worker_resume_refused(pod, refusal, now)
                     return False
@@ -345,13 +361,13 @@ class Controller:
         log.info("kube: created pod %s on %s", facts.name, facts.node_name)
         return True
 
-    def _prepare_outputs(self, pod: Pod) -> str:
+    def _prepare_outputs(self, pod: Pod, content: RunFacts) -> str:
         """The output folders, and the worker's run facts known before it starts: the data
-        folders' fingerprint and the result folder, recorded together (the facts are
-        written once). Returns why the worker may not resume the run whose units it
-        carries ("" : it may). A volume the console cannot write or read is logged: the
-        worker still starts (its units are then not counted, and a contract rejects its
-        result)."""
+        folders' fingerprint, their `content` (kube.hashing) and the result folder, recorded
+        together (the facts are written once). Returns why the worker may not resume the
+        run whose units it carries ("" : it may). A volume the console cannot write or read
+        is logged: the worker still starts (its units are then not counted, and a contract
+        rejects its result)."""
         job = pod.job
         try:
             where = (self.config, job.workspace_id, job.pk, job.checkpoint_dir, pod.attempt)
@@ -362,8 +378,9 @@ class Controller:
             return ""
         if note:
             log.info("kube: job %s: %s", job.pk, note)
-        facts = facts.model_copy(update={"result_dir": result_dir})
-        if facts.result_dir or facts.inputs_fingerprint:
+        update = {**content.model_dump(exclude_defaults=True), "result_dir": result_dir}
+        facts = facts.model_copy(update=update)
+        if facts.result_dir or facts.inputs_fingerprint or facts.inputs_sha256:
             actions.store_run_facts(pod, facts)
         return actions.resume_refusal_of(pod, facts)
 

@@ -78,8 +78,8 @@ class WorkerFacts:
     # The preflight (docs/results.md, "Before a long run"): run where OUTPUT_DIR is (a
     # checkpoint volume) and the attempt does not resume.
     preflight_seconds: int | None = None
-    # The data folders' content manifest (docs/results.md, "Run identity"): hashed by a
-    # node's agent; not on Kubernetes yet (the fingerprint only).
+    # The data folders' content manifest (docs/results.md, "Run identity"): hashed by the
+    # controller before the Pod (kube.hashing).
     hash_inputs: bool = False
 
     @property

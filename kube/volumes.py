@@ -12,6 +12,7 @@ from kube.config import KubeConfig
 from kube.manifest import checkpoint_folder, progress_path
 from protocol.agent import CheckpointReport, ProgressReport, RunFacts, UnitReport
 from protocol.freespace import free_space_problem
+from protocol.hashing import manifest_file
 from protocol.inputs import inputs_facts
 from protocol.outputs import (
     OutputPaths,
@@ -98,20 +99,35 @@ def promote_units(
     return promote(paths, attempt), str(paths.result)
 
 
-def data_inputs(
-    config: KubeConfig, workspace_id: int, data: Mapping[str, str]
-) -> tuple[RunFacts, str]:
-    """The fingerprint of a job's data folders on the volume (protocol.inputs, the agent's
-    rule) before its Pod is created, and a note when they were too many files. A folder
-    that leaves the root or is missing is not part of it (the Pod's mount fails there)."""
-    if not config.checkpoint_root or not data:
-        return RunFacts(), ""
+def data_folders(config: KubeConfig, workspace_id: int, data: Mapping[str, str]) -> dict[str, str]:
+    """A job's data folders on the console's mount of the volume (name → folder here). A
+    folder that leaves the root or is missing is left out (the Pod's mount fails there)."""
+    if not config.checkpoint_root:
+        return {}
     folders = {}
     for name, folder in data.items():
         local = _local(config, f"{config.checkpoint_mount}/ws-{workspace_id}/{folder}")
         if local is not None and local.is_dir():
             folders[name] = str(local)
+    return folders
+
+
+def data_inputs(
+    config: KubeConfig, workspace_id: int, data: Mapping[str, str]
+) -> tuple[RunFacts, str]:
+    """The fingerprint of a job's data folders on the volume (protocol.inputs, the agent's
+    rule) before its Pod is created, and a note when they were too many files."""
+    folders = data_folders(config, workspace_id, data)
     return inputs_facts(folders) if folders else (RunFacts(), "")
+
+
+def inputs_manifest(
+    config: KubeConfig, workspace_id: int, job_id: int, subdir: str, attempt: int
+) -> Path | None:
+    """Where the attempt's content manifest goes on the volume (protocol.hashing, the
+    agent's place: beside its ACCEPTED_UNITS_FILE); None without the console's mount."""
+    paths = _outputs(config, workspace_id, job_id, subdir, attempt, "")
+    return manifest_file(paths) if paths is not None else None
 
 
 def _inside(config: KubeConfig, local: Path) -> str:

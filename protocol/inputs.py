@@ -1,8 +1,8 @@
 """The job's data folders as a run's inputs (docs/results.md, "Run identity"). Their
 fingerprint: computed by the node agent on its node before a start, and by the console's
 Kubernetes controller on the shared checkpoint volume before it creates a Pod. Their content
-manifest (a job's `result_inputs_sha256`): every file's sha256, hashed by the agent off its
-loop (agents.node.hashing). Both walk the folders the same way. Django-free."""
+manifest (a job's `result_inputs_sha256`): every file's sha256, hashed off the loop by the
+agent or the controller (protocol.hashing). Both walk the folders the same way. Django-free."""
 
 import hashlib
 import os

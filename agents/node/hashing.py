@@ -8,12 +8,14 @@ at a time: the ranks of a job on one node read the same folders, and the second 
 file in the cache. Once hashed, the loop launches the worker as any other (the resume check
 compares the content digest first: agents.node.ledger.launch_spec).
 
-The manifest (`sha256sum` format, protocol.inputs.manifest) is written beside the attempt's
-ACCEPTED_UNITS_FILE, `output/job-<id>/attempt-N.inputs.sha256`: kept with the run, never
-promoted into its result. Past a bound (protocol.limits.INPUT_SHA256_*) the worker starts
-without a content digest and its log says why. A cache in the state dir keyed by each file's
-path, size, modification and change times and inode spares an unchanged file a second read
-(after an agent restart, or for the next rank).
+The hash itself is protocol.hashing's (`hash_inputs`, `HashCache`), shared with the
+console's Kubernetes controller (kube.hashing). The manifest (`sha256sum` format,
+protocol.inputs.manifest) is written beside the attempt's ACCEPTED_UNITS_FILE,
+`output/job-<id>/attempt-N.inputs.sha256`: kept with the run, never promoted into its
+result. Past a bound (protocol.limits.INPUT_SHA256_*) the worker starts without a content
+digest and its log says why. A cache in the state dir keyed by each file's path, size,
+modification and change times and inode spares an unchanged file a second read (after an
+agent restart, or for the next rank).
 
 Why in the agent and not in the worker before its command: the same on every
 runtime (a job's image need not have sha256sum, nor see the agent's cache), the resume check
@@ -22,14 +24,10 @@ never runs. An agent that stops while hashing leaves the record `preparing`: nev
 so the next agent forgets it (Ledger.unprepared) and the console's next reply starts it again.
 """
 
-import contextlib
-import json
 import logging
-import os
 import queue
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,173 +37,17 @@ from agents.node.progress import BadCheckpointDir, checkpoint_dir, workspace_are
 from agents.node.state import LaunchRecord
 from protocol import limits
 from protocol.agent import RunFacts, WorkerSpec
-from protocol.inputs import (
-    InputFile,
-    content_facts,
-    content_files,
-    file_sha256,
-    gb,
-    link_sha256,
-    manifest,
-    not_hashed,
-)
+from protocol.hashing import Cancelled, HashCache, hash_inputs, manifest_file
+from protocol.inputs import not_hashed
 from protocol.outputs import output_paths
 
 log = logging.getLogger(__name__)
 
 CACHE_NAME = "inputs-sha256.json"
-CACHE_ENTRIES = 200_000  # files remembered, the most recently hashed or found
-PROGRESS_EVERY = 30.0  # seconds between the log's progress lines while hashing
-
-
-class Cancelled(Exception):
-    """The worker was stopped, or the agent is shutting down, while its inputs were hashed."""
-
-
-class HashCache:
-    """path → (size, mtime_ns, inode, ctime_ns, sha256), in a private file of the state dir.
-    Used by the hashing thread only."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._files: dict[str, list] | None = None
-        self._dirty = False
-
-    def _loaded(self) -> dict[str, list]:
-        if self._files is None:
-            self._files = {}
-            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-                self._files = dict(json.loads(self.path.read_text())["files"])
-        return self._files
-
-    def get(self, entry: InputFile) -> str | None:
-        files = self._loaded()
-        known = files.pop(str(entry.path), None)
-        if known is None or tuple(known[:4]) != entry.key:
-            return None
-        files[str(entry.path)] = known  # the most recently used last: kept longest
-        return known[4]
-
-    def put(self, entry: InputFile, sha256: str) -> None:
-        self._loaded()[str(entry.path)] = [*entry.key, sha256]
-        self._dirty = True
-
-    def save(self) -> None:
-        if not self._dirty or self._files is None:
-            return
-        kept = dict(list(self._files.items())[-CACHE_ENTRIES:])
-        _write_atomic(self.path, json.dumps({"files": kept}).encode(), mode=0o600)
-        self._files, self._dirty = kept, False
-
-
-def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
-
-
-@dataclass
-class _Clock:
-    """The time bound and the log's progress lines of one hash."""
-
-    say: Callable[[str], None]
-    cancelled: threading.Event
-    total: int
-    max_seconds: float
-    now: Callable[[], float]
-    done: int = 0
-    started: float = 0.0
-    said: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.started = self.said = self.now()
-
-    def block(self, size: int) -> None:
-        self.done += size
-        self.check()
-
-    def check(self) -> None:
-        if self.cancelled.is_set():
-            raise Cancelled
-        now = self.now()
-        if now - self.started > self.max_seconds:
-            raise TimeoutError(
-                f"not done after {self.max_seconds:,.0f} s ({gb(self.done)} of "
-                f"{gb(self.total)} hashed)"
-            )
-        if now - self.said >= PROGRESS_EVERY:
-            self.said = now
-            self.say(f"hashing inputs: {gb(self.done)} of {gb(self.total)} hashed")
-
-
-def hash_inputs(
-    folders: Mapping[str, str],
-    manifest_path: Path,
-    *,
-    cache: HashCache,
-    say: Callable[[str], None],
-    cancelled: threading.Event,
-    max_files: int = limits.INPUT_SHA256_FILES,
-    max_bytes: int = limits.INPUT_SHA256_BYTES,
-    max_seconds: float = limits.INPUT_SHA256_SECONDS,
-    now: Callable[[], float] = time.monotonic,
-) -> tuple[RunFacts, str]:
-    """The folders' content facts and the log's last word on them; empty facts when a bound
-    was passed or a file could not be read. Writes the manifest; raises Cancelled."""
-    files, note = content_files(folders, max_files, max_bytes)
-    if note:
-        return RunFacts(), note
-    total = sum(f.size for f in files)
-    say(f"hashing inputs: {_files(len(files))}, {gb(total)}")
-    clock = _Clock(say, cancelled, total, max_seconds, now)
-    hashed: list[tuple[str, str]] = []
-    try:
-        for entry in files:
-            clock.check()
-            digest = link_sha256(entry.target) if entry.target else cache.get(entry)
-            if digest is None:
-                digest = file_sha256(entry.path, clock.block)
-                cache.put(entry, digest)
-            else:
-                clock.done += entry.size
-            hashed.append((entry.shown, digest))
-    except TimeoutError as exc:
-        return RunFacts(), not_hashed(str(exc))
-    except OSError as exc:
-        return RunFacts(), not_hashed(f"cannot read {entry.shown}: {exc.strerror or exc}")
-    finally:
-        with contextlib.suppress(OSError):
-            cache.save()
-    text = manifest(hashed)
-    facts = content_facts(text, files)
-    try:
-        manifest_path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(manifest_path, text)
-        kept = f"manifest {manifest_path}"
-    except OSError as exc:
-        kept = f"manifest not written: {exc}"
-    seconds = now() - clock.started
-    return facts, (
-        f"inputs hashed: {_files(len(files))}, {gb(total)} in {seconds:,.0f} s; content "
-        f"sha256 {facts.inputs_sha256[:12]}…, {kept}"
-    )
 
 
 # A worker to launch now: its spec, GPUs, record and inputs' content facts.
 Hashed = tuple[WorkerSpec, tuple[str, ...], LaunchRecord, RunFacts]
-
-
-def _files(count: int) -> str:
-    return f"{count:,} file{'' if count == 1 else 's'}"
 
 
 @dataclass
@@ -250,8 +92,7 @@ class InputHashing:
             )
         except (BadCheckpointDir, OSError):
             return False  # the launch refuses it, saying why
-        accepted = output_paths(folder, spec.job_id, spec.attempt).accepted_file
-        path = accepted.with_name(f"attempt-{spec.attempt}.inputs.sha256")
+        path = manifest_file(output_paths(folder, spec.job_id, spec.attempt))
         pending = _Pending(spec, gpu_uuids, record, folders, path)
         record.preparing = True  # saved with the reply's launches (Agent.converge)
         with self._lock:

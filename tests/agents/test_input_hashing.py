@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from agents.node import hashing
 from cluster.models import Node
 from jobs.actions.stop import request_stop
 from jobs.models import AttemptFacts, Job, Pod
 from policy.statuses import JobStatus, PodStatus
+from protocol import hashing
 from tests.agents.agentproc import stored_lines
 from tests.agents.test_agent_loop import (  # noqa: F401 - the fixtures (F811 below)
     WAIT,

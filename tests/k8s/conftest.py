@@ -93,6 +93,7 @@ def kube_config(kube_server, kube_ns, tmp_path, settings):
         sync_interval=0.2,
         checkpoint_hostpath=str(root),
         checkpoint_root=str(root),
+        hash_cache=str(tmp_path / "var" / "kube-inputs-sha256.json"),
     )
 
 
