@@ -21,49 +21,33 @@ the next one hashes again (unchanged files from the cache).
 """
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from jobs.models import Pod
 from kube.config import KubeConfig
 from kube.volumes import data_folders, inputs_manifest
-from protocol import limits
-from protocol.hashing import Cancelled, HashCache, hash_inputs
-from protocol.inputs import not_hashed
+from protocol.hashing import HashCache, HashRequest, HashThread
 from protocol.units import RunFacts
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _Pending:
+@dataclass(kw_only=True)
+class _Pending(HashRequest):
     pod_id: int
-    job_id: int
-    folders: dict[str, str]
-    manifest: Path
-    cancel: threading.Event = field(default_factory=threading.Event)
-    content: RunFacts | None = None  # once hashed (empty: not hashed, the log says why)
 
 
 class ContentHashing:
     """The workers whose data folders' content is hashed before their Pod is created."""
 
     def __init__(self, cache: Path | None, wake: Callable[[], None]) -> None:
-        self.cache = HashCache(cache)
-        self.bounds: dict[str, Any] = {
-            "max_files": limits.INPUT_SHA256_FILES,
-            "max_bytes": limits.INPUT_SHA256_BYTES,
-            "max_seconds": limits.INPUT_SHA256_SECONDS,
-        }
-        self._wake = wake
+        self._thread = HashThread(HashCache(cache), wake, who="controller")
+        self.bounds = self._thread.bounds
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
 
     def of(self, config: KubeConfig, pod: Pod, wanted: bool) -> RunFacts | None:
         """The content facts of a worker about to get its Pod: empty when its job does not
@@ -87,12 +71,13 @@ class ContentHashing:
             pending = self._pending.get(pod_id)
             if pending is not None:
                 return pending.content
-            pending = _Pending(pod_id, job_id, dict(folders), manifest)
+
+            def say(line: str) -> None:
+                log.info("kube: job %s pod %s: %s", job_id, pod_id, line)
+
+            pending = _Pending(folders=dict(folders), manifest=manifest, say=say, pod_id=pod_id)
             self._pending[pod_id] = pending
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="kube-hashing", daemon=True)
-                self._thread.start()
-        self._queue.put(pending)
+        self._thread.submit(pending)
         return None
 
     def keep(self, waiting: set[int]) -> None:
@@ -114,26 +99,4 @@ class ContentHashing:
         with self._lock:
             for pending in self._pending.values():
                 pending.cancel.set()
-        self._queue.put(None)
-
-    def _run(self) -> None:
-        while (pending := self._queue.get()) is not None:
-            if pending.cancel.is_set():
-                continue
-
-            def say(line: str, p: _Pending = pending) -> None:
-                log.info("kube: job %s pod %s: %s", p.job_id, p.pod_id, line)
-
-            try:
-                content, note = hash_inputs(
-                    pending.folders, pending.manifest, cache=self.cache, say=say,
-                    cancelled=pending.cancel, **self.bounds,
-                )  # fmt: skip
-            except Cancelled:
-                continue
-            except Exception as exc:  # a bug must not leave the worker waiting for good
-                log.exception("kube: pod %s: hashing its inputs failed", pending.pod_id)
-                content, note = RunFacts(), not_hashed(f"the controller failed: {exc}")
-            say(note)
-            pending.content = content
-            self._wake()
+        self._thread.stop()

@@ -7,12 +7,15 @@ thread of its own, never in its loop. Django-free."""
 
 import contextlib
 import json
+import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from protocol import limits
 from protocol.inputs import (
@@ -27,6 +30,8 @@ from protocol.inputs import (
 )
 from protocol.outputs import OutputPaths
 from protocol.units import RunFacts
+
+log = logging.getLogger(__name__)
 
 CACHE_ENTRIES = 200_000  # files remembered, the most recently hashed or found
 PROGRESS_EVERY = 30.0  # seconds between the log's progress lines while hashing
@@ -185,3 +190,65 @@ def hash_inputs(
 
 def files_noun(count: int) -> str:
     return f"{count:,} file{'' if count == 1 else 's'}"
+
+
+# -- the hashing thread ---------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class HashRequest:
+    """One worker's data folders to hash into its manifest; `say` writes where its user
+    reads (the worker's log on a node, the controller's log on Kubernetes)."""
+
+    folders: dict[str, str]
+    manifest: Path
+    say: Callable[[str], None]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    content: RunFacts | None = None  # once hashed (empty: not hashed, the log says why)
+
+
+class HashThread:
+    """One thread hashing requests one at a time, started at the first (the ranks of a job
+    read the same folders: the second finds every file in the cache); `done()` after
+    each. Its owner (agents.node.hashing, kube.hashing) keeps which worker waits for
+    which request."""
+
+    def __init__(self, cache: HashCache, done: Callable[[], None], *, who: str) -> None:
+        self.cache, self._done, self._who = cache, done, who
+        self.bounds: dict[str, Any] = {
+            "max_files": limits.INPUT_SHA256_FILES,
+            "max_bytes": limits.INPUT_SHA256_BYTES,
+            "max_seconds": limits.INPUT_SHA256_SECONDS,
+        }
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[HashRequest | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, request: HashRequest) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hashing", daemon=True)
+                self._thread.start()
+        self._queue.put(request)
+
+    def stop(self) -> None:
+        """The thread ends after the request it hashes (its owner cancels that one)."""
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while (request := self._queue.get()) is not None:
+            if request.cancel.is_set():
+                continue
+            try:
+                content, note = hash_inputs(
+                    request.folders, request.manifest, cache=self.cache, say=request.say,
+                    cancelled=request.cancel, **self.bounds,
+                )  # fmt: skip
+            except Cancelled:
+                continue
+            except Exception as exc:  # a bug must not leave the worker waiting for good
+                log.exception("hashing %s failed", request.manifest)
+                content, note = RunFacts(), not_hashed(f"the {self._who} failed: {exc}")
+            request.say(note)
+            request.content = content
+            self._done()

@@ -25,20 +25,17 @@ so the next agent forgets it (Ledger.unprepared) and the console's next reply st
 """
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agents.node.ledger import data_folders
 from agents.node.progress import BadCheckpointDir, checkpoint_dir, workspace_area
 from agents.node.state import LaunchRecord
-from protocol import limits
 from protocol.agent import RunFacts, WorkerSpec
-from protocol.hashing import Cancelled, HashCache, hash_inputs, manifest_file
-from protocol.inputs import not_hashed
+from protocol.hashing import HashCache, HashRequest, HashThread, manifest_file
 from protocol.outputs import output_paths
 
 log = logging.getLogger(__name__)
@@ -50,15 +47,11 @@ CACHE_NAME = "inputs-sha256.json"
 Hashed = tuple[WorkerSpec, tuple[str, ...], LaunchRecord, RunFacts]
 
 
-@dataclass
-class _Pending:
+@dataclass(kw_only=True)
+class _Pending(HashRequest):
     spec: WorkerSpec
     gpu_uuids: tuple[str, ...]
     record: LaunchRecord
-    folders: dict[str, str]
-    manifest: Path
-    cancel: threading.Event = field(default_factory=threading.Event)
-    content: RunFacts | None = None  # once hashed (empty: not hashed, the log says why)
 
 
 class InputHashing:
@@ -68,17 +61,11 @@ class InputHashing:
         self, state_dir: Path, append: Callable[[int, str, bool], None], wake: threading.Event
     ) -> None:
         self.state_dir = Path(state_dir)
-        self.cache = HashCache(self.state_dir / CACHE_NAME)
-        self.bounds: dict[str, Any] = {
-            "max_files": limits.INPUT_SHA256_FILES,
-            "max_bytes": limits.INPUT_SHA256_BYTES,
-            "max_seconds": limits.INPUT_SHA256_SECONDS,
-        }
-        self._append, self._wake = append, wake
+        self._append = append
+        self._thread = HashThread(HashCache(self.state_dir / CACHE_NAME), wake.set, who="agent")
+        self.bounds = self._thread.bounds
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
 
     def begin(self, spec: WorkerSpec, gpu_uuids: tuple[str, ...], record: LaunchRecord) -> bool:
         """Hash this worker's inputs first when its job asks (True: its launch waits)."""
@@ -93,14 +80,17 @@ class InputHashing:
         except (BadCheckpointDir, OSError):
             return False  # the launch refuses it, saying why
         path = manifest_file(output_paths(folder, spec.job_id, spec.attempt))
-        pending = _Pending(spec, gpu_uuids, record, folders, path)
+
+        def say(line: str, pod_id: int = spec.pod_id) -> None:
+            self._append(pod_id, f"[agent] {line}", False)
+
+        pending = _Pending(
+            folders=folders, manifest=path, say=say, spec=spec, gpu_uuids=gpu_uuids, record=record
+        )
         record.preparing = True  # saved with the reply's launches (Agent.converge)
         with self._lock:
             self._pending[spec.pod_id] = pending
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="hashing", daemon=True)
-                self._thread.start()
-        self._queue.put(pending)
+        self._thread.submit(pending)
         return True
 
     def cancel(self, pod_id: int) -> bool:
@@ -141,27 +131,4 @@ class InputHashing:
         with self._lock:
             for pending in self._pending.values():
                 pending.cancel.set()
-        self._queue.put(None)
-
-    def _run(self) -> None:
-        while (pending := self._queue.get()) is not None:
-            if pending.cancel.is_set():
-                continue
-            pod_id = pending.spec.pod_id
-
-            def say(line: str, pod_id: int = pod_id) -> None:
-                self._append(pod_id, f"[agent] {line}", False)
-
-            try:
-                content, note = hash_inputs(
-                    pending.folders, pending.manifest, cache=self.cache, say=say,
-                    cancelled=pending.cancel, **self.bounds,
-                )  # fmt: skip
-            except Cancelled:
-                continue
-            except Exception as exc:  # a bug must not leave the worker waiting for good
-                log.exception("pod %s: hashing its inputs failed", pod_id)
-                content, note = RunFacts(), not_hashed(f"the agent failed: {exc}")
-            say(note)
-            pending.content = content
-            self._wake.set()
+        self._thread.stop()

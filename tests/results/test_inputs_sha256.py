@@ -13,13 +13,13 @@ import threading
 import pytest
 from django.test import Client
 
-from agents.node.hashing import Cancelled, HashCache, hash_inputs
 from cli.result import _print
 from jobs.models import Job
 from policy.jobspec import JobSpec
 from policy.run_compare import RESOLVED
 from protocol import hashing
 from protocol.agent import WorkerSpec
+from protocol.hashing import Cancelled, HashCache, hash_inputs
 from protocol.inputs import inputs_facts, manifest
 from protocol.units import ResumeIdentity, RunFacts, resume_refusal
 from tests.agents.agentproc import (
