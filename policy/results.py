@@ -98,13 +98,15 @@ class Contract:
     count: int | None = None
     ids: tuple[str, ...] = ()
     items: int | None = None
+    per_unit: int | None = None  # items each unit must hold, exactly
     validator: str = ""  # a command run after exit 0 (docs/results.md, "The validator")
 
     @classmethod
     def of(cls, stored: Mapping[str, Any] | None) -> "Contract | None":
         """The contract a job's `result_contract` column holds, or None (no contract)."""
         stored = stored or {}
-        if not any(stored.get(k) for k in ("expected_units", "expected_items", "validator")):
+        keys = ("expected_units", "expected_items", "items_per_unit", "validator")
+        if not any(stored.get(k) for k in keys):
             return None
         number, ids = expected_units(str(stored.get("expected_units") or ""))
         return cls(
@@ -112,13 +114,14 @@ class Contract:
             count=number,
             ids=ids,
             items=stored.get("expected_items"),
+            per_unit=stored.get("items_per_unit"),
             validator=str(stored.get("validator") or ""),
         )
 
     @property
     def counted(self) -> bool:
         """Whether the contract expects units or items (not only a validator)."""
-        return self.count is not None or self.items is not None
+        return self.count is not None or self.items is not None or self.per_unit is not None
 
     def plural(self) -> str:
         return self.unit + ("es" if self.unit.endswith(("s", "x", "sh", "ch")) else "s")
@@ -182,6 +185,11 @@ def judge(
     items = sum(accepted.values())
     if contract.items is not None and items < contract.items:
         problems.append(f"{items:,} of {contract.items:,} items")
+    if contract.per_unit is not None:
+        other = sorted(u for u, n in accepted.items() if n != contract.per_unit)
+        if other:
+            held = _listed(f"{u} ({accepted[u]:,})" for u in other)
+            problems.append(f"{words} not of {contract.per_unit:,} items: {held}")
     conflicts = sorted(set(conflicts))
     if conflicts:
         problems.append(f"conflicting checksums for {_listed(conflicts)}")
@@ -199,6 +207,8 @@ def judge(
         )
     expected = contract.count if contract.count is not None else len(accepted)
     said = [f"{len(accepted):,}/{expected:,} {words}", f"{items:,} items"]
+    if contract.per_unit is not None:
+        said[-1] += f", {contract.per_unit:,} each"
     if not contract.counted:
         said = []
     if contract.validator:

@@ -20,6 +20,7 @@ JOB_BOUNDS = {
     "max_restarts": (0, 100),
     "hang_timeout": (5, 30 * 86400),
     "result_expected_items": (1, 10**12),
+    "result_items_per_unit": (1, 10**12),
     "result_expected_output_gb": (1, 10**6),
     "result_preflight_seconds": (5, 3600),
 }

@@ -146,6 +146,29 @@ def test_exit_0_after_5_partitions_is_failed_result_rejected_showing_2500_of_400
     assert agent.terminate() == 0, agent.output()
 
 
+def test_partitions_of_another_size_than_the_contract_says_are_rejected_by_name(
+    agents, live_server, api_token, quota
+):
+    """result_items_per_unit: every partition must hold exactly that many items (its
+    manifest's count); the program writes 500 ids a partition, the contract asks 400."""
+    agent = agents("results-per-unit")
+    registered("results-per-unit")
+    job_id = _submit(
+        live_server, api_token, quota, env={"PARTITIONS": "3"},
+        result_expected_units="p{1..3}", result_expected_items=None, result_items_per_unit=400,
+    )  # fmt: skip
+    job = _finished(job_id)
+    assert job.status == "Failed", job.status_reason
+    assert job.status_reason.startswith(
+        "exited 0 but result rejected: partitions not of 400 items: p1 (500), p2 (500), p3 (500)"
+    )
+    report = _api(live_server, api_token, "GET", f"/jobs/{job_id}/result").json()
+    assert (report["state"], report["reason_code"]) == ("rejected", "result_rejected")
+    shown = _api(live_server, api_token, "GET", f"/jobs/{job_id}").json()["result"]
+    assert shown["items_per_unit"] == 400
+    assert agent.terminate() == 0, agent.output()
+
+
 def test_killed_in_partition_6_and_restarted_ends_with_4000_distinct_ids(
     agents, live_server, api_token, quota, tmp_path
 ):

@@ -81,6 +81,21 @@ def test_a_count_contract_and_an_items_contract():
     assert judge(items, {"a": 9}).reason == "exited 0 but result rejected: 9 of 10 items"
 
 
+def test_an_items_per_unit_contract_names_each_unit_of_another_size():
+    each = Contract.of({"unit": "partition", "expected_units": "p{1..3}", "items_per_unit": 500})
+    assert each is not None and each.counted
+    verdict = judge(each, {"p1": 500, "p2": 500, "p3": 500})
+    assert verdict.reason == "result accepted (3/3 partitions, 1,500 items, 500 each)"
+    verdict = judge(each, {"p1": 500, "p2": 499, "p3": 501})
+    assert verdict.state == "rejected" and verdict.code == "result_rejected"
+    assert verdict.reason == (
+        "exited 0 but result rejected: partitions not of 500 items: p2 (499), p3 (501)"
+    )
+    alone = Contract.of({"items_per_unit": 2})  # a contract of its own, without ids or a count
+    assert alone is not None and judge(alone, {"a": 2}).state == "accepted"
+    assert judge(alone, {"a": 2, "b": 3}).reason.endswith("units not of 2 items: b (3)")
+
+
 def test_the_progress_line():
     assert (
         progress_text(EIGHT, 5, 2500, "write")
