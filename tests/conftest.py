@@ -1,5 +1,6 @@
 """Shared fixtures: a tenant with workspaces, quotas, users of each role, and GPU nodes."""
 
+import threading
 import uuid
 
 import pytest
@@ -123,3 +124,23 @@ def post_confirmed(client, url: str, data: dict):
     if set(form.form.errors) - {"__all__"}:
         return first  # field errors: no preview
     return client.post(url, data | {"preview_token": form.form.data["preview_token"]})
+
+
+@pytest.fixture
+def held_file_hash(monkeypatch):
+    """Every data file's hash (protocol.hashing, agent and Kubernetes controller alike)
+    held until `gate` is set; `entered` once one is held. The gate opens at teardown, and
+    a held hash gives up waiting after 30 s (a test that forgot its gate still ends)."""
+    from protocol import hashing
+
+    entered, gate = threading.Event(), threading.Event()
+    real = hashing.file_sha256
+
+    def held(path, on_block):
+        entered.set()
+        gate.wait(30.0)
+        return real(path, on_block)
+
+    monkeypatch.setattr(hashing, "file_sha256", held)
+    yield entered, gate
+    gate.set()

@@ -7,7 +7,6 @@ content digest."""
 
 import hashlib
 import json
-import threading
 import time
 
 import pytest
@@ -16,7 +15,6 @@ from cluster.models import Node
 from jobs.actions.stop import request_stop
 from jobs.models import AttemptFacts, Job, Pod
 from policy.statuses import JobStatus, PodStatus
-from protocol import hashing
 from tests.agents.agentproc import stored_lines
 from tests.agents.test_agent_loop import (  # noqa: F401 - the fixtures (F811 below)
     WAIT,
@@ -28,22 +26,6 @@ from tests.agents.test_agent_loop import (  # noqa: F401 - the fixtures (F811 be
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LABELS = b"seven\n"
-
-
-@pytest.fixture
-def slow_hash(monkeypatch):
-    """The agent's file hash held until `gate` is set; `entered` once it is held."""
-    entered, gate = threading.Event(), threading.Event()
-    real = hashing.file_sha256
-
-    def held(path, on_block):
-        entered.set()
-        gate.wait(WAIT)
-        return real(path, on_block)
-
-    monkeypatch.setattr(hashing, "file_sha256", held)
-    yield entered, gate
-    gate.set()
 
 
 def _hashed_job(job_on, node, workspace, tmp_path):  # noqa: F811
@@ -82,9 +64,9 @@ def test_heartbeats_go_on_while_the_inputs_are_hashed(
     job_on,  # noqa: F811
     workspace,
     tmp_path,
-    slow_hash,
+    held_file_hash,
 ):
-    entered, gate = slow_hash
+    entered, gate = held_file_hash
     agent = make_agent()
     node = Node.objects.get(name="loop-node")
     job, pod, manifest = _hashed_job(job_on, node, workspace, tmp_path)
@@ -118,9 +100,9 @@ def test_an_agent_restarted_while_hashing_starts_the_worker_again(
     job_on,  # noqa: F811
     workspace,
     tmp_path,
-    slow_hash,
+    held_file_hash,
 ):
-    entered, gate = slow_hash
+    entered, gate = held_file_hash
     first = make_agent()
     node = Node.objects.get(name="loop-node")
     job, pod, manifest = _hashed_job(job_on, node, workspace, tmp_path)
@@ -147,9 +129,9 @@ def test_a_stop_while_hashing_ends_the_worker_unlaunched(
     job_on,  # noqa: F811
     workspace,
     tmp_path,
-    slow_hash,
+    held_file_hash,
 ):
-    entered, _gate = slow_hash
+    entered, _gate = held_file_hash
     agent = make_agent()
     node = Node.objects.get(name="loop-node")
     job, pod, _ = _hashed_job(job_on, node, workspace, tmp_path)

@@ -25,10 +25,10 @@ def _login(browser, console: RunningConsole):
     return page
 
 
-def test_the_result_of_a_contract_submitted_from_the_form(browser, running_console):
-    page = _login(browser, running_console)
-    page.goto(f"{running_console.url}/jobs/new/")
-    page.fill("input[name=name]", "partitions")
+def _fill_create_form(page, console: RunningConsole, name: str) -> None:
+    """The create page with the partitioned example on one GPU of vision-h200."""
+    page.goto(f"{console.url}/jobs/new/")
+    page.fill("input[name=name]", name)
     quota = page.locator("select[name=quota] option", has_text="vision-h200 (Lingjun, H200)")
     page.select_option("select[name=quota]", value=quota.get_attribute("value"))
     page.fill("input[name=image]", "python:3.12")
@@ -36,6 +36,11 @@ def test_the_result_of_a_contract_submitted_from_the_form(browser, running_conso
     page.fill("input[name=gpus_per_worker]", "1")
     page.fill("input[name=cpus_per_worker]", "1")
     page.fill("input[name=memory_gb_per_worker]", "1")
+
+
+def test_the_result_of_a_contract_submitted_from_the_form(browser, running_console):
+    page = _login(browser, running_console)
+    _fill_create_form(page, running_console, "partitions")
     page.fill("input[name=result_unit]", "partition")
     page.fill("input[name=result_expected_units]", "p{1..8}")
     page.fill("input[name=result_expected_items]", "4000")
@@ -117,15 +122,7 @@ def test_an_output_folder_inside_another_runs_is_refused_on_the_form(browser, ru
     page.goto(f"{running_console.url}/jobs/{first}/")
     shown = page.locator("section.result [data-result-output-dir]").inner_text()
     assert "campaign-b/results" in shown
-    page.goto(f"{running_console.url}/jobs/new/")
-    page.fill("input[name=name]", "nested")
-    quota = page.locator("select[name=quota] option", has_text="vision-h200 (Lingjun, H200)")
-    page.select_option("select[name=quota]", value=quota.get_attribute("value"))
-    page.fill("input[name=image]", "python:3.12")
-    page.fill("textarea[name=command]", COMMAND)
-    page.fill("input[name=gpus_per_worker]", "1")
-    page.fill("input[name=cpus_per_worker]", "1")
-    page.fill("input[name=memory_gb_per_worker]", "1")
+    _fill_create_form(page, running_console, "nested")
     page.fill("input[name=result_output_dir]", "campaign-b/results/more")
     with page.expect_navigation(wait_until="commit"):
         page.click("button[type=submit]")

@@ -11,13 +11,10 @@ import os
 import threading
 from pathlib import Path
 
-import pytest
-
 from agents import sdk
 from jobs.actions.results import record_runs
 from jobs.models import AttemptFacts, Pod, ResultUnit
 from policy.statuses import JobStatus, PodStatus
-from protocol import hashing
 from protocol.hashing import HashCache, hash_inputs
 from protocol.inputs import inputs_facts
 from tests.k8s.conftest import settle
@@ -30,22 +27,6 @@ LABELS = b"3\n1\n"
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture
-def held_hash(monkeypatch):
-    """Every file's hash held until `gate` is set; `entered` once one is held."""
-    entered, gate = threading.Event(), threading.Event()
-    real = hashing.file_sha256
-
-    def held(path, on_block):
-        entered.set()
-        gate.wait(WAIT)
-        return real(path, on_block)
-
-    monkeypatch.setattr(hashing, "file_sha256", held)
-    yield entered, gate
-    gate.set()
 
 
 def _dataset(kube_config, workspace, folder: str) -> Path:
@@ -66,11 +47,11 @@ def _agents_digest(folders: dict[str, str], tmp_path: Path) -> str:
 
 
 def test_no_pod_until_hashed_and_the_identity_has_the_agents_digest(
-    controllers, kubelet, kube_ns, kube_config, researcher, workspace, quota, held_hash,
+    controllers, kubelet, kube_ns, kube_config, researcher, workspace, quota, held_file_hash,
     tmp_path,
 ):  # fmt: skip
     ns = kube_ns
-    entered, gate = held_hash
+    entered, gate = held_file_hash
     kubelet.add_node(f"{ns}-a", 8, {"gpu-console-test": ns})
     data = _dataset(kube_config, workspace, "datasets/mnist")
     controller = controllers()
@@ -103,11 +84,11 @@ def test_no_pod_until_hashed_and_the_identity_has_the_agents_digest(
     assert oct(Path(kube_config.hash_cache).stat().st_mode & 0o777) == "0o600"
 
 
-def test_a_held_hash_does_not_hold_another_jobs_pod(
-    controllers, kubelet, kube_ns, kube_config, researcher, workspace, quota, held_hash
+def test_a_held_file_hash_does_not_hold_another_jobs_pod(
+    controllers, kubelet, kube_ns, kube_config, researcher, workspace, quota, held_file_hash
 ):
     ns = kube_ns
-    entered, gate = held_hash
+    entered, gate = held_file_hash
     kubelet.add_node(f"{ns}-a", 8, {"gpu-console-test": ns})
     _dataset(kube_config, workspace, "big")
     controller = controllers()

@@ -63,16 +63,8 @@ def test_none_while_hashing_then_the_facts_and_the_step_woken(tmp_path, data):
     hasher.stop()
 
 
-def test_a_worker_no_longer_waiting_has_its_hash_cancelled(tmp_path, data, monkeypatch):
-    entered, gate = threading.Event(), threading.Event()
-    real = hashing.file_sha256
-
-    def held(path, on_block):
-        entered.set()
-        gate.wait(WAIT)
-        return real(path, on_block)
-
-    monkeypatch.setattr(hashing, "file_sha256", held)
+def test_a_worker_no_longer_waiting_has_its_hash_cancelled(tmp_path, data, held_file_hash):
+    entered, gate = held_file_hash
     hasher = ContentHashing(None, lambda: None)
     first, second = tmp_path / "1.sha256", tmp_path / "2.sha256"
     assert hasher.content(1, 7, data, first) is None
