@@ -221,6 +221,14 @@ def world(tmp_path_factory):
             60,
             message="no progress",
         )
+        # Its estimate needs resnet's rate towards its total: one computed before that was
+        # known says "unknown" and is cached for FORECAST_CACHE_SECONDS; wait until the
+        # console estimates it (the pages below show the same cached estimate).
+        wait_for(
+            lambda: (job(console, ids["waiting"])["expected_start"] or {}).get("at"),
+            60,
+            message="the waiting job's start was never estimated",
+        )
         yield {"console": console, "ids": ids, "output": output}
 
 
