@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: run test test-tools test-nightly test-deploy test-distributed test-k8s api-conformance chaos faults venv lint format check bench clean
+.PHONY: run test test-tools test-nightly test-deploy test-portable test-distributed test-k8s api-conformance chaos faults venv lint format check bench clean
 
 $(BIN)/.installed: pyproject.toml agents/node/fence/fencewrap.c
 	test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
@@ -50,6 +50,16 @@ api-conformance: venv
 test-deploy: venv
 	scripts/deploy-tools
 	DEPLOY_TEST=1 $(BIN)/pytest tests/deploy -p no:randomly -v -s --durations=0 $(PYTEST_ARGS)
+
+## make test-portable: the production stack carried to a bare machine (scripts/portable-stack:
+## PostgreSQL, Redis and the wheels in one tarball, packed once per pyproject.toml and script,
+## cached), started on ports of its own under a Python without the project's packages, a
+## small fleet run on it (tests/portable)
+PORTABLE_BUNDLE ?= $(HOME)/.cache/gpu-console/portable-stack-$(shell cat pyproject.toml scripts/portable-stack | sha256sum | cut -c1-12).tar.xz
+test-portable: venv
+	@test -s $(PORTABLE_BUNDLE) || { mkdir -p $(dir $(PORTABLE_BUNDLE)) && \
+		scripts/portable-stack pack $(PORTABLE_BUNDLE).part && mv $(PORTABLE_BUNDLE).part $(PORTABLE_BUNDLE); }
+	PORTABLE_TEST=1 PORTABLE_BUNDLE=$(PORTABLE_BUNDLE) $(BIN)/pytest tests/portable -p no:randomly -v $(PYTEST_ARGS)
 
 ## make test-distributed: a real torch.distributed (gloo, CPU) job across two agents, before
 ## and after a fault-tolerance restart, and a real mpirun job across them (tests/distributed).

@@ -98,11 +98,13 @@ def kueue_svg(series: dict[str, dict[str, float]], path: Path) -> None:
 
 
 def fleet_rows() -> list[dict]:
-    """The fleet's rows, smallest fleet first: the quick run's and the full run's."""
+    """The fleet's rows, smallest fleet first: the quick run's and the full run's, each
+    with the CPUs of the machine it ran on (the full sizes need a machine of 16)."""
     rows = [
-        row
+        row | {"cpus": (results.get("machine") or {}).get("cpus")}
         for name in ("results.json", "results-fleet-full.json")
-        for row in (load(name).get("fleet") or {}).get("rows", [])
+        for results in [json.loads((BENCH / name).read_text()) if (BENCH / name).exists() else {}]
+        for row in ((results.get("benchmarks") or {}).get("fleet") or {}).get("rows", [])
     ]
     return sorted({r["nodes"]: r for r in rows}.values(), key=lambda r: r["nodes"])
 
@@ -144,7 +146,13 @@ def fleet_svg(rows: list[dict], path: Path) -> None:
                 )
                 parts.append(f'<text x="{sx + 10:.1f}" y="{bottom - 20}">not measured here</text>')
                 continue
+            if any(row.get(key) is None for key, _ in keys):  # an older run: per Celery task
+                parts.append(
+                    f'<text x="{sx + 10:.1f}" y="{bottom - 20}">not measured per cycle</text>'
+                )
             for k, (key, color) in enumerate(keys):
+                if row.get(key) is None:
+                    continue
                 v = row.get(key) or 0
                 bw = (slot - 20) / len(keys)
                 bx = sx + 10 + k * bw
@@ -154,7 +162,9 @@ def fleet_svg(rows: list[dict], path: Path) -> None:
                 )
                 parts.append(f'<text x="{bx:.1f}" y="{y(v) - 4:.1f}">{v:g}</text>')
             bound = row.get("hb_per_s", 0) < 0.95 * row.get("hb_offered_per_s", 0)
-            label = f"{row['nodes']:,} nodes" + (" (machine-bound)" if bound else "")
+            label = f"{row['nodes']:,} nodes, {row['cpus']} CPUs" + (
+                " (machine-bound)" if bound else ""
+            )
             parts.append(f'<text x="{sx + 10:.1f}" y="{bottom + 16}">{label}</text>')
             parts.append(
                 f'<text x="{sx + 10:.1f}" y="{bottom + 32}">'

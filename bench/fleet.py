@@ -15,7 +15,9 @@ a "probe" quota of RESERVE GPUs gets a short job each second of the steady windo
 
 Over the steady window: heartbeats/s offered (N / interval) and achieved, their client-side
 latency p50/p95/p99 (AgentClient.heartbeat), wait/ and logs/ calls/s; the scheduler cycle
-(LoopRun: window mean, largest seen); probes' submit -> Running p95 (created_at ->
+(each cycle's, as it counts itself: count, mean, longest, the share of the window the
+scheduler was busy; and the Celery tasks, which run up to 20 cycles each, their longest
+seen); probes' submit -> Running p95 (created_at ->
 started_at); cores used by gunicorn, Celery (worker + beat), the database's PostgreSQL
 backends, the fleet, and the machine's busy share; RSS of gunicorn and Celery; nodes seen
 NotReady once all were Ready. Targets at 2,000 nodes, 5 s heartbeat (400/s): p95 <= 200 ms,
@@ -367,26 +369,34 @@ def steady(args, base: str, token: str, pids: dict, database: str, sampler: Samp
     stop, ids, errors = threading.Event(), [], []
     prober = threading.Thread(target=submit, args=(base, token, 0, stop, ids, errors))
     from console.models import LoopRun
+    from jobs.scheduler import figures
 
+    # Each cycle's own figures (jobs.scheduler.figures): a Celery task runs up to
+    # coalesce.MAX_ROUNDS cycles back to back, so the LoopRun's (a task's) is not a cycle's.
     loop = LoopRun.objects.filter(name="scheduler").values_list("runs", "seconds_total")
-    runs0, cycles0 = loop.first() or (0, 0.0)
+    tasks0, _ = loop.first() or (0, 0.0)
+    f0 = figures.read(REDIS_URL, reset_longest=True)
     cpu0, w0 = cpu_snapshot(pids, database), time.time()
     prober.start()
     time.sleep(args.duration)
     cpu1, w1 = cpu_snapshot(pids, database), time.time()
-    runs1, cycles1 = loop.first() or (0, 0.0)
+    f1 = figures.read(REDIS_URL)
+    tasks1, _ = loop.first() or (0, 0.0)
     stop.set()
     prober.join()
     time.sleep(args.heartbeat + 1)  # the last probes' Running reports
     sampler.stop.set()
     sampler.join()
-    runs = runs1 - runs0
+    cycles = f1.get("cycles", 0) - f0.get("cycles", 0)
+    seconds = f1.get("seconds", 0) - f0.get("seconds", 0)
     in_window = [s for at, s in sampler.cycles if w0 <= at <= w1]
     return {
         "window": (w0, w1), "probe_ids": list(ids), "probes": len(ids),
-        "probe_errors": len(errors), "cycles": runs,
-        "cycle_mean_ms": round(1000 * (cycles1 - cycles0) / max(1, runs), 1),
-        "cycle_max_ms": round(1000 * max(in_window, default=0.0), 1),
+        "probe_errors": len(errors), "cycles": int(cycles),
+        "cycle_mean_ms": round(1000 * seconds / max(1, cycles), 1),
+        "cycle_max_ms": round(1000 * f1.get("longest", 0.0), 1),
+        "scheduler_busy_pct": round(100 * seconds / (w1 - w0), 1),
+        "tasks": tasks1 - tasks0, "task_max_ms": round(1000 * max(in_window, default=0.0), 1),
         **cpu_figures(cpu0, cpu1, w1 - w0),
     }  # fmt: skip
 

@@ -26,6 +26,7 @@ writes (see `apply_plan`). Preemptions (rare) cost a few statements per victim.
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -35,6 +36,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs.actions.scheduling import apply_plan
+from jobs.scheduler import figures
 from jobs.scheduler.rows import CycleResult
 from jobs.scheduler.snapshot import load_snapshot
 from policy.scheduler.plan import PlanOptions, plan
@@ -90,14 +92,20 @@ def run_cycle(
     called once the lock is held, before the snapshot is read (the task takes its mark
     then)."""
     now = now or timezone.now()
-    with _serialised(wait) as held:
-        if not held:
-            return None
-        if when_locked is not None:
-            when_locked()
-        snapshot, rows = load_snapshot(now, incremental=True)
-        decided = plan(snapshot, now, plan_options())
-        result = apply_plan(decided, rows, now)
+    began = None
+    try:
+        with _serialised(wait) as held:
+            if not held:
+                return None
+            if when_locked is not None:
+                when_locked()
+            began = time.monotonic()
+            snapshot, rows = load_snapshot(now, incremental=True)
+            decided = plan(snapshot, now, plan_options())
+            result = apply_plan(decided, rows, now)
+    finally:
+        if began is not None:  # after the commit: never while holding the lock
+            figures.record(time.monotonic() - began)
     if result.admitted or result.conflicts:
         log.info(
             "scheduler: admitted %d job(s), %d waiting, %d lost a race (first: %s)",
