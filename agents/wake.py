@@ -71,9 +71,9 @@ class Watcher:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def wait(self, node_id: int, known: str, timeout: float) -> str | None:
-        """Block until the node's token differs from `known` (the token now) or `timeout`
-        passes (None). Raises NoSlot when this process already holds `slots` waits."""
+    def wait(self, node_id: int, known: str, timeout: float) -> bool:
+        """Block until the node's token differs from `known` (True) or `timeout` passes
+        (False). Raises NoSlot when this process already holds `slots` waits."""
         deadline = time.monotonic() + timeout
         with self._cond:
             if sum(self._waiting.values()) >= self.slots:
@@ -87,12 +87,12 @@ class Watcher:
                 while not self._closed:
                     seen = self._seen.get(node_id)
                     if seen is not None and seen[1] > began and seen[0] != known:
-                        return seen[0]
+                        return True
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return None
+                        return False
                     self._cond.wait(left)
-                return None
+                return False
             finally:
                 self._waiting[node_id] -= 1
                 if not self._waiting[node_id]:

@@ -476,12 +476,6 @@ class WaitReply(_FromConsole):
     # agent waits this long before asking again (six heartbeat intervals; its heartbeats go
     # on meanwhile and learn of new work).
     retry_after: Annotated[float, Field(ge=0, le=3600)] | None = None
-    # Additive: the node's desired-state token the console saw change. An agent whose last
-    # heartbeat reply already carried it (a heartbeat since the wait began learned it) needs
-    # no other heartbeat. None (an older console, or unchanged): heartbeat on change.
-    desired_version: Annotated[str, StringConstraints(max_length=limits.DESIRED_VERSION)] | None = (
-        None
-    )
 
 
 class ErrorBody(_FromConsole):

@@ -62,14 +62,6 @@ class Waking:
             self._next_beat(beats, self.interval)
             return
         if reply.changed:
-            with self._beat:
-                learned = reply.desired_version is not None and (
-                    reply.desired_version == self._desired_version
-                )
-            if learned:
-                # A heartbeat since this wait began already learned this state (the
-                # reply to an exit's heartbeat, say): no other heartbeat for it.
-                return
             self.wake.set()
             self._next_beat(beats, self.interval * 2)
         elif reply.retry_after is not None:  # no slot free on the console: back off

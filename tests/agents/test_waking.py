@@ -51,32 +51,3 @@ def test_a_changed_state_wakes_the_loop():
     agent, console = _Agent(), _Console(WaitReply(changed=True))
     agent.wait_for_change(console)
     assert agent.wake.is_set()
-
-
-class _Learned(_Console):
-    """Answers "changed" to a state a heartbeat of the agent's own learned meanwhile."""
-
-    def __init__(self, agent: _Agent, learned: str, now: str) -> None:
-        super().__init__(WaitReply(changed=True, desired_version=now))
-        self.agent, self.learned = agent, learned
-
-    def wait(self, request) -> WaitReply:
-        with self.agent._beat:  # a heartbeat (an exit's) that learned the new pods
-            self.agent._beats += 1
-            self.agent._desired_version = self.learned
-        return super().wait(request)
-
-
-def test_a_change_a_heartbeat_already_learned_costs_no_other_heartbeat():
-    """The wait was held with the token from before an exit whose reply carried the new
-    pods: its "changed" names the state the agent already has, so the waker waits again
-    instead of waking the loop for another heartbeat."""
-    agent = _Agent()
-    agent.wait_for_change(_Learned(agent, learned="2.7.0", now="2.7.0"))
-    assert not agent.wake.is_set()
-
-
-def test_a_change_newer_than_the_last_heartbeat_wakes_the_loop():
-    agent = _Agent()
-    agent.wait_for_change(_Learned(agent, learned="2.7.0", now="3.9.0"))  # placed after it
-    assert agent.wake.is_set()
