@@ -7,13 +7,12 @@ lock (flock) while it runs, so a second live copy would find it taken and say so
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from agents.node.state import lock_holder
-from tests.e2e.conftest import ROOT, RunningConsole, print_tail, start_console, wait_for
+from tests.e2e.conftest import RunningConsole, start_console, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -53,21 +52,6 @@ def api(console: RunningConsole, method: str, path: str, **kwargs) -> dict:
     return response.json()
 
 
-def restart_agent(pid: int, log_path: Path) -> subprocess.Popen:
-    """Kill -9 the console's agent and start it again, as an operator would: the same
-    command and environment (not watching the console: it is not its child now)."""
-    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
-    raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
-    env = dict(item.split("=", 1) for item in raw if "=" in item)
-    at = argv.index("--parent-pid") if "--parent-pid" in argv else None
-    if at is not None:
-        del argv[at : at + 2]
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not alive(pid), 30, message="the agent to die")
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
 def test_a_killed_wrapper_of_an_adopted_worker_never_leaves_two_copies_of_its_rank(
     tmp_path, node_figures
 ):
@@ -93,11 +77,13 @@ def test_a_killed_wrapper_of_an_adopted_worker_never_leaves_two_copies_of_its_ra
             90,
             message="attempt 1 to hold its lock",
         )
-        log_path = tmp_path / "agent.log"
-        agent = restart_agent(lock_holder(var_dir / "agent" / NODE), log_path)
+        # Killed -9; the console's supervisor starts it again (docs/processes.md). A second
+        # agent started here by hand raced that restart: the console's new agent stopped it
+        # as a leftover, and the job's attempts moved on under the test.
+        os.kill(lock_holder(var_dir / "agent" / NODE), signal.SIGKILL)
         try:
             wait_for(
-                lambda: "adopted 1 workers" in log_path.read_text(errors="replace"),
+                lambda: "adopted 1 workers" in console.output(),
                 60,
                 message="the restarted agent to adopt the worker",
             )
@@ -121,15 +107,6 @@ def test_a_killed_wrapper_of_an_adopted_worker_never_leaves_two_copies_of_its_ra
                 60,
                 message="the job to stop",
             )
-        except BaseException:
-            print_tail("restarted agent", log_path)
-            raise
         finally:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
             if alive(first):
                 os.kill(first, signal.SIGKILL)
