@@ -91,12 +91,15 @@ def test_mpirun_starts_ranks_on_both_agents_through_the_exec_channel(
         timeout=TIMEOUT,
     )
     job.refresh_from_db()
+    # Attempt 1's port, read while it is attempt 1's: read after the attempt ran, it was
+    # sometimes attempt 2's already (the job restarts as soon as mpirun fails).
+    assert job.rendezvous_attempt == 1
+    first_port = job.rendezvous_port
     hosts = {n.pk: n.address for n in nodes.values()}
     placed = {p.rank: hosts[p.node_id] for p in Pod.objects.filter(job=job)}
     assert set(placed.values()) == {"127.0.0.2", "127.0.0.3"}  # across both agents
 
     first = _ran(job, 1, placed)
-    first_port = Job.objects.get(pk=job.pk).rendezvous_port
     assert any("failing on purpose" in line for line in first)
 
     # The launcher failed with mpirun: the whole job restarts and meets again.
