@@ -16,9 +16,14 @@ BENCH = ROOT / "bench"
 COLORS = ["#888888", "#1f77b4", "#2ca02c", "#d62728", "#9467bd"]
 
 
-def load(name: str) -> dict:
+def results(name: str) -> dict:
+    """A committed results file (machine, benchmarks, …); {} where there is none."""
     path = BENCH / name
-    return json.loads(path.read_text())["benchmarks"] if path.exists() else {}
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def load(name: str) -> dict:
+    return results(name).get("benchmarks", {})
 
 
 def when(name: str) -> str:
@@ -100,12 +105,10 @@ def kueue_svg(series: dict[str, dict[str, float]], path: Path) -> None:
 def fleet_rows() -> list[dict]:
     """The fleet's rows, smallest fleet first: the quick run's and the full run's, each
     with the CPUs of the machine it ran on (the full sizes need a machine of 16)."""
-    rows = [
-        row | {"cpus": (results.get("machine") or {}).get("cpus")}
-        for name in ("results.json", "results-fleet-full.json")
-        for results in [json.loads((BENCH / name).read_text()) if (BENCH / name).exists() else {}]
-        for row in ((results.get("benchmarks") or {}).get("fleet") or {}).get("rows", [])
-    ]
+    rows = []
+    for name in ("results.json", "results-fleet-full.json"):
+        cpus = results(name).get("machine", {}).get("cpus")
+        rows += [row | {"cpus": cpus} for row in (load(name).get("fleet") or {}).get("rows", [])]
     return sorted({r["nodes"]: r for r in rows}.values(), key=lambda r: r["nodes"])
 
 

@@ -92,20 +92,16 @@ def run_cycle(
     called once the lock is held, before the snapshot is read (the task takes its mark
     then)."""
     now = now or timezone.now()
-    began = None
-    try:
-        with _serialised(wait) as held:
-            if not held:
-                return None
-            if when_locked is not None:
-                when_locked()
-            began = time.monotonic()
-            snapshot, rows = load_snapshot(now, incremental=True)
-            decided = plan(snapshot, now, plan_options())
-            result = apply_plan(decided, rows, now)
-    finally:
-        if began is not None:  # after the commit: never while holding the lock
-            figures.record(time.monotonic() - began)
+    with _serialised(wait) as held:
+        if not held:
+            return None
+        if when_locked is not None:
+            when_locked()
+        began = time.monotonic()
+        snapshot, rows = load_snapshot(now, incremental=True)
+        decided = plan(snapshot, now, plan_options())
+        result = apply_plan(decided, rows, now)
+    figures.record(time.monotonic() - began)  # after the commit: never holding the lock
     if result.admitted or result.conflicts:
         log.info(
             "scheduler: admitted %d job(s), %d waiting, %d lost a race (first: %s)",
