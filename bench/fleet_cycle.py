@@ -3,8 +3,9 @@ GPUs all busy with one-GPU pods of one quota, `--queued` one-GPU jobs of that qu
 Where a cycle's time goes at that size: the snapshot's reads (live pods, running jobs, the
 waiting rows), plan(), and a profile of one cycle.
 
-    .venv/bin/python -m bench.fleet_cycle                 # 2,000 nodes, 10,000 queued
-    .venv/bin/python -m bench.fleet_cycle --nodes 1000 --profile   # one size a run
+    .venv/bin/python -m bench.fleet_cycle          # 2,000 nodes, 10,000 queued, churn 0 and 200
+    .venv/bin/python -m bench.fleet_cycle --full   # 200, 1,000 and 2,000 nodes (a process each)
+    .venv/bin/python -m bench.fleet_cycle --nodes 1000 --churn 200 --profile
 
 On a clean PostgreSQL database of its own (bench/common.py). bench/fleet.py measures the same
 cycle under 2,000 agents on a bigger machine; this one runs anywhere, in a minute.
@@ -12,7 +13,9 @@ cycle under 2,000 agents on a bigger machine; this one runs anywhere, in a minut
 
 import argparse
 import cProfile
+import json
 import pstats
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,7 +65,28 @@ def fill(nodes: int, queued: int) -> None:
         Job.objects.bulk_create(Job(status=JobStatus.PENDING, **job) for _ in range(queued))
 
 
-def measure(nodes: int, queued: int, repeat: int, profile: bool) -> dict:
+def churn(count: int) -> None:
+    """`count` running jobs end (their pods exit, as agents' reports do), so the next cycle
+    places as many from the queue: a cycle with changes, as in the fleet."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from jobs.models import Job, Pod
+    from policy.statuses import JobStatus, PodStatus
+
+    with transaction.atomic():
+        ended = list(
+            Job.objects.filter(status__in=[JobStatus.RUNNING, JobStatus.STARTING])
+            .order_by("?")
+            .values_list("id", flat=True)[:count]
+        )
+        now = timezone.now()
+        Pod.objects.filter(job_id__in=ended).update(status=PodStatus.SUCCEEDED, finished_at=now)
+        Job.objects.filter(id__in=ended).update(status=JobStatus.COMPLETED, finished_at=now)
+
+
+def measure(nodes: int, queued: int, repeat: int, profile: bool, churns: list[int]) -> list:
+    """One size, on its own database: a row per churn (jobs ended before each cycle)."""
     with common.clean_database(f"fleet_cycle_{nodes}") as url:
         common.setup_django(url)
         from django.db import connection
@@ -73,47 +97,79 @@ def measure(nodes: int, queued: int, repeat: int, profile: bool) -> dict:
 
         fill(nodes, queued)
         run_cycle()  # queues them all, with reasons
-        cycles, reads, plans = [], [], []
-        for _ in range(repeat):
-            with CaptureQueriesContext(connection) as queries:
+        rows = []
+        for ended in churns:
+            cycles, reads, plans = [], [], []
+            for _ in range(repeat):
+                churn(ended)
+                with CaptureQueriesContext(connection) as queries:
+                    t = time.perf_counter()
+                    result = run_cycle()
+                    cycles.append(time.perf_counter() - t)
+                now = timezone.now()
                 t = time.perf_counter()
-                result = run_cycle()
-                cycles.append(time.perf_counter() - t)
-            now = timezone.now()
-            t = time.perf_counter()
-            snapshot, _ = load_snapshot(now, incremental=True)
-            reads.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            plan(snapshot, now, plan_options())
-            plans.append(time.perf_counter() - t)
-        if profile:
-            profiler = cProfile.Profile()
-            profiler.enable()
-            run_cycle()
-            profiler.disable()
-            pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
-        return {
-            "nodes": nodes, "pods": nodes * GPUS - RESERVE, "queued": queued,
-            "cycle_ms": round(1000 * common.median(cycles), 1),
-            "snapshot_ms": round(1000 * common.median(reads), 1),
-            "plan_ms": round(1000 * common.median(plans), 1),
-            "queries": len(queries), "admitted": len(result.admitted),
-        }  # fmt: skip
+                snapshot, _ = load_snapshot(now, incremental=True)
+                reads.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                plan(snapshot, now, plan_options())
+                plans.append(time.perf_counter() - t)
+            if profile:
+                churn(ended)
+                profiler = cProfile.Profile()
+                profiler.enable()
+                run_cycle()
+                profiler.disable()
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+            rows.append({
+                "nodes": nodes, "pods": nodes * GPUS - RESERVE, "queued": queued,
+                "churn": ended, "cycle_ms": round(1000 * common.median(cycles), 1),
+                "cycle_max_ms": round(1000 * max(cycles), 1),
+                "snapshot_ms": round(1000 * common.median(reads), 1),
+                "plan_ms": round(1000 * common.median(plans), 1),
+                "queries": len(queries), "admitted": len(result.admitted),
+            })  # fmt: skip
+        return rows
+
+
+def _each_size(sizes: list[int], argv: list[str]) -> list:
+    """One process per size (Django is set up once a process, on one database)."""
+    rows = []
+    for nodes in sizes:
+        cmd = [sys.executable, "-m", "bench.fleet_cycle", *argv, "--nodes", str(nodes)]
+        out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        lines = [line for line in out.splitlines() if line.startswith(common.JSON_MARK)]
+        rows += json.loads(lines[-1][len(common.JSON_MARK) :])["rows"]
+    return rows
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n.strip()]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="the same (one size: 2,000)")
-    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--full", action="store_true", help="three sizes: 200, 1,000, 2,000")
+    parser.add_argument("--nodes", type=_numbers, help="sizes, comma-separated (default 2000)")
     parser.add_argument("--queued", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="cProfile one more cycle")
+    parser.add_argument(
+        "--churn", type=_numbers, default=[0, 200],
+        help="jobs that end before each cycle, which then places as many; comma-separated",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    rows = [measure(args.nodes, args.queued, args.repeat, args.profile)]
+    sizes = args.nodes or ([200, 1000, 2000] if args.full else [2000])
+    if len(sizes) > 1:
+        passed = ["--queued", str(args.queued), "--repeat", str(args.repeat)]
+        passed += ["--churn", ",".join(map(str, args.churn))]
+        rows = _each_size(sizes, passed + (["--profile"] if args.profile else []))
+    else:
+        rows = measure(sizes[0], args.queued, args.repeat, args.profile, args.churn)
     common.report(
         "fleet_cycle", rows, quick=not args.full,
         notes="medians; snapshot_ms and plan_ms are the cycle's two parts measured apart "
-        "(the rest is the lock, the writes and the commit)",
+        "(the rest is the lock, the writes and the commit); churn: jobs ended before each "
+        "cycle, which places as many",
     )  # fmt: skip
 
 

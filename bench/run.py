@@ -40,6 +40,7 @@ BENCHMARKS = [
     "quota_preview",  # the owner pages' what-if of a resize at 2,000 nodes, 10,000 waiting
     "results_accept",  # counted results: 10,000 units accepted, the result API, accept()
     "inputs_hash",  # the data folders' content manifest against sha256sum, cold and cached
+    "fleet_cycle",  # the scheduler's cycle in the fleet's state (2,000 nodes), no fleet
     "fleet",  # N agents over the real protocol against gunicorn + Celery + PostgreSQL + Redis
     "kueue_sim",  # the same baseline on the policy alone (the simulator, no product latency)
     "kueue",  # Kueue's scheduler baseline through the whole product

@@ -27,6 +27,16 @@ def _no_random_rate_counter_purge(monkeypatch):
     monkeypatch.setattr("accounts.ratelimit.PURGE_CHANCE", 0.0)
 
 
+@pytest.fixture(autouse=True)
+def _snapshot_reads_from_scratch():
+    """The cycle's snapshot keeps rows between reads, per process (jobs.scheduler.live,
+    .running, .waiting): each test starts with none, so its query counts do not depend
+    on the tests before it."""
+    from jobs.scheduler.snapshot import forget
+
+    forget()
+
+
 @pytest.fixture
 def tenant(db):
     return Tenant.objects.create(name="acme")

@@ -1,18 +1,19 @@
 """The cycle's snapshot: everything `plan()` needs, read in eight queries whatever the number
 of jobs (docs/scheduling.md). Reads only; `jobs.forecast` and the usage pages read the same
-snapshot outside the cycle.
+snapshot outside the cycle. The cycle's own reads (`incremental`) keep the live pods, the
+placed and the waiting jobs between cycles on PostgreSQL and read again only what changed
+(`jobs.scheduler.live`, `.running`, `.waiting`).
 
 Rows are read as named rows (`values_list(named=True)`) and summed into small named
 accumulators; nothing is unpacked by position.
 """
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.db.models import (
     F,
-    Max,
     OuterRef,
     Q,
     Subquery,
@@ -20,13 +21,14 @@ from django.db.models import (
 from django.utils import timezone
 
 from cluster.models import GpuDevice, Node, NodeState
-from jobs.models import Checkpoint, Job, Pod
+from jobs.models import Pod
+from jobs.scheduler import live, running, waiting
+from jobs.scheduler.live import LiveUse, NodeUse, QuotaUse, read_live_use
 from jobs.scheduler.rows import WaitingRow
+from jobs.scheduler.running import read_running
 from jobs.scheduler.waiting import read_waiting
-from policy.scheduler.model import JobSnap, NodeSnap, QuotaSnap, RunningSnap, Snapshot
+from policy.scheduler.model import JobSnap, NodeSnap, QuotaSnap, Snapshot
 from policy.statuses import (
-    ACTIVE_POD_STATUSES,
-    PLACED_JOB_STATUSES,
     IdleResources,
     PodStatus,
 )
@@ -58,43 +60,12 @@ QUOTA_COLUMNS = (
 )
 
 
-@dataclass(slots=True)
-class QuotaUse:
-    """What the live workers charged to a quota hold."""
-
-    gpus: int = 0
-    cpus: int = 0
-    memory_gb: int = 0
-    borrowed_gpus: int = 0  # of `gpus`: held by pods not in quota (lent out)
-
-
-@dataclass(slots=True)
-class Holding:
-    """A job's live workers: where they run and whose capacity they use."""
-
-    charged_quota_id: int
-    in_quota: bool
-    gpus_by_node: list[tuple[int | None, int]] = field(default_factory=list)
-    last_started_at: datetime | None = None
-    charges: list[int] = field(default_factory=list)  # per worker: pooled jobs have several
-    pods_in_quota: list[bool] = field(default_factory=list)  # per worker (fair share by pod)
-
-
-@dataclass(slots=True)
-class NodeUse:
-    busy_gpus: set[int] = field(default_factory=set)
-    cpus: int = 0
-    memory_gb: int = 0
-
-
-@dataclass
-class LiveUse:
-    """The live workers summed per quota, per job and per node (one query)."""
-
-    quotas: dict[int, QuotaUse] = field(default_factory=lambda: defaultdict(QuotaUse))
-    holdings: dict[int, Holding] = field(default_factory=dict)
-    pods_per_job: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    nodes: dict[int, NodeUse] = field(default_factory=lambda: defaultdict(NodeUse))
+def forget() -> None:
+    """Drop what this process keeps between the cycle's snapshots: the next one reads
+    every row (the live pods, the placed and the waiting jobs)."""
+    live.forget()
+    running.forget()
+    waiting.forget()
 
 
 def load_snapshot(
@@ -102,63 +73,21 @@ def load_snapshot(
 ) -> tuple[Snapshot, dict[int, WaitingRow]]:
     """Read everything plan() needs in eight queries, whatever the number of jobs. `now`
     is the cycle's (restart back-offs and recent preemptions are judged at it).
-    `incremental` (the cycle): waiting rows this process decoded at the same row version
-    are not read again (`jobs.scheduler.waiting`; one more query for the others on
-    PostgreSQL). Pages and the forecast read them whole, as before."""
+    `incremental` (the cycle): on PostgreSQL, rows this process read before and nobody
+    changed since are not read again (live pods, placed and waiting jobs: their ids and
+    versions, then one more query where some are new or changed). Pages and the forecast
+    read them whole."""
     now = now or timezone.now()
-    use = _live_use()
+    use = read_live_use(incremental=incremental)
     preempted_at, reclaimed_by = _recent_preemptions(now)
     jobs, rows = _load_waiting(now, use, reclaimed_by, incremental)
     snapshot = Snapshot(
         nodes=_load_nodes(use),
         quotas=_load_quotas(use, now),
         jobs=jobs,
-        running=_load_running(use.holdings, preempted_at),
+        running=read_running(use.holdings, preempted_at, incremental=incremental),
     )
     return snapshot, rows
-
-
-def _live_use() -> LiveUse:
-    """A GPU is busy while any live worker holds it, whatever its job's status: a stopped
-    job's worker keeps its GPUs until it has exited."""
-    use = LiveUse()
-    active = Pod.objects.filter(status__in=[s.value for s in ACTIVE_POD_STATUSES])
-    pods = active.values_list(
-        "job_id",
-        "node_id",
-        "gpu_indices",
-        "gpus",
-        "cpus",
-        "memory_gb",
-        "charged_quota_id",
-        "in_quota",
-        "started_at",
-        named=True,
-    )
-    for pod in pods:
-        use.pods_per_job[pod.job_id] += 1
-        charged = use.quotas[pod.charged_quota_id]
-        charged.gpus += pod.gpus
-        charged.cpus += pod.cpus
-        charged.memory_gb += pod.memory_gb
-        if not pod.in_quota:
-            charged.borrowed_gpus += pod.gpus
-        held = use.holdings.get(pod.job_id)
-        if held is None:
-            held = use.holdings[pod.job_id] = Holding(pod.charged_quota_id, pod.in_quota)
-        held.gpus_by_node.append((pod.node_id, pod.gpus))
-        held.charges.append(pod.charged_quota_id)
-        held.pods_in_quota.append(pod.in_quota)
-        if pod.started_at and (
-            held.last_started_at is None or pod.started_at > held.last_started_at
-        ):
-            held.last_started_at = pod.started_at
-        if pod.node_id is not None:
-            node = use.nodes[pod.node_id]
-            node.busy_gpus.update(pod.gpu_indices or ())
-            node.cpus += pod.cpus
-            node.memory_gb += pod.memory_gb
-    return use
 
 
 def _load_nodes(use: LiveUse) -> tuple[NodeSnap, ...]:
@@ -233,8 +162,8 @@ def _load_waiting(
     """The waiting jobs (`jobs.scheduler.waiting`: incremental on PostgreSQL), with what
     other tables say of them: live pods of an earlier attempt, recent reclaims."""
     jobs, rows = [], {}
-    for waiting in read_waiting(now, incremental=incremental):
-        job, row = waiting.job, waiting.row
+    for one in read_waiting(now, incremental=incremental):
+        job, row = one.job, one.row
         pods, lenders = use.pods_per_job.get(row.id, 0), reclaimed_by.get(row.id, ())
         if pods or lenders:
             job = replace(job, active_pods=pods, reclaimed_by=lenders)
@@ -261,51 +190,3 @@ def _recent_preemptions(now: datetime) -> tuple[dict[int, tuple], dict[int, tupl
         {j: tuple(sorted(t.values())) for j, t in times.items()},
         {j: tuple(sorted(q.items())) for j, q in lenders.items()},
     )
-
-
-def _load_running(
-    holders: dict[int, Holding], preempted_at: dict[int, tuple]
-) -> tuple[RunningSnap, ...]:
-    """Placed jobs holding GPUs, with their newest committed checkpoint (2 queries)."""
-    placed = [s.value for s in PLACED_JOB_STATUSES]
-    checkpoints = dict(
-        Checkpoint.objects.filter(committed=True, job__status__in=placed)
-        .values("job_id")
-        .annotate(last=Max("created_at"))
-        .values_list("job_id", "last")
-    )
-    running = []
-    fields = (
-        "id",
-        "quota_id",
-        "priority",
-        "started_at",
-        "stop_requested_at",
-        "name",
-        "idle_resources",
-    )
-    for job in Job.objects.filter(status__in=placed).values_list(*fields, named=True):
-        held = holders.get(job.id)
-        if held is None:
-            continue  # no live worker: holds nothing
-        running.append(
-            RunningSnap(
-                id=job.id,
-                quota_id=job.quota_id,
-                charged_quota_id=held.charged_quota_id,
-                in_quota=all(held.pods_in_quota),  # a partly-borrowing job is a borrower
-                priority=job.priority,
-                gpus_by_node=tuple(held.gpus_by_node),
-                started_at=held.last_started_at or job.started_at,
-                last_checkpoint_at=checkpoints.get(job.id),
-                stopping=job.stop_requested_at is not None,
-                name=job.name,
-                preempted_at=preempted_at.get(job.id, ()),
-                # Only when pooled: one lender is the common case and the cheaper snapshot.
-                charges=tuple(held.charges) if len(set(held.charges)) > 1 else (),
-                idle_resources=_IDLE[job.idle_resources],
-                # Only when mixed: fair share counts a job's borrowed pods, not the job.
-                pods_in_quota=tuple(held.pods_in_quota) if len(set(held.pods_in_quota)) > 1 else (),
-            )
-        )
-    return tuple(running)

@@ -1,6 +1,7 @@
 """/metrics: access (bearer token or superuser), every family computed from the database at
 scrape time, and a query count that does not grow with the number of jobs."""
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -225,3 +226,38 @@ def test_query_count_does_not_grow_with_jobs(metrics_token, researcher, workspac
 )
 def test_preemption_reason(text, reason):
     assert preemption_reason(text) == reason
+
+
+# --- the scheduling cycles' own figures ---------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_cycles_counted_in_redis_are_scraped_where_celery_runs_them(
+    metrics_token, settings, monkeypatch
+):
+    from jobs.scheduler import figures
+    from tests.redis_store import URL, redis_or_skip
+
+    settings.CONSOLE_LOOPS, settings.REDIS_URL = "celery", redis_or_skip(URL)
+    monkeypatch.setattr(figures, "KEY", f"test:cycles:{uuid.uuid4().hex}")  # this test's own
+    for seconds in (0.25, 0.5):
+        figures.record(seconds)
+    samples = scrape()
+    assert value(samples, "gpu_console_scheduler_cycle_seconds_count") == 2
+    assert value(samples, "gpu_console_scheduler_cycle_seconds_sum") == 0.75
+
+
+@pytest.mark.django_db
+def test_an_unreachable_redis_costs_the_cycles_family_not_the_scrape(metrics_token, settings):
+    settings.CONSOLE_LOOPS, settings.REDIS_URL = "celery", "redis://127.0.0.1:1/0"
+    samples = scrape()
+    assert not [name for name, _ in samples if name.startswith("gpu_console_scheduler_cycle")]
+    assert value(samples, "gpu_console_jobs", status="Running") == 0  # the rest is there
+
+
+@pytest.mark.django_db
+def test_in_process_loops_have_no_cycles_family(metrics_token, settings):
+    """There a run of the scheduler loop is one cycle: the loop's own figures say it."""
+    settings.CONSOLE_LOOPS = "inprocess"
+    samples = scrape()
+    assert not [name for name, _ in samples if name.startswith("gpu_console_scheduler_cycle")]
