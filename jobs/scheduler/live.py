@@ -36,11 +36,10 @@ __all__ = ["Holding", "LiveUse", "NodeUse", "QuotaUse", "forget", "read_live_use
 REBUILD_AFTER_S = 600.0  # sum every row again this often, whatever the keys say
 _REREAD_ALL_SHARE = 2  # more than 1/2 of the pods unseen: read every row in one go
 _ID_CHUNK = 5000
-_ROW = (
+_ROW = (  # and `gpu_indices`, read as text (_gpu_list)
     "id",
     "job_id",
     "node_id",
-    "gpu_indices",
     "gpus",
     "cpus",
     "memory_gb",
@@ -241,9 +240,8 @@ def _gpu_list(text: str | None) -> tuple[int, ...]:
 
 
 def _rows(pods):
-    fields = tuple(f for f in _ROW if f != "gpu_indices")
     pods = pods.annotate(gpu_indices_text=Cast("gpu_indices", TextField()))
-    return pods.values_list(*fields, "gpu_indices_text", named=True)
+    return pods.values_list(*_ROW, "gpu_indices_text", named=True)
 
 
 def _summed(pods: Iterable[LivePod]) -> _Sums:

@@ -23,7 +23,15 @@ from policy.statuses import PLACED_JOB_STATUSES, IdleResources
 __all__ = ["forget", "read_running"]
 
 _IDLE = {i.value: i for i in IdleResources}
-_COLUMNS = ("id", "quota_id", "priority", "started_at", "stop_requested_at", "name")
+_COLUMNS = (
+    "id",
+    "quota_id",
+    "priority",
+    "started_at",
+    "stop_requested_at",
+    "name",
+    "idle_resources",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +85,7 @@ def read_running(
         jobs = _memory.read(placed, _versioned_rows, _decode)
         with _made_lock:
             return _reuse(jobs, holders, checkpoints, preempted_at)
-    rows = placed.values_list(*_COLUMNS, "idle_resources", named=True)
+    rows = placed.values_list(*_COLUMNS, named=True)
     running = []
     for job in map(_decode, rows):
         held = holders.get(job.id)
@@ -88,7 +96,7 @@ def read_running(
 
 def _versioned_rows(read):
     return read.annotate(row_version=row_version(Job)).values_list(
-        *_COLUMNS, "idle_resources", "row_version", named=True
+        *_COLUMNS, "row_version", named=True
     )
 
 
