@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="three sizes: 200, 1,000, 2,000")
     parser.add_argument("--nodes", type=_numbers, help="sizes, comma-separated (default 2000)")
     parser.add_argument("--queued", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--profile", action="store_true", help="cProfile one more cycle")
     parser.add_argument(
         "--churn", type=_numbers, default=[0, 200],
