@@ -28,14 +28,9 @@ from jobs.scheduler.rows import WaitingRow
 from jobs.scheduler.running import read_running
 from jobs.scheduler.waiting import read_waiting
 from policy.scheduler.model import JobSnap, NodeSnap, QuotaSnap, Snapshot
-from policy.statuses import (
-    IdleResources,
-    PodStatus,
-)
+from policy.statuses import PodStatus
 from policy.usage_history import average_gpus, decayed_on
 from quotas.models import Quota, QuotaDecayedUsage
-
-_IDLE = {i.value: i for i in IdleResources}
 
 # The quota columns copied into QuotaSnap as they are (same names): add a column here and a
 # field to QuotaSnap, and the snapshot carries it.
