@@ -29,13 +29,11 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from jobs.models import Pod
+from jobs.scheduler.versions import FETCH_ALL_SHARE, ID_CHUNK, REBUILD_AFTER_S
 from policy.statuses import ACTIVE_POD_STATUSES
 
 __all__ = ["Holding", "LiveUse", "NodeUse", "QuotaUse", "forget", "read_live_use"]
 
-REBUILD_AFTER_S = 600.0  # sum every row again this often, whatever the keys say
-_REREAD_ALL_SHARE = 2  # more than 1/2 of the pods unseen: read every row in one go
-_ID_CHUNK = 5000
 _ROW = (  # and `gpu_indices`, read as text (_gpu_list)
     "id",
     "job_id",
@@ -297,12 +295,12 @@ def _read_changes(sums: _Sums | None) -> _Sums:
         pod = sums.pods.get(pod_id)
         if pod is None or pod.key != key:
             unseen.append(pod_id)
-    if len(unseen) * _REREAD_ALL_SHARE > len(keys):
+    if len(unseen) * FETCH_ALL_SHARE > len(keys):
         return _summed(_decode(_rows(_live())))
     # Read after the keys: a pod changed meanwhile comes back newer, with its own key; one
     # that ended meanwhile does not come back and is not live.
     new = []
-    for i in range(0, len(unseen), _ID_CHUNK):
-        new += _decode(_rows(_live().filter(id__in=unseen[i : i + _ID_CHUNK])))
+    for i in range(0, len(unseen), ID_CHUNK):
+        new += _decode(_rows(_live().filter(id__in=unseen[i : i + ID_CHUNK])))
     sums.change(gone, new)
     return sums

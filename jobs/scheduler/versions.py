@@ -18,11 +18,12 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 
-__all__ = ["REBUILD_AFTER_S", "RowMemory", "row_version"]
+__all__ = ["FETCH_ALL_SHARE", "ID_CHUNK", "REBUILD_AFTER_S", "RowMemory", "row_version"]
 
+# The kept reads' knobs, here for every reader (also jobs.scheduler.live).
 REBUILD_AFTER_S = 600.0  # read every row again this often, whatever the versions say
-_FETCH_ALL_SHARE = 2  # more than 1/2 of the rows unseen: read them all in one go
-_ID_CHUNK = 5000
+FETCH_ALL_SHARE = 2  # more than 1/2 of the rows unseen: read them all in one go
+ID_CHUNK = 5000  # ids per read of the unseen rows
 
 
 def row_version(model) -> RawSQL:
@@ -78,13 +79,13 @@ class RowMemory:
         if unseen:
             # Read after the versions: a row changed meanwhile comes back newer, with its own
             # version; one that left the query meanwhile does not come back.
-            if len(unseen) * _FETCH_ALL_SHARE > len(current):
+            if len(unseen) * FETCH_ALL_SHARE > len(current):
                 found = {}
                 reads = [queue]
             else:
                 reads = [
-                    queue.filter(id__in=unseen[i : i + _ID_CHUNK])
-                    for i in range(0, len(unseen), _ID_CHUNK)
+                    queue.filter(id__in=unseen[i : i + ID_CHUNK])
+                    for i in range(0, len(unseen), ID_CHUNK)
                 ]
             for read in reads:
                 for row in rows(read):
