@@ -2,7 +2,9 @@
 (Django's test client: no HTTP, no server), on a clean PostgreSQL database:
 
 - a single `POST /api/v1/jobs` (each adds a Pending job; the scheduler does not run), and
-- an agent heartbeat where nothing changed (8 GPUs, N running workers reported as known).
+- an agent heartbeat where nothing changed (8 GPUs, N running workers reported as known),
+- a busy node's heartbeat: 60 running workers each reporting a new progress step, so every
+  call takes the full path (the shape of bench/kueue.py's 60-GPU agents, without exits).
 
     .venv/bin/python -m bench.percall            # quick: 300 submits, 3 x 1,000 heartbeats
     .venv/bin/python -m bench.percall --full     # 2,000 submits, 3 x 5,000 heartbeats
@@ -64,37 +66,40 @@ def profile(call: Callable[[], None], calls: int) -> None:
     pstats.Stats(profiler).sort_stats("cumtime").print_stats(30)
 
 
-def fixtures(workers: int) -> tuple[Callable[[], None], Callable[[], None]]:
-    """The submit and heartbeat calls, each checked to succeed."""
-    from django.test import Client
+BUSY_WORKERS = 60
 
+
+def _facts(gpus: int, hostname: str) -> dict:
+    return {
+        "hostname": hostname, "agent_version": "0.1.0", "runtime": "process",
+        "resource_type": "Lingjun", "gpu_type": "H200", "cpus": 96, "memory_gb": 1024,
+        "gpus": [
+            {"index": i, "uuid": f"GPU-{hostname}{i:04d}", "name": "NVIDIA H200",
+             "memory_total_mb": 143771}
+            for i in range(gpus)
+        ],
+    }  # fmt: skip
+
+
+def _node_with_running(client, researcher, name: str, facts: dict, count: int):
+    """A registered node (its token) running one job of `count` one-GPU workers (its pods).
+    `researcher`: common.researcher_with_quota()."""
     from agents.actions import issue_bootstrap_token
     from jobs.models import Job, Pod
     from policy.statuses import JobStatus, PodStatus
 
-    user, workspace, quota, api_token = common.researcher_with_quota()
-
-    client = Client()
-    gpus = [
-        {"index": i, "uuid": f"GPU-{i:04d}", "name": "NVIDIA H200", "memory_total_mb": 143771}
-        for i in range(8)
-    ]
-    facts = {
-        "hostname": "h", "agent_version": "0.1.0", "runtime": "process",
-        "resource_type": "Lingjun", "gpu_type": "H200", "cpus": 96, "memory_gb": 1024,
-        "gpus": gpus,
-    }  # fmt: skip
+    user, workspace, quota, _ = researcher
     _, bootstrap = issue_bootstrap_token(None, "bench")
     r = client.post(
         "/api/v1/agent/register/",
-        json.dumps({"name": "n1", "facts": facts}),
+        json.dumps({"name": name, "facts": facts}),
         content_type="application/json",
         headers={"Authorization": f"Bearer {bootstrap}"},
     )
     node_id, node_token = r.json()["node_id"], r.json()["node_token"]
     job = Job.objects.create(
-        workspace=workspace, quota=quota, owner=user, name="running", image="i",
-        command="c", workers=workers, gpus_per_worker=1, status=JobStatus.RUNNING,
+        workspace=workspace, quota=quota, owner=user, name=f"running on {name}", image="i",
+        command="c", workers=count, gpus_per_worker=1, status=JobStatus.RUNNING,
     )  # fmt: skip
     pods = [
         Pod.objects.create(
@@ -107,8 +112,27 @@ def fixtures(workers: int) -> tuple[Callable[[], None], Callable[[], None]]:
             charged_quota=quota,
             status=PodStatus.RUNNING,
         )
-        for r in range(workers)
+        for r in range(count)
     ]
+    return node_token, pods
+
+
+def _post(client, path: str, body: str, token: str, status: int = 200) -> dict:
+    response = client.post(
+        path, body, content_type="application/json", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert response.status_code == status, response.content[:300]
+    return response.json()
+
+
+def fixtures(workers: int) -> tuple[Callable[[], None], ...]:
+    """The submit, quiet heartbeat and busy heartbeat calls, each checked to succeed."""
+    from django.test import Client
+
+    researcher = common.researcher_with_quota()
+    client = Client()
+    facts = _facts(8, "h")
+    node_token, pods = _node_with_running(client, researcher, "n1", facts, workers)
     heartbeat_body = json.dumps(
         {
             "facts": facts,
@@ -118,27 +142,35 @@ def fixtures(workers: int) -> tuple[Callable[[], None], Callable[[], None]]:
             ],
         }
     )
+    busy_facts = _facts(BUSY_WORKERS, "b")
+    busy_token, busy_pods = _node_with_running(client, researcher, "busy", busy_facts, BUSY_WORKERS)
+    # STEP is replaced by the call's number: a new body each time (never the quiet path).
+    progress = {"step": 123456789, "total": 10**12, "metrics": {"loss": 0.5}}
+    busy_template = json.dumps(
+        {
+            "facts": busy_facts,
+            "workers": [
+                {"pod_id": p.pk, "attempt": 1, "state": "running", "container_id": f"c{p.pk}",
+                 "progress": progress}
+                for p in busy_pods
+            ],
+        }
+    ).replace("123456789", "STEP")  # fmt: skip
+    busy_calls = iter(range(1, 10**9))
     submit_body = json.dumps(SPEC)
+    api_token = researcher[3]
 
     def submit() -> None:
-        response = client.post(
-            "/api/v1/jobs",
-            submit_body,
-            content_type="application/json",
-            headers={"Authorization": f"Bearer {api_token}"},
-        )
-        assert response.status_code == 201, response.content[:300]
+        _post(client, "/api/v1/jobs", submit_body, api_token, status=201)
 
     def heartbeat() -> None:
-        response = client.post(
-            "/api/v1/agent/heartbeat/",
-            heartbeat_body,
-            content_type="application/json",
-            headers={"Authorization": f"Bearer {node_token}"},
-        )
-        assert response.status_code == 200, response.content[:300]
+        _post(client, "/api/v1/agent/heartbeat/", heartbeat_body, node_token)
 
-    return submit, heartbeat
+    def busy_heartbeat() -> None:
+        body = busy_template.replace("STEP", str(next(busy_calls)))
+        assert not _post(client, "/api/v1/agent/heartbeat/", body, busy_token)["refused"]
+
+    return submit, heartbeat, busy_heartbeat
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -152,10 +184,17 @@ def main(argv: list[str] | None = None) -> None:
     with common.clean_database("percall") as url:
         common.setup_django(url)
         logging.getLogger("console.access").setLevel(logging.WARNING)
-        submit, heartbeat = fixtures(args.workers)
+        submit, heartbeat, busy_heartbeat = fixtures(args.workers)
         paths = [
             ("POST /api/v1/jobs (one job)", submit, submits, 1, 5.0),
             (f"heartbeat, nothing changed ({args.workers} workers)", heartbeat, beats, 3, 1.0),
+            (
+                f"heartbeat, busy node ({BUSY_WORKERS} workers, new progress each)",
+                busy_heartbeat,
+                beats // 5,
+                3,
+                None,
+            ),
         ]
         for label, call, calls, repeat, target_ms in paths:
             call()  # warm: first-call imports and caches

@@ -40,9 +40,11 @@ def lines(results: dict) -> list[str]:
             f"{hb['web_cpu_ms_per_req']} ms CPU", "≥ 1,000/s")  # fmt: skip
     if (pc := b.get("percall")) and not pc.get("error"):
         for r in pc["rows"]:
+            target = r["target_cpu_ms"]  # none for the busy heartbeat: measured, not bounded
             add(f"{r['path']}, in-process", f"{r['cpu_ms']} ms CPU, {r['statements']} "
-                f"statements ({r['writes']} writes)", f"≤ {r['target_cpu_ms']:g} ms CPU"
-                + ("; 1 statement" if r["path"].startswith("heartbeat") else ""))  # fmt: skip
+                f"statements ({r['writes']} writes)", "" if target is None else
+                f"≤ {target:g} ms CPU" + ("; 1 statement" if "nothing changed" in r["path"]
+                                          else ""))  # fmt: skip
     if (w := b.get("wake")) and not w.get("error"):
         for r in w["rows"]:
             add(f"{r['what']} (real agent, waking {'on' if w.get('waking') else 'off'})",
@@ -80,7 +82,10 @@ def lines(results: dict) -> list[str]:
                 f"{r['mean_admission_s']} s ({r['admitted']:,} of {r['jobs']:,} admitted"
                 + (" before the limit; censored)" if cut else ")"),
                 f"< {r['kueue_mean_s']} s (Kueue)")  # fmt: skip
-        add("Kueue baseline: minimum quota usage", f"{k['min_quota_usage']:.1%}",
+        if "kueue_usage" in k:  # results before it have only the stricter figure
+            add("Kueue baseline: usage by Kueue's formula (reserved, all quotas)",
+                f"{k['kueue_usage']:.1%}", "≥ 58.7% (Kueue 58.7 %)")  # fmt: skip
+        add("Kueue baseline: minimum quota usage while running", f"{k['min_quota_usage']:.1%}",
             f"≥ {goal.get('min_quota_usage', 0.8):.1%} (Kueue 58.7 %)")  # fmt: skip
     if (fl := b.get("fleet")) and not fl.get("error"):
         for r in fl["rows"]:

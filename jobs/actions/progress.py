@@ -7,9 +7,10 @@ is meant to run (or its job is being stopped as a whole, so a save on SIGTERM st
 a worker of an old attempt, a worker the console already ordered away for a restart, or one
 on a node that came back after its workers were declared lost is ignored.
 
-Writes: the pod's progress is a plain UPDATE by id (the newest report wins); the hang
-deadline is `UPDATE job SET hang_deadline=… WHERE id=… AND status='Running' AND
-hang_deadline IS NOT NULL` (only a running job with hang detection has one); checkpoints
+Writes: the pods' progress is one UPDATE by id for a heartbeat's workers, joined on a row
+source (`store_progress_many`; the newest report wins); the hang deadline is `UPDATE job
+SET hang_deadline=… WHERE id=… AND status='Running' AND hang_deadline IS NOT NULL` (only a
+running job with hang detection has one), once per job; checkpoints
 are inserted once per (job, path) (unique constraint, conflicts ignored); a checkpoint the
 scan no longer finds gets `pruned_at` (UPDATE … WHERE pruned_at IS NULL; the row stays).
 """
@@ -17,8 +18,10 @@ scan no longer finds gets `pruned_at` (UPDATE … WHERE pruned_at IS NULL; the r
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Q
 
+from jobs.actions import bulk
 from jobs.actions.results import store_facts, store_phase, store_units, store_validator
 from jobs.models import Checkpoint, Job, Pod, PodDesired, ProgressSample
 from policy.faulttolerance.hang import deadline_after, distinct_lines
@@ -46,14 +49,15 @@ def _push_hang_deadline(job: Job, now: datetime) -> None:
     )
 
 
-def store_progress(pod: Pod, progress, now: datetime) -> bool:
-    """A new step moves the pod's progress and the job's hang deadline; the same step again
-    (a heartbeat with nothing new) writes nothing. Returns whether anything was stored."""
+def _new_step(pod: Pod, progress, now: datetime) -> tuple[bool, float | None]:
+    """Whether this report is a new step to store (not the same step and phase again, and
+    from a worker that may report), and the step rate to store with it. A new phase is
+    stored on the job here."""
     if progress is None or not may_report(pod):
-        return False
+        return False, None
     same_phase = progress.phase == pod.progress_phase
     if pod.progress_step == progress.step and pod.progress_at is not None and same_phase:
-        return False
+        return False, None
     if not same_phase:
         store_phase(pod.job_id, progress.phase)
     rate = pod.progress_rate
@@ -67,27 +71,87 @@ def store_progress(pod: Pod, progress, now: datetime) -> bool:
             elapsed = (now - pod.progress_at).total_seconds()
         if progress.step > pod.progress_step and elapsed > 0:
             rate = (progress.step - pod.progress_step) / elapsed
-    Pod.objects.filter(pk=pod.pk).update(
-        progress_rate=rate,
-        progress_clock=progress.at,
-        progress_step=progress.step,
-        progress_total=progress.total,
-        progress_phase=progress.phase,
-        progress_metrics=dict(progress.metrics),
-        progress_at=now,
-    )
-    # The history behind the job page's charts: one row per new step reported.
-    ProgressSample.objects.create(
-        pod_id=pod.pk,
-        at=now,
-        step=progress.step,
-        total=progress.total,
-        rate=rate,
-        metrics=dict(progress.metrics),
-    )
-    pod.progress_step, pod.progress_at, pod.progress_clock = progress.step, now, progress.at
-    _push_hang_deadline(pod.job, now)
-    return True
+    return True, rate
+
+
+def store_progress(pod: Pod, progress, now: datetime) -> bool:
+    """A new step moves the pod's progress and the job's hang deadline; the same step again
+    (a heartbeat with nothing new) writes nothing. Returns whether anything was stored."""
+    return bool(store_progress_many([(pod, progress)], now))
+
+
+# One row of the pods' progress UPDATE (jobs.actions.bulk's row source).
+_PROGRESS_RECORD = (
+    ("pod_id", "bigint"),
+    ("rate", "double precision"),
+    ("clock", "double precision"),
+    ("step", "bigint"),
+    ("total", "bigint"),
+    ("phase", "text"),
+    ("metrics", "jsonb"),
+)
+_PROGRESS_COLUMNS = {
+    "rate": "progress_rate",
+    "clock": "progress_clock",
+    "step": "progress_step",
+    "total": "progress_total",
+    "phase": "progress_phase",
+    "metrics": "progress_metrics",
+}
+
+
+def store_progress_many(reported: Iterable[tuple[Pod, object]], now: datetime) -> list[int]:
+    """`store_progress` for many workers at once (one heartbeat's): their new steps in one
+    UPDATE joined on a row source, their samples in one INSERT, each job's hang deadline
+    pushed once, whatever the number of workers (a 60-worker heartbeat wrote 120 rows one
+    statement each: bench/percall.py). Run it in a transaction of its own: on an error the
+    caller applies the reports one by one (docs/agent-protocol.md, "Batches of independent
+    items"). Returns the ids of the pods whose progress was stored."""
+    rows, samples, jobs, seen = [], [], {}, []
+    for pod, progress in reported:
+        new, rate = _new_step(pod, progress, now)
+        if not new:
+            continue
+        metrics = dict(progress.metrics)
+        rows.append(
+            (pod.pk, rate, progress.at, progress.step, progress.total, progress.phase, metrics)
+        )
+        # The history behind the job page's charts: one row per new step reported.
+        samples.append(
+            ProgressSample(
+                pod_id=pod.pk,
+                at=now,
+                step=progress.step,
+                total=progress.total,
+                rate=rate,
+                metrics=metrics,
+            )
+        )
+        seen.append((pod, progress, rate))
+        jobs[pod.job_id] = pod.job
+    if not rows:
+        return []
+    qn = connection.ops.quote_name
+    table = qn(Pod._meta.db_table)
+    col = {k: qn(Pod._meta.get_field(f).column) for k, f in _PROGRESS_COLUMNS.items()}
+    sets = ", ".join(f"{col[k]} = v.{k}" for k in _PROGRESS_COLUMNS)
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    at, pk = (qn(Pod._meta.get_field(f).column) for f in ("progress_at", "id"))
+    for source, params in bulk.row_sources(_PROGRESS_RECORD, rows):
+        bulk.execute(
+            f"UPDATE {table} SET {sets}, {at} = %s FROM {source} "  # noqa: S608
+            f"WHERE {table}.{pk} = v.pod_id",
+            [stamp, *params],
+        )
+    ProgressSample.objects.bulk_create(samples)
+    for job in jobs.values():
+        _push_hang_deadline(job, now)
+    # The loaded pods as stored, once every write is done (a caller that rolls back and
+    # applies the reports again one by one must not find them "already stored").
+    for pod, progress, rate in seen:
+        pod.progress_step, pod.progress_at, pod.progress_clock = progress.step, now, progress.at
+        pod.progress_rate, pod.progress_phase = rate, progress.phase
+    return [row[0] for row in rows]
 
 
 def store_checkpoints(pod: Pod, checkpoints: Iterable, now: datetime) -> int:

@@ -322,6 +322,24 @@ def test_a_failed_worker_gets_its_gang_stopped_in_the_same_reply(client, job_fac
     assert reply["stop"][0]["reason"].startswith("job failed: worker 0 exited 1")
 
 
+def test_after_an_exit_the_reply_matches_the_database_for_every_job(client, job_factory):
+    """After an exit only the exited job's pods are read again (agents.heartbeat.actions.
+    _read_again); the reply still says what the database says: the gang stopped, the other
+    job's worker still to run, and the desired version the agent's wait compares."""
+    from agents.wake import versions_of
+
+    node, token = register(client)
+    _job, (p0, p1) = job_factory(
+        [node, node], pod_status=PodStatus.RUNNING, status=JobStatus.RUNNING
+    )
+    _other, (q0,) = job_factory([node], pod_status=PodStatus.RUNNING, status=JobStatus.RUNNING)
+    reply = heartbeat(client, token, workers=[exited(p0, 1, "boom"), running(p1), running(q0)])
+    reply = reply.json()
+    assert [o["pod_id"] for o in reply["stop"]] == [p1.pk]
+    assert [spec["pod_id"] for spec in reply["run"]] == [q0.pk]
+    assert reply["desired_version"] == versions_of([node.pk])[node.pk] == f"2.{p1.pk + q0.pk}.1"
+
+
 def test_a_pod_whose_spec_cannot_be_sent_fails_instead_of_breaking_the_node(client, job_factory):
     node, token = register(client)
     job, (bad,) = job_factory([node], env={"NOT VALID": "x"})

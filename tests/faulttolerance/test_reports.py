@@ -48,6 +48,38 @@ def test_progress_moves_the_pod_and_the_hang_deadline(client, ft_job):
     assert Job.objects.get(pk=job.pk).hang_deadline == T0 + timedelta(seconds=610)
 
 
+def test_many_workers_progress_costs_the_statements_of_two(client, ft_job):
+    """A heartbeat's progress reports are stored together (jobs.actions.progress.
+    store_progress_many): the same statements for six new steps as for two, every pod's
+    step and rate right, one sample per new step, the job's hang deadline pushed."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.models import ProgressSample
+
+    node, token = register(client)
+    job, pods = ft_job([node] * 6, ft=HANG, hang_deadline=T0)
+
+    def beat(at: datetime, steps: dict) -> int:
+        reports = [report(p, progress={"step": steps.get(p.pk, 1), "total": 50}) for p in pods]
+        with time_machine.travel(at, tick=False), CaptureQueriesContext(connection) as queries:
+            response = heartbeat(client, token, reports)
+        assert response.status_code == 200, response.content
+        assert response.json()["refused"] == {}
+        return len(queries)
+
+    beat(T0, {})
+    two = beat(T0 + timedelta(seconds=10), {pods[0].pk: 11, pods[1].pk: 21})
+    six = beat(T0 + timedelta(seconds=20), {p.pk: 41 for p in pods})
+    assert six == two
+    rates = {p.pk: r for p, r in zip(pods, [3.0, 2.0, 2.0, 2.0, 2.0, 2.0], strict=True)}
+    for pod in Pod.objects.filter(job=job):
+        assert pod.progress_step == 41
+        assert pod.progress_rate == pytest.approx(rates[pod.pk])
+    assert ProgressSample.objects.count() == 6 + 2 + 6
+    assert Job.objects.get(pk=job.pk).hang_deadline == T0 + timedelta(seconds=620)
+
+
 def test_checkpoints_of_the_current_attempt_are_recorded_once(client, ft_job):
     node, token = register(client)
     job, (pod,) = ft_job([node])

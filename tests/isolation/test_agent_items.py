@@ -142,6 +142,32 @@ def test_a_report_the_console_cannot_apply_is_refused_alone(client, job_factory,
     assert Node.objects.get(pk=node.pk).state == NodeState.READY
 
 
+def test_progress_the_console_cannot_store_is_refused_alone(client, job_factory, trigger):
+    """The workers' progress is stored together; when that fails, each is stored alone and
+    only the bad one is refused (nothing of it kept), the others' steps and samples stored."""
+    from jobs.models import ProgressSample
+
+    node, token = register(client)
+    doomed, fine, other = (placed(job_factory, node) for _ in range(3))
+    trigger.refuse(
+        "jobs_pod",
+        f"NEW.id = {doomed.pk} AND NEW.progress_step IS DISTINCT FROM OLD.progress_step",
+        events="UPDATE",
+    )
+    reports = [{**running(p), "progress": {"step": 5}} for p in (doomed, fine, other)]
+    response = heartbeat(client, token, reports)
+    assert response.status_code == 200, response.content
+    refused = response.json()["refused"]
+    assert list(refused) == [str(doomed.pk)]
+    assert refused[str(doomed.pk)].startswith("the console could not apply the progress")
+    steps = dict(Pod.objects.values_list("pk", "progress_step"))
+    assert (steps[doomed.pk], steps[fine.pk], steps[other.pk]) == (None, 5, 5)
+    assert sorted(ProgressSample.objects.values_list("pod_id", flat=True)) == sorted(
+        [fine.pk, other.pk]
+    )
+    assert Node.objects.get(pk=node.pk).state == NodeState.READY
+
+
 def test_lines_the_console_cannot_store_are_refused_alone(client, job_factory, trigger):
     node, token = register(client)
     doomed, fine = placed(job_factory, node), placed(job_factory, node)
