@@ -1,4 +1,4 @@
-"""Expected-start forecast benchmark: `jobs.forecast.forecast()` (a what-if run of plan() as
+"""Expected-start forecast benchmark: `policy.forecast.forecast()` (a what-if run of plan() as
 running jobs end) on the scheduler benchmark's synthetic clusters.
 
     .venv/bin/python bench/forecast.py                    # small and medium, once
@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import report  # noqa: E402
 from bench.scheduler import NOW, SIZES, synthetic_snapshot  # noqa: E402
-from jobs.forecast import MAX_EVENTS, Held, forecast  # noqa: E402
+from policy.forecast import MAX_EVENTS, Held, forecast  # noqa: E402
 from policy.scheduler.plan import plan  # noqa: E402
 
 

@@ -31,7 +31,7 @@ BENCHMARKS = [
     "forecast",
     "fence_rss",
     "api_submit",  # the create paths in-process (no HTTP)
-    "percall",  # CPU and statements per single submit and per quiet heartbeat, in-process
+    "percall",  # CPU and statements per submit, per quiet and per busy heartbeat, in-process
     "throughput",  # submissions and heartbeats through gunicorn, CPU per request
     "wake",  # submit -> Running and stop -> Stopped through a real agent (agents.wake)
     "logs",  # log ingest, print-to-page delay through a real agent

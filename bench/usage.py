@@ -91,11 +91,11 @@ def _jobs(jobs: int, quotas, spaces, users, days: int) -> None:
           env, workers, gpus_per_worker, cpus_per_worker, memory_gb_per_worker, priority,
           idle_resources, fault_tolerance, ft_config, checkpoint_dir, preemption_count,
           node_loss_count, resume_from, excluded_nodes, status, status_reason, attempt,
-          restart_count, stop_reason, stop_final_status, created_at, updated_at, started_at,
-          finished_at)
+          restart_count, stop_reason, stop_final_status, result_contract, distributed, data,
+          code, rendezvous_hosts, created_at, updated_at, started_at, finished_at)
         SELECT {w0} + (g % {USERS}) / {per}, {q0} + (g % {USERS}) / {per}, {u0} + g % {USERS},
           'job-' || g, 'img', 'train', '{{}}', 1, 1 + g % 8, 4, 16, 1, 'Off', false, '{{}}', '',
-          0, 0, '', '[]', 'Completed', '', 1, 0, '', '',
+          0, 0, '', '[]', 'Completed', '', 1, 0, '', '', '{{}}', '{{}}', '{{}}', '{{}}', '[]',
           now() - (g * {step} || ' seconds')::interval,
           now() - (g * {step} - 3600 || ' seconds')::interval,
           now() - (g * {step} - 60 || ' seconds')::interval,
@@ -106,12 +106,12 @@ def _jobs(jobs: int, quotas, spaces, users, days: int) -> None:
           cpus, memory_gb, charged_quota_id, in_quota, status, status_reason, desired,
           stop_grace_seconds, stop_reason, stop_as, error_message, container_id, log_next_seq,
           progress_phase, progress_metrics, recent_line_hashes, report_refused, logs_delivered,
-          created_at, started_at, finished_at)
+          ended_by, created_at, started_at, finished_at)
         SELECT j.id, 1, 0, '[]', '[]', j.gpus_per_worker, 4, 16,
           CASE WHEN j.id % 10 = 0 THEN {q0} + (j.quota_id - {q0} + 1) % {QUOTAS}
                ELSE j.quota_id END,
           j.id % 10 <> 0, 'Succeeded', '', 'Run', 30, '', '', '', '', 0, '', '{{}}', '[]', '', true,
-          j.started_at, j.started_at, j.finished_at
+          '', j.started_at, j.started_at, j.finished_at
         FROM {Job._meta.db_table} j""")
     _sql(f"""
         INSERT INTO {JobEvent._meta.db_table} (job_id, created_at, attempt, from_status,
