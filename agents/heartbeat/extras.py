@@ -27,12 +27,8 @@ def store_extras(
     SIGTERM must be known before the exit reported in this same heartbeat restarts the job
     from it. Reports of progress alone are stored together (`store_progress_many`, in a
     savepoint); should that fail they are stored like the others, each worker's alone."""
-    together = [
-        r
-        for r in reports
-        if r.progress is not None and not (r.checkpoints or r.units or r.facts or r.validator)
-    ]
-    alone = [r for r in reports if r.checkpoints or r.units or r.facts or r.validator]
+    alone = [r for r in reports if _more_than_progress(r)]
+    together = [r for r in reports if r.progress is not None and not _more_than_progress(r)]
     if together and not _progress_together(node, together, pods, now):
         alone += together
     for report in alone:
@@ -45,6 +41,11 @@ def store_extras(
                 lambda report=report: store_worker_extras(pods, [report], now),
                 atomic=True,
             )
+
+
+def _more_than_progress(report: WorkerReport) -> bool:
+    """A report that carries more than progress: stored alone, in its own savepoint."""
+    return bool(report.checkpoints or report.units or report.facts or report.validator)
 
 
 def _progress_together(

@@ -80,24 +80,17 @@ def store_progress(pod: Pod, progress, now: datetime) -> bool:
     return bool(store_progress_many([(pod, progress)], now))
 
 
-# One row of the pods' progress UPDATE (jobs.actions.bulk's row source).
-_PROGRESS_RECORD = (
-    ("pod_id", "bigint"),
-    ("rate", "double precision"),
-    ("clock", "double precision"),
-    ("step", "bigint"),
-    ("total", "bigint"),
-    ("phase", "text"),
-    ("metrics", "jsonb"),
+# The pods' progress UPDATE: each value of a row of its row source (jobs.actions.bulk), in
+# order after the pod's id, with its SQL type and the Pod field it sets.
+_PROGRESS_FIELDS = (
+    ("rate", "double precision", "progress_rate"),
+    ("clock", "double precision", "progress_clock"),
+    ("step", "bigint", "progress_step"),
+    ("total", "bigint", "progress_total"),
+    ("phase", "text", "progress_phase"),
+    ("metrics", "jsonb", "progress_metrics"),
 )
-_PROGRESS_COLUMNS = {
-    "rate": "progress_rate",
-    "clock": "progress_clock",
-    "step": "progress_step",
-    "total": "progress_total",
-    "phase": "progress_phase",
-    "metrics": "progress_metrics",
-}
+_PROGRESS_RECORD = (("pod_id", "bigint"), *((name, kind) for name, kind, _ in _PROGRESS_FIELDS))
 
 
 def store_progress_many(reported: Iterable[tuple[Pod, object]], now: datetime) -> list[int]:
@@ -133,8 +126,9 @@ def store_progress_many(reported: Iterable[tuple[Pod, object]], now: datetime) -
         return []
     qn = connection.ops.quote_name
     table = qn(Pod._meta.db_table)
-    col = {k: qn(Pod._meta.get_field(f).column) for k, f in _PROGRESS_COLUMNS.items()}
-    sets = ", ".join(f"{col[k]} = v.{k}" for k in _PROGRESS_COLUMNS)
+    sets = ", ".join(
+        f"{qn(Pod._meta.get_field(field).column)} = v.{name}" for name, _, field in _PROGRESS_FIELDS
+    )
     stamp = connection.ops.adapt_datetimefield_value(now)
     at, pk = (qn(Pod._meta.get_field(f).column) for f in ("progress_at", "id"))
     for source, params in bulk.row_sources(_PROGRESS_RECORD, rows):
