@@ -147,8 +147,9 @@ class FakeKubelet:
 
     # -- pods ----------------------------------------------------------------------
 
-    def _status(self, ns: str, name: str, status: dict) -> None:
-        self.api.merge(f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": status})
+    def _status(self, ns: str, name: str, status: dict, ok: tuple[int, ...] = ()) -> None:
+        path = f"/api/v1/namespaces/{ns}/pods/{name}/status"
+        self.api.call("PATCH", path, {"status": status}, "application/merge-patch+json", ok=ok)
 
     def start(self, ns: str, name: str, image_id: str = "") -> None:
         state = {"running": {"startedAt": _now()}}
@@ -161,7 +162,11 @@ class FakeKubelet:
             self.logs.setdefault((ns, name), []).extend((stamp, line) for line in lines)
             self.cond.notify_all()
 
-    def exit(self, ns: str, name: str, code: int, container: str = "worker") -> None:
+    def exit(
+        self, ns: str, name: str, code: int, container: str = "worker", gone_ok: bool = False
+    ) -> None:
+        """The container ends with `code`. `gone_ok`: the Pod may vanish meanwhile (it is being
+        deleted, and the controller may drop its finalizer first), as a real kubelet allows."""
         with self.cond:
             self.ended.add((ns, name))
             self.cond.notify_all()
@@ -169,7 +174,8 @@ class FakeKubelet:
                                "startedAt": _now(), "finishedAt": _now()}}  # fmt: skip
         phase = "Succeeded" if code == 0 else "Failed"
         status = _cs(term, False) | {"name": container}
-        self._status(ns, name, {"phase": phase, "containerStatuses": [status]})
+        body = {"phase": phase, "containerStatuses": [status]}
+        self._status(ns, name, body, ok=(404,) if gone_ok else ())
 
     def past_deadline(self, ns: str, name: str) -> None:
         """The kubelet ending a Pod at its activeDeadlineSeconds."""
@@ -211,7 +217,7 @@ class FakeKubelet:
                     self.write(ns, name, "SIGTERM received")
                     if self.on_term:
                         self.on_term(ns, name)
-                    self.exit(ns, name, 143)
+                    self.exit(ns, name, 143, gone_ok=True)
                 self.api.call(
                     "DELETE",
                     f"/api/v1/namespaces/{ns}/pods/{name}",
