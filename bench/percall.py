@@ -4,7 +4,11 @@
 - a single `POST /api/v1/jobs` (each adds a Pending job; the scheduler does not run), and
 - an agent heartbeat where nothing changed (8 GPUs, N running workers reported as known),
 - a busy node's heartbeat: 60 running workers each reporting a new progress step, so every
-  call takes the full path (the shape of bench/kueue.py's 60-GPU agents, without exits).
+  call takes the full path (the shape of bench/kueue.py's 60-GPU agents, without exits),
+- a heartbeat in which 20 one-worker jobs exit 0, each job then Completed (bench/kueue.py's
+  agents send such a heartbeat every few hundred milliseconds; its commit starts the cycle
+  that places the next pods, so its time is in every GPU handover). Each call's running
+  jobs are made before it, outside the measure.
 
     .venv/bin/python -m bench.percall            # quick: 300 submits, 3 x 1,000 heartbeats
     .venv/bin/python -m bench.percall --full     # 2,000 submits, 3 x 5,000 heartbeats
@@ -46,14 +50,21 @@ def statements_of(call: Callable[[], None]) -> list[str]:
 
 
 def timed(call: Callable[[], None], calls: int, repeat: int) -> tuple[float, float]:
-    """Median CPU ms and wall ms per call over `repeat` runs of `calls` calls."""
+    """Median CPU ms and wall ms per call over `repeat` runs of `calls` calls. A call with a
+    `prepare` attribute has it run before each call, outside the measure."""
+    prepare = getattr(call, "prepare", None)
     cpu, wall = [], []
     for _ in range(repeat):
-        c0, w0 = time.process_time(), time.perf_counter()
+        spent_cpu = spent_wall = 0.0
         for _ in range(calls):
+            if prepare is not None:
+                prepare()
+            c0, w0 = time.process_time(), time.perf_counter()
             call()
-        cpu.append((time.process_time() - c0) / calls * 1000)
-        wall.append((time.perf_counter() - w0) / calls * 1000)
+            spent_cpu += time.process_time() - c0
+            spent_wall += time.perf_counter() - w0
+        cpu.append(spent_cpu / calls * 1000)
+        wall.append(spent_wall / calls * 1000)
     return common.median(cpu), common.median(wall)
 
 
@@ -61,12 +72,16 @@ def profile(call: Callable[[], None], calls: int) -> None:
     import cProfile
     import pstats
 
+    prepare = getattr(call, "prepare", lambda: None)
     profiler = cProfile.Profile()
-    profiler.runcall(lambda: [call() for _ in range(calls)])
+    for _ in range(calls):
+        prepare()
+        profiler.runcall(call)
     pstats.Stats(profiler).sort_stats("cumtime").print_stats(30)
 
 
 BUSY_WORKERS = 60
+EXITS = 20  # one-worker jobs ending in one heartbeat
 
 
 def _facts(gpus: int, hostname: str) -> dict:
@@ -115,6 +130,45 @@ def _node_with_running(client, researcher, name: str, facts: dict, count: int):
         for r in range(count)
     ]
     return node_token, pods
+
+
+def _exits(client, researcher) -> Callable[[], None]:
+    """A heartbeat of a 60-GPU node whose EXITS one-worker jobs exit 0; each call's jobs are
+    made by its `prepare`."""
+    from jobs.models import Job, Pod
+    from policy.statuses import JobStatus, PodStatus
+
+    user, workspace, quota, _ = researcher
+    facts = _facts(BUSY_WORKERS, "e")
+    token, pods = _node_with_running(client, researcher, "exits", facts, 1)
+    node_id = pods[0].node_id
+    Job.objects.filter(pk=pods[0].job_id).update(status=JobStatus.COMPLETED)
+    Pod.objects.filter(pk=pods[0].pk).update(status=PodStatus.SUCCEEDED)
+    bodies: list[str] = []
+
+    def prepare() -> None:
+        workers = []
+        for index in range(EXITS):
+            job = Job.objects.create(
+                workspace=workspace, quota=quota, owner=user, name="exits", image="i",
+                command="c", workers=1, gpus_per_worker=1, status=JobStatus.RUNNING,
+            )  # fmt: skip
+            pod = Pod.objects.create(
+                job=job, attempt=1, rank=0, node_id=node_id, gpu_indices=[index], gpus=1,
+                charged_quota=quota, status=PodStatus.RUNNING,
+            )  # fmt: skip
+            workers.append({"pod_id": pod.pk, "attempt": 1, "state": "exited", "exit_code": 0,
+                            "container_id": f"c{pod.pk}"})  # fmt: skip
+        bodies.append(json.dumps({"facts": facts, "workers": workers}))
+
+    def exits_heartbeat() -> None:
+        if not bodies:
+            prepare()
+        reply = _post(client, "/api/v1/agent/heartbeat/", bodies.pop(), token)
+        assert not reply["refused"] and not reply["run"], reply
+
+    exits_heartbeat.prepare = prepare  # type: ignore[attr-defined]
+    return exits_heartbeat
 
 
 def _post(client, path: str, body: str, token: str, status: int = 200) -> dict:
@@ -170,7 +224,7 @@ def fixtures(workers: int) -> tuple[Callable[[], None], ...]:
         body = busy_template.replace("STEP", str(next(busy_calls)))
         assert not _post(client, "/api/v1/agent/heartbeat/", body, busy_token)["refused"]
 
-    return submit, heartbeat, busy_heartbeat
+    return submit, heartbeat, busy_heartbeat, _exits(client, researcher)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     with common.clean_database("percall") as url:
         common.setup_django(url)
         logging.getLogger("console.access").setLevel(logging.WARNING)
-        submit, heartbeat, busy_heartbeat = fixtures(args.workers)
+        submit, heartbeat, busy_heartbeat, exits_heartbeat = fixtures(args.workers)
         paths = [
             ("POST /api/v1/jobs (one job)", submit, submits, 1, 5.0),
             (f"heartbeat, nothing changed ({args.workers} workers)", heartbeat, beats, 3, 1.0),
@@ -195,9 +249,17 @@ def main(argv: list[str] | None = None) -> None:
                 3,
                 None,
             ),
+            (
+                f"heartbeat, {EXITS} one-worker jobs exit 0 (each Completed)",
+                exits_heartbeat,
+                beats // 20,
+                3,
+                None,
+            ),
         ]
         for label, call, calls, repeat, target_ms in paths:
             call()  # warm: first-call imports and caches
+            getattr(call, "prepare", lambda: None)()
             sql = statements_of(call)
             cpu, wall = timed(call, calls, repeat)
             if args.profile:

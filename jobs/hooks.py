@@ -12,7 +12,7 @@ savepoint of its own (a failed statement would otherwise abort the caller's tran
 
 Not every status change is announced: the scheduler's bulk moves (Pending → Inqueue,
 → Starting) are not, since nobody subscribes to them; everything written by
-`transitions.transition` is.
+`transitions.transition` and `transitions.finish_many` is.
 """
 
 import logging

@@ -26,9 +26,9 @@ from cluster.models import GpuDevice
 from jobs.actions import bulk, rendezvous
 from jobs.actions.charges import record_charge_moves
 from jobs.actions.stop import JobNotActive, request_stop
-from jobs.actions.transitions import IllegalTransition, TransitionConflict
+from jobs.actions.transitions import IllegalTransition, TransitionConflict, insert_events
 from jobs.hooks import Notice, announce_one
-from jobs.models import Job, JobEvent, Pod
+from jobs.models import Job, Pod
 from jobs.scheduler.rows import CycleResult, WaitingRow
 from policy.scheduler.model import Admission, Plan, QueueDecision
 from policy.statuses import ACTIVE_POD_STATUSES, Actor, JobStatus, PodStatus, is_allowed
@@ -65,6 +65,7 @@ def apply_plan(decided: Plan, rows: dict[int, WaitingRow], now: datetime) -> Cyc
         insert_events(
             [(job_id, rows[job_id].attempt, was, to, why) for job_id, was, to, why, _ in changed],
             now,
+            Actor.SCHEDULER,
         )
     admitted = [a for a in decided.admissions if a.job_id in won]
     pods = _new_pods(admitted, rows)
@@ -248,32 +249,6 @@ def _lock_unchanged(
             if job_id in moving and status == rows[job_id].status
         )
     return won
-
-
-_EVENT_RECORD = (
-    ("job_id", "bigint"),
-    ("attempt", "integer"),
-    ("from_status", "text"),
-    ("to_status", "text"),
-    ("reason", "text"),
-)
-
-
-def insert_events(items: list[tuple[int, int, str, str, str]], now: datetime) -> None:
-    """JobEvents of the cycle's status changes (rows of `_EVENT_RECORD`): building 10,000
-    model instances for bulk_create costs about a second on its own."""
-    qn = connection.ops.quote_name
-    table = qn(JobEvent._meta.db_table)
-    names = ("job", "created_at", "attempt", "from_status", "to_status", "reason", "actor")
-    columns = ", ".join(qn(JobEvent._meta.get_field(f).column) for f in names)
-    stamp = connection.ops.adapt_datetimefield_value(now)
-    for source, params in bulk.row_sources(_EVENT_RECORD, items):
-        bulk.execute(
-            f"INSERT INTO {table} ({columns}) "  # noqa: S608
-            f"SELECT v.job_id, {bulk.typed('%s', 'timestamptz')}, v.attempt, v.from_status, "
-            f"v.to_status, v.reason, %s FROM {source}",
-            [stamp, str(Actor.SCHEDULER), *params],
-        )
 
 
 _STATUS_RECORD = (

@@ -14,14 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
+from jobs.actions import bulk
 from jobs.actions import restarts as restart
 from jobs.actions.results import completion
 from jobs.actions.stop import stop_pods
-from jobs.actions.transitions import TransitionConflict, transition
+from jobs.actions.transitions import Finish, TransitionConflict, finish_many, transition
 from jobs.models import Job, Pod, PodDesired, RestartRecord, WorkerGpuSample
 from policy.derive import (
     JobChange,
@@ -82,33 +83,99 @@ def apply_worker_states(changes: list[WorkerChange], *, now: datetime | None = N
         # The jobs are read as they are locked (one statement): they change only under
         # their lock, so these rows are current when the pods' changes are reconciled.
         locked = lock_jobs(c.pod.job_id for c in changes)
-        changed = [c for c in changes if _write_pod(c, now)]
+        # One change per pod, the first (a heartbeat names each pod once: protocol.batches).
+        firsts: dict[int, WorkerChange] = {}
+        for change in changes:
+            firsts.setdefault(change.pod.pk, change)
+        changes = list(firsts.values())
+        written = _write_pods(changes, now)
+        changed = [c for c in changes if c.pod.pk in written]
         for c in changed:
             if c.running and c.pod.attempt > 1:
                 _async_restart_ran(c.pod, now)
         if changed:
             jobs = {c.pod.job_id: locked[c.pod.job_id] for c in changed}
             pods = _current_pods_of(jobs)
+            finishing: list[Finish] = []  # the plain completions, written together
             for job_id in sorted(jobs):
-                reconcile_job(job_id, now=now, job=jobs[job_id], pods=pods[job_id])
+                reconcile_job(
+                    job_id, now=now, job=jobs[job_id], pods=pods[job_id], finishing=finishing
+                )
+            finish_many(finishing, actor=Actor.AGENT, now=now)
     return {c.pod.pk for c in changed}
 
 
-def _write_pod(change: WorkerChange, now: datetime) -> bool:
-    """The pod's compare-and-set on a live status (the caller holds its job's lock)."""
-    pod = change.pod
-    if change.running:
-        return bool(
-            Pod.objects.filter(
-                pk=pod.pk, status__in=[PodStatus.STARTING, PodStatus.UNKNOWN]
-            ).update(
-                status=PodStatus.RUNNING,
-                started_at=pod.started_at or now,
-                container_id=change.container_id or pod.container_id,
-                last_report_at=now,
-                status_reason="",
+# The pods' compare-and-set UPDATEs of a heartbeat's changes, one per kind: each value of a
+# row of the row source (jobs.actions.bulk), with its SQL type.
+_START_RECORD = (("pod_id", "bigint"), ("container_id", "text"))
+_EXIT_RECORD = (
+    ("pod_id", "bigint"),
+    ("status", "text"),
+    ("exit_code", "integer"),
+    ("error", "text"),
+    ("reason", "text"),
+    ("container_id", "text"),
+    ("ended_by", "text"),
+    ("logs_delivered", "boolean"),
+)
+
+
+def _write_pods(changes: list[WorkerChange], now: datetime) -> set[int]:
+    """The pods' compare-and-set on a live status (the caller holds their jobs' locks): the
+    starts in one UPDATE, the exits in another, each joined on a row source and returning
+    the pods it changed. One statement per pod was a third of a heartbeat's exits
+    (bench/percall.py). Returns the ids of the pods that changed."""
+    starts, exits = [], []
+    for change in changes:
+        if change.running:
+            starts.append((change.pod.pk, change.container_id))
+        else:
+            exits.append(_exit_row(change))
+    qn = connection.ops.quote_name
+    table, column = qn(Pod._meta.db_table), _columns()
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    changed: set[int] = set()
+    container = f"COALESCE(NULLIF(v.container_id, ''), {table}.{column['container_id']})"
+    for source, params in bulk.row_sources(_START_RECORD, starts) if starts else ():
+        live = [PodStatus.STARTING.value, PodStatus.UNKNOWN.value]
+        changed.update(
+            row[0]
+            for row in bulk.fetch(
+                f"UPDATE {table} SET {column['status']} = %s, "  # noqa: S608
+                f"{column['started_at']} = COALESCE({table}.{column['started_at']}, %s), "
+                f"{column['container_id']} = {container}, {column['last_report_at']} = %s, "
+                f"{column['status_reason']} = '' FROM {source} "
+                f"WHERE {table}.{column['id']} = v.pod_id "
+                f"AND {table}.{column['status']} IN (%s, %s) RETURNING {table}.{column['id']}",
+                [PodStatus.RUNNING.value, stamp, stamp, *params, *live],
             )
         )
+    for source, params in bulk.row_sources(_EXIT_RECORD, exits) if exits else ():
+        live = [status.value for status in sorted(ACTIVE_POD_STATUSES)]
+        delivered = f"{table}.{column['logs_delivered']}"
+        changed.update(
+            row[0]
+            for row in bulk.fetch(
+                f"UPDATE {table} SET {column['status']} = v.status, "  # noqa: S608
+                f"{column['exit_code']} = v.exit_code, {column['error_message']} = v.error, "
+                f"{column['status_reason']} = v.reason, {column['container_id']} = {container}, "
+                f"{column['finished_at']} = %s, {column['last_report_at']} = %s, "
+                f"{column['ended_by']} = v.ended_by, "
+                # Never taken back: the agent's end of stream may have come first.
+                f"{column['logs_delivered']} = ({delivered} OR v.logs_delivered) "
+                f"FROM {source} WHERE {table}.{column['id']} = v.pod_id "
+                f"AND {table}.{column['status']} IN ({', '.join(['%s'] * len(live))}) "
+                f"RETURNING {table}.{column['id']}",
+                [stamp, stamp, *params, *live],
+            )
+        )
+    return changed
+
+
+def _exit_row(change: WorkerChange) -> tuple:
+    """An exit's values for its pod (_EXIT_RECORD after the id): the final status the stop
+    order or the exit code gives, and why."""
+    pod = change.pod
     final = final_pod_status(
         pod.stop_as if pod.desired == PodDesired.STOP else "", change.exit_code
     )
@@ -117,20 +184,21 @@ def _write_pod(change: WorkerChange, now: datetime) -> bool:
         # Its node left (the agent shut down): lost to the platform, not failed by the job
         # (docs/fault-tolerance.md, "A node leaving").
         final, reason = PodStatus.LOST, NODE_LEFT
-    return bool(
-        Pod.objects.filter(pk=pod.pk, status__in=list(ACTIVE_POD_STATUSES)).update(
-            status=final,
-            exit_code=change.exit_code,
-            error_message=fit_tail(change.error, limits.ERROR_STORED),
-            status_reason=reason or last_line(change.error),
-            container_id=change.container_id or pod.container_id,
-            finished_at=now,
-            last_report_at=now,
-            ended_by=change.ended_by,
-            # Never taken back: the agent's end of stream may have come first.
-            **({"logs_delivered": True} if change.logs_delivered else {}),
-        )
+    return (
+        pod.pk,
+        final,
+        change.exit_code,
+        fit_tail(change.error, limits.ERROR_STORED),
+        reason or last_line(change.error),
+        change.container_id,
+        change.ended_by,
+        change.logs_delivered,
     )
+
+
+def _columns() -> dict[str, str]:
+    qn = connection.ops.quote_name
+    return {f.name: qn(f.column) for f in Pod._meta.concrete_fields}
 
 
 def lock_jobs(job_ids: Iterable[int]) -> dict[int, Job]:
@@ -176,34 +244,22 @@ def reconcile_job(
     now: datetime | None = None,
     job: Job | None = None,
     pods: list[Pod] | None = None,
+    finishing: list[Finish] | None = None,
 ) -> list[JobChange]:
     """Bring the job status in line with its current workers (idempotent).
 
     A failure or a lost worker of a job with Automatic Fault Tolerance is handed to
     `actions.restarts` instead of ending the job Failed; a job that just became
     Preempted is restarted there too. `job` and `pods` (its current_pods): already read
-    in this transaction, under the job's lock."""
+    in this transaction, under the job's lock. `finishing`: a final move to Completed, the
+    last change, is added there for the caller's `finish_many` instead of written here
+    (nothing follows it in this function)."""
     now = now or timezone.now()
     job = job if job is not None else Job.objects.get(pk=job_id)
     pods = pods if pods is not None else current_pods(job)
-    views = [
-        PodView(
-            p.rank,
-            PodStatus(p.status),
-            p.exit_code,
-            p.status_reason or last_line(p.error_message),
-        )
-        for p in pods
-    ]
-    changes = derive_job_transitions(
-        JobStatus(job.status),
-        views,
-        stop_requested=job.stop_requested_at is not None,
-        stop_final_status=JobStatus(job.stop_final_status or JobStatus.STOPPED),
-        stop_reason=job.stop_reason,
-    )
+    changes = _derived_changes(job, pods)
     applied: list[JobChange] = []
-    for change in changes:
+    for index, change in enumerate(changes):
         if change.to_status == JobStatus.FAILED and job.stop_requested_at is None:
             failed = [p for p in pods if p.status in (PodStatus.FAILED, PodStatus.LOST)]
             # A node that left is the platform's doing: it speaks for the attempt first.
@@ -221,6 +277,11 @@ def reconcile_job(
         if change.to_status == JobStatus.COMPLETED:
             # Exit 0 is not yet "done": the result's contract decides (docs/results.md).
             change = completion(job, change, now)
+            last = index == len(changes) - 1
+            if finishing is not None and last and change.to_status == JobStatus.COMPLETED:
+                finishing.append(Finish(job, change.to_status, change.reason, change.exit_code))
+                applied.append(change)
+                break
         fields = {}
         if change.exit_code is not None:
             fields["exit_code"] = change.exit_code
@@ -249,6 +310,26 @@ def reconcile_job(
             if outcome is not None:
                 applied.append(JobChange(JobStatus.PENDING, outcome.reason))
     return applied
+
+
+def _derived_changes(job: Job, pods: list[Pod]) -> list[JobChange]:
+    """The job's moves its workers call for (`policy.derive`, pure)."""
+    views = [
+        PodView(
+            p.rank,
+            PodStatus(p.status),
+            p.exit_code,
+            p.status_reason or last_line(p.error_message),
+        )
+        for p in pods
+    ]
+    return derive_job_transitions(
+        JobStatus(job.status),
+        views,
+        stop_requested=job.stop_requested_at is not None,
+        stop_final_status=JobStatus(job.stop_final_status or JobStatus.STOPPED),
+        stop_reason=job.stop_reason,
+    )
 
 
 def _first_hang_deadline(job: Job, now: datetime) -> datetime | None:

@@ -132,3 +132,64 @@ def test_illegal_is_checked_before_the_database(make_job, django_assert_num_quer
     job = make_job(S.COMPLETED)
     with django_assert_num_queries(0), pytest.raises(IllegalTransition):
         transition(job, S.RUNNING, reason="x", actor=Actor.SYSTEM)
+
+
+# -- finish_many: many jobs to final statuses in one UPDATE and one INSERT ------------------
+
+
+def test_finish_many_writes_what_transition_writes(make_job, django_assert_num_queries):
+    from jobs.actions.transitions import Finish, finish_many
+
+    done, failed, later = make_job(S.RUNNING), make_job(S.RUNNING), make_job(S.RUNNING)
+    Job.objects.filter(pk=failed.pk).update(exit_code=7)
+    moves = [
+        Finish(done, S.COMPLETED, "all 1 worker(s) exited 0", 0),
+        Finish(failed, S.FAILED, "worker 0 exited 7"),  # no exit code: the stored one stays
+    ]
+    # One UPDATE, one INSERT of events, one look-up of the notification rules for both.
+    with time_machine.travel(NOW, tick=False), django_assert_num_queries(3):
+        assert finish_many(moves, actor=Actor.AGENT, now=NOW) == {done.pk, failed.pk}
+    # As transition writes them (compared with a third job moved the one-by-one way).
+    with time_machine.travel(NOW, tick=False):
+        transition(later, S.COMPLETED, reason="all 1 worker(s) exited 0", actor=Actor.AGENT,
+                   exit_code=0)  # fmt: skip
+    fields = ("status", "status_reason", "updated_at", "finished_at", "queue_position",
+              "exit_code", "started_at")  # fmt: skip
+    assert Job.objects.values(*fields).get(pk=done.pk) == Job.objects.values(*fields).get(
+        pk=later.pk
+    )
+    assert Job.objects.values_list("status", "exit_code").get(pk=failed.pk) == (S.FAILED, 7)
+    for job, status in ((done, S.COMPLETED), (failed, S.FAILED)):
+        assert (job.status, job.finished_at, job.queue_position) == (status, NOW, None)
+        [event] = JobEvent.objects.filter(job=job)
+        assert (event.from_status, event.to_status, event.actor, event.user) == (
+            S.RUNNING, status, Actor.AGENT, None,
+        )  # fmt: skip
+    assert done.exit_code == 0
+
+
+def test_finish_many_leaves_a_job_another_writer_moved(make_job):
+    from jobs.actions.transitions import Finish, finish_many
+
+    moved, mine = make_job(S.RUNNING), make_job(S.RUNNING)
+    Job.objects.filter(pk=moved.pk).update(status=S.STOPPED)  # another writer won
+    moves = [Finish(moved, S.COMPLETED, "exited 0", 0), Finish(mine, S.COMPLETED, "exited 0", 0)]
+    assert finish_many(moves, actor=Actor.AGENT, now=NOW) == {mine.pk}
+    assert Job.objects.get(pk=moved.pk).status == S.STOPPED
+    assert moved.status == S.RUNNING  # untouched in memory too
+    assert list(JobEvent.objects.values_list("job_id", flat=True)) == [mine.pk]
+
+
+def test_finish_many_checks_every_move_before_the_database(make_job, django_assert_num_queries):
+    from jobs.actions.transitions import Finish, finish_many
+
+    running, pending = make_job(S.RUNNING), make_job(S.PENDING)
+    with django_assert_num_queries(0), pytest.raises(IllegalTransition):
+        finish_many(
+            [Finish(running, S.COMPLETED, "x"), Finish(pending, S.COMPLETED, "x")],
+            actor=Actor.AGENT,
+            now=NOW,
+        )
+    with django_assert_num_queries(0), pytest.raises(ValueError, match="final statuses only"):
+        finish_many([Finish(running, S.PENDING, "x")], actor=Actor.AGENT, now=NOW)
+    assert finish_many([], actor=Actor.AGENT, now=NOW) == set()
