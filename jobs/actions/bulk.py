@@ -66,6 +66,12 @@ def row_sources(record: Record, rows: Sequence[Sequence[Any]]) -> Iterator[tuple
         yield f"(SELECT {columns} FROM (VALUES {values}) AS vals) AS v", params  # noqa: S608
 
 
+def columns(model) -> dict[str, str]:
+    """Each concrete field's column of `model`, quoted, by field name (for the SQL here)."""
+    qn = connection.ops.quote_name
+    return {f.name: qn(f.column) for f in model._meta.concrete_fields}
+
+
 def typed(placeholder: str, kind: str) -> str:
     """A parameter of a given type in a SELECT list (SQLite stores what it is given)."""
     return f"{placeholder}::{kind}" if postgres() else placeholder

@@ -1,6 +1,7 @@
 """Job status transitions: compare-and-set on the current status plus a JobEvent, atomically.
 
-Concurrency rule (docs/statuses.md): every write of `Job.status` goes through `transition()`, which
+Concurrency rule (docs/statuses.md): every write of `Job.status` goes through `transition()` (or
+its bulk forms: `finish_many` here, the scheduler's in `jobs.actions.scheduling`), which
 issues `UPDATE job SET status=<to> WHERE id=<id> AND status=<from>` and checks the row count.
 When a user's stop and the scheduler's admission race on an Inqueue job, both UPDATEs name
 `status='Inqueue'`; the database serialises them, the second matches no row and raises
@@ -75,9 +76,9 @@ def transition(
     elif to_status == JobStatus.PENDING:
         updates.setdefault("finished_at", None)
 
-    # No savepoint of its own: a conflict writes nothing (the UPDATE matched no row), so
-    # it is raised after the block; any other error fails the caller's transaction, or the
-    # caller's savepoint. (Two statements a transition: a heartbeat's exits are one each.)
+    # No savepoint of its own (it cost two statements a transition): a conflict writes
+    # nothing (the UPDATE matched no row), so it is raised after the block; any other error
+    # fails the caller's transaction, or the caller's savepoint.
     with transaction.atomic(savepoint=False):
         changed = Job.objects.filter(pk=job.pk, status=from_status).update(**updates)
         if changed == 1:
@@ -130,22 +131,19 @@ _FINISH_RECORD = (
 
 
 def finish_many(moves: Sequence[Finish], *, actor: Actor, now: datetime) -> set[int]:
-    """`transition` to a final status for many jobs at once (a heartbeat's exits: one
-    UPDATE and one INSERT each cost two statements a job, bench/percall.py): one UPDATE
-    joined on a row source, each row a compare-and-set on the job's in-memory status, one
-    INSERT of their JobEvents, their notices announced together, one scheduling request.
-    A job another writer moved meanwhile is left as it is (`transition` would raise
-    TransitionConflict). Returns the ids of the jobs moved; those objects reflect their
-    new rows."""
+    """`transition` to a final status for many jobs at once (a heartbeat's exits; one by
+    one they cost two statements a job, bench/percall.py): one UPDATE joined on a row
+    source, each row a compare-and-set on the job's in-memory status, one INSERT of their
+    JobEvents, their notices announced together, one scheduling request. A job another
+    writer moved meanwhile is left as it is (`transition` would raise TransitionConflict).
+    Returns the ids of the jobs moved; those objects reflect their new rows."""
     for move in moves:
         if move.to_status not in FINAL_JOB_STATUSES:
             raise ValueError(f"finish_many moves to final statuses only, not {move.to_status}")
         if not is_allowed(JobStatus(move.job.status), move.to_status):
             raise IllegalTransition(move.job.status, move.to_status)
     rows = [(m.job.pk, m.job.status, m.to_status, m.reason, m.exit_code) for m in moves]
-    qn = connection.ops.quote_name
-    table = qn(Job._meta.db_table)
-    col = {f.name: qn(f.column) for f in Job._meta.concrete_fields}
+    table, col = connection.ops.quote_name(Job._meta.db_table), bulk.columns(Job)
     stamp = connection.ops.adapt_datetimefield_value(now)
     moved: set[int] = set()
     for source, params in bulk.row_sources(_FINISH_RECORD, rows) if rows else ():

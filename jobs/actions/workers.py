@@ -2,8 +2,9 @@
 with its workers (docs/statuses.md, docs/traps.md).
 
 Pod writes are compare-and-set on the pod's status (only a live pod can change), so a
-duplicated or late report is harmless; job writes go through `transitions.transition`. The
-rule itself is pure (`policy.derive`).
+duplicated or late report is harmless; job writes go through `transitions.transition`, or
+`transitions.finish_many` for a heartbeat's plain completions. The rule itself is pure
+(`policy.derive`).
 
 Lock order: a job's row before its pods' rows, everywhere (`lock_jobs`). The scheduler's
 preemption and a user's stop lock the job and then stop its pods; a worker's report used to
@@ -74,8 +75,9 @@ def apply_worker_state(
 
 def apply_worker_states(changes: list[WorkerChange], *, now: datetime | None = None) -> set[int]:
     """Several workers' changes (of one heartbeat) in ONE transaction: their jobs locked
-    at once (id order), each pod compare-and-set as in apply_worker_state, then each job
-    whose pods changed reconciled once, from jobs and pods read in two queries. Returns the
+    at once (id order), the pods compare-and-set as in apply_worker_state (one UPDATE for
+    the starts, one for the exits), then each job whose pods changed reconciled once, from
+    jobs and pods read in two queries, the plain completions moved together. Returns the
     ids of the pods that changed. Raises on any failure, with nothing written: the caller
     then applies the changes one by one, to refuse only the bad one."""
     now = now or timezone.now()
@@ -131,8 +133,7 @@ def _write_pods(changes: list[WorkerChange], now: datetime) -> set[int]:
             starts.append((change.pod.pk, change.container_id))
         else:
             exits.append(_exit_row(change))
-    qn = connection.ops.quote_name
-    table, column = qn(Pod._meta.db_table), _columns()
+    table, column = connection.ops.quote_name(Pod._meta.db_table), bulk.columns(Pod)
     stamp = connection.ops.adapt_datetimefield_value(now)
     changed: set[int] = set()
     container = f"COALESCE(NULLIF(v.container_id, ''), {table}.{column['container_id']})"
@@ -194,11 +195,6 @@ def _exit_row(change: WorkerChange) -> tuple:
         change.ended_by,
         change.logs_delivered,
     )
-
-
-def _columns() -> dict[str, str]:
-    qn = connection.ops.quote_name
-    return {f.name: qn(f.column) for f in Pod._meta.concrete_fields}
 
 
 def lock_jobs(job_ids: Iterable[int]) -> dict[int, Job]:
