@@ -136,11 +136,11 @@ def wait(request: HttpRequest) -> HttpResponse:
     req = _parse(request, WaitRequest)
     timeout = min(req.timeout, float(settings.AGENT_WAIT_TIMEOUT))
     try:
-        changed = watcher().wait(node.pk, req.known, timeout)
+        seen = watcher().wait(node.pk, req.known, timeout)
     except NoSlot:  # it learns of new work at its heartbeats; asks again much later
         retry = actions.heartbeat_interval() * WAIT_REFUSED_RETRY_BEATS
         return _ok(WaitReply(changed=False, retry_after=retry))
-    return _ok(WaitReply(changed=changed))
+    return _ok(WaitReply(changed=seen is not None, desired_version=seen))
 
 
 _ENDPOINTS = ("register", "heartbeat", "logs", "wait")

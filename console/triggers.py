@@ -46,6 +46,14 @@ def send_scheduling() -> None:
         run_cycle()
 
 
+def send_agent_wake() -> None:
+    """Tell the agents' waits of every console process (agents.wake): the same in every
+    mode, since the waits are held by web processes whichever process wrote."""
+    from agents.wake import nudge
+
+    nudge()
+
+
 def send_delivery() -> None:
     """Send due notifications (the outbox rows a commit just wrote)."""
     mode = settings.CONSOLE_LOOPS
@@ -101,6 +109,7 @@ def install() -> None:
     from notifications.outbox import on_job_notices as queue_notifications
 
     triggers.register(triggers.SCHEDULER, send_scheduling)
+    triggers.register(triggers.AGENTS, send_agent_wake)
     notification_triggers.register(send_delivery)
     hooks.subscribe("notifications", queue_notifications)
     hooks.subscribe("audit", audit_job_notices)

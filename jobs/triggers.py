@@ -13,6 +13,7 @@ from collections.abc import Callable
 from django.db import transaction
 
 SCHEDULER = "scheduler"
+AGENTS = "agents"
 _senders: dict[str, Callable[[], None]] = {}
 
 
@@ -24,5 +25,14 @@ def register(name: str, send: Callable[[], None]) -> None:
 def request_scheduling() -> None:
     """Ask for a scheduling cycle once the surrounding transaction commits."""
     send = _senders.get(SCHEDULER)
+    if send is not None:
+        transaction.on_commit(send, robust=True)
+
+
+def wake_agents() -> None:
+    """Some nodes' desired state changed (pods placed, stops ordered): once the surrounding
+    transaction commits, the agents waiting for work hear it now rather than at the next
+    poll (agents.wake)."""
+    send = _senders.get(AGENTS)
     if send is not None:
         transaction.on_commit(send, robust=True)

@@ -476,6 +476,12 @@ class WaitReply(_FromConsole):
     # agent waits this long before asking again (six heartbeat intervals; its heartbeats go
     # on meanwhile and learn of new work).
     retry_after: Annotated[float, Field(ge=0, le=3600)] | None = None
+    # Additive: the token that differed from `known` (None: unchanged, or an older
+    # console). An agent whose heartbeat reply already carried it knows that state (the
+    # change was its own exits) and waits again instead of sending a heartbeat for nothing.
+    desired_version: Annotated[str, StringConstraints(max_length=limits.DESIRED_VERSION)] | None = (
+        None
+    )
 
 
 class ErrorBody(_FromConsole):

@@ -2,7 +2,10 @@
 
 A second thread holds the console's `wait/` open with the desired-state token of the last
 heartbeat reply and wakes the agent's loop as soon as the console answers that the state
-changed; then it waits for the heartbeat that learns the change before waiting again.
+changed; then it waits for the heartbeat that learns the change before waiting again. A
+change the loop already learned (the reply to the heartbeat that reported exits carries
+the token the exits made, while the wait still holds the one before) wakes nothing: the
+waker asks again with the new token, instead of the loop sending a heartbeat for nothing.
 """
 
 import logging
@@ -62,6 +65,10 @@ class Waking:
             self._next_beat(beats, self.interval)
             return
         if reply.changed:
+            with self._beat:
+                known_now = self._desired_version
+            if reply.desired_version is not None and reply.desired_version == known_now:
+                return  # a heartbeat reply already said so (its own exits): nothing new
             self.wake.set()
             self._next_beat(beats, self.interval * 2)
         elif reply.retry_after is not None:  # no slot free on the console: back off

@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster.models import GpuDevice
+from jobs import triggers
 from jobs.actions import bulk, rendezvous
 from jobs.actions.charges import record_charge_moves
 from jobs.actions.stop import JobNotActive, request_stop
@@ -338,3 +339,4 @@ def insert_pods(pods: list[tuple]) -> None:
             f"SELECT {', '.join(selects)} FROM {source}",
             [*constants, *params],
         )
+    triggers.wake_agents()  # the nodes' agents hear of them now, not at the next poll

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from jobs import triggers
 from jobs.actions.transitions import TransitionConflict, record_decision, transition
 from jobs.hooks import Notice, announce_one
 from jobs.models import Job, Pod, PodDesired
@@ -43,13 +44,16 @@ def stop_pods(
     """Order every live worker of the job to stop (SIGTERM, then the grace, then SIGKILL);
     the agent converges on it. `stop_as` is how each ends once it has exited."""
     job_id = job if isinstance(job, int) else job.pk
-    return Pod.objects.filter(job_id=job_id, status__in=list(ACTIVE_POD_STATUSES)).update(
+    ordered = Pod.objects.filter(job_id=job_id, status__in=list(ACTIVE_POD_STATUSES)).update(
         desired=PodDesired.STOP,
         stop_reason=fit(reason, limits.REASON),
         stop_as=stop_as,
         stop_grace_seconds=settings.DEFAULT_STOP_GRACE if grace is None else grace,
         stop_requested_at=now or timezone.now(),
     )
+    if ordered:
+        triggers.wake_agents()  # their agents hear it now, not at the next poll
+    return ordered
 
 
 # How the workers of a job stopped for each reason end (docs/simulator.md pod statuses).

@@ -4,13 +4,15 @@ agent that starts a submitted job and stops it long before its next heartbeat.""
 import threading
 import time
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 
 from accounts.actions import issue_api_token
 from agents import wake
 from agents.decisions import desired_version_of
+from jobs import triggers
 from jobs.actions.stop import request_stop
 from jobs.models import Job, Pod, PodDesired
 from policy.statuses import PodStatus
@@ -74,7 +76,7 @@ def test_a_wait_answers_when_the_desired_state_changes(
     node, token = register(client)
     known = heartbeat(client, token)["desired_version"]
     response = post(client, "wait/", {"known": known, "timeout": 0.3}, token)
-    assert response.json() == {"changed": False, "retry_after": None}
+    assert response.json() == {"changed": False, "retry_after": None, "desired_version": None}
 
     def place() -> None:
         time.sleep(0.3)
@@ -89,8 +91,116 @@ def test_a_wait_answers_when_the_desired_state_changes(
     response = post(client, "wait/", {"known": known, "timeout": 20}, token)
     placer.join()
     assert response.json()["changed"] is True
+    # It names the token that differed: the one the agent's next heartbeat reply carries.
+    assert response.json()["desired_version"] == heartbeat(client, token)["desired_version"]
     # A token that is already stale answers at once.
     assert post(client, "wait/", {"known": "stale", "timeout": 20}, token).json()["changed"]
+
+
+def _held_wait(client, token, known: str) -> tuple[dict, float]:
+    """A wait held for up to 20 s: its answer and how long it took."""
+    started = time.monotonic()
+    response = post(client, "wait/", {"known": known, "timeout": 20}, token)
+    assert response.status_code == 200, response.content
+    return response.json(), time.monotonic() - started
+
+
+def _in_a_thread(act, delay: float = 0.3) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)  # the wait is held by then
+        try:
+            act()
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_placement_wakes_the_wait_at_once_not_at_the_next_poll(
+    client, settings, researcher, quota, fresh_watcher
+):
+    """A submission the cycle places (the user's path: the API, the trigger, the cycle's
+    `insert_pods`) nudges the watcher after the commit: the wait answers long before the
+    poll, here 30 s, would have looked again."""
+    settings.AGENT_WAIT_POLL = 30
+    node, token = register(client)
+    known = heartbeat(client, token)["desired_version"]
+    _, plain = issue_api_token(researcher)
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    submitted = []
+
+    def submit() -> None:
+        body = {"quota": quota.name, "image": "busybox", "command": "sleep 1"}
+        submitted.append(
+            api.post("/api/v1/jobs", {**body, "gpus_per_worker": 1}, "application/json")
+        )
+
+    submitter = _in_a_thread(submit)
+    answer, took = _held_wait(client, token, known)
+    submitter.join()
+    assert submitted[0].status_code == 201, submitted[0].content
+    assert Pod.objects.filter(node=node).count() == 1  # placed on the waiting node
+    assert answer["changed"] is True and took < 10, (answer, took)
+
+
+def test_a_stop_order_wakes_the_wait_at_once(
+    client, settings, researcher, workspace, quota, fresh_watcher
+):
+    settings.AGENT_WAIT_POLL = 30
+    node, token = register(client)
+    job, _ = make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
+    known = heartbeat(client, token)["desired_version"]
+    stopper = _in_a_thread(lambda: request_stop(Job.objects.get(pk=job.pk), reason="by alice"))
+    answer, took = _held_wait(client, token, known)
+    stopper.join()
+    assert answer["changed"] is True and took < 10, (answer, took)
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="NOTIFY is PostgreSQL's")
+def test_another_process_wakes_the_wait_through_postgresql(
+    client, settings, researcher, workspace, quota, fresh_watcher
+):
+    """The Celery worker's cycle runs in another process: its nudge is `NOTIFY agent_wake`,
+    which this process's listener turns into a tick. Here the pod is written with no nudge
+    at all and the NOTIFY is sent on a connection of its own, as another process would."""
+    settings.AGENT_WAIT_POLL = 30
+    node, token = register(client)
+    known = heartbeat(client, token)["desired_version"]
+
+    def place_elsewhere() -> None:
+        make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
+        other = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+        with other:
+            other.execute(f"NOTIFY {wake.CHANNEL}")
+
+    placer = _in_a_thread(place_elsewhere, delay=1.0)  # the listener is listening by then
+    answer, took = _held_wait(client, token, known)
+    placer.join()
+    assert answer["changed"] is True and took < 10, (answer, took)
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="NOTIFY is PostgreSQL's")
+def test_a_nudge_is_a_notify_that_other_processes_hear(db_listener):
+    with transaction.atomic():
+        triggers.wake_agents()
+        assert not db_listener(0.2)  # nothing before the commit
+    assert db_listener(5)
+
+
+@pytest.fixture
+def db_listener():
+    """A connection of its own LISTENing on the wake channel; calling it waits for one
+    notification (True) or the timeout (False)."""
+    own = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+    own.execute(f"LISTEN {wake.CHANNEL}")
+
+    def heard(timeout: float) -> bool:
+        return any(True for _ in own.notifies(timeout=timeout, stop_after=1))
+
+    yield heard
+    own.close()
 
 
 def test_a_wait_without_a_free_slot_is_answered_at_once(client, settings, fresh_watcher):
@@ -98,7 +208,7 @@ def test_a_wait_without_a_free_slot_is_answered_at_once(client, settings, fresh_
     _, token = register(client)
     response = post(client, "wait/", {"known": "0.0.0", "timeout": 20}, token)
     # Six heartbeat intervals: a refused agent does not ask at every heartbeat.
-    assert response.json() == {"changed": False, "retry_after": 30.0}
+    assert response.json() == {"changed": False, "retry_after": 30.0, "desired_version": None}
 
 
 def test_a_wait_needs_a_node_token_and_a_valid_body(client):

@@ -51,3 +51,19 @@ def test_a_changed_state_wakes_the_loop():
     agent, console = _Agent(), _Console(WaitReply(changed=True))
     agent.wait_for_change(console)
     assert agent.wake.is_set()
+
+
+def test_a_change_the_last_heartbeat_already_learned_wakes_nothing():
+    """The wait still held the token from before the agent's exits; the reply to the
+    heartbeat that reported them carried the token they made. The console answers the wait
+    with that same token: the loop already knows it, so no heartbeat is sent for it."""
+    agent = _Agent()
+    agent._desired_version = "0.0.0"  # the exit heartbeat's reply
+    agent.wait_for_change(_Console(WaitReply(changed=True, desired_version="0.0.0")))
+    assert not agent.wake.is_set()
+
+
+def test_a_change_beyond_what_the_last_heartbeat_learned_wakes_the_loop():
+    agent = _Agent()
+    agent.wait_for_change(_Console(WaitReply(changed=True, desired_version="2.9.0")))
+    assert agent.wake.is_set()
