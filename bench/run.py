@@ -32,6 +32,7 @@ BENCHMARKS = [
     "fence_rss",
     "api_submit",  # the create paths in-process (no HTTP)
     "percall",  # CPU and statements per submit, per quiet and per busy heartbeat, in-process
+    "ledger",  # the agent's ledger writes: a launch and an exit, 1,000 finished remembered
     "throughput",  # submissions and heartbeats through gunicorn, CPU per request
     "wake",  # submit -> Running and stop -> Stopped through a real agent (agents.wake)
     "logs",  # log ingest, print-to-page delay through a real agent

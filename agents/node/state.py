@@ -2,10 +2,23 @@
 
 `node.json` holds the node id and token (mode 0600); `registering.json` the key of a
 registration not yet answered (kept across restarts, so an attempt repeated after a lost
-reply carries the same key; removed once `node.json` is written). `workers.json` records
-every pod the agent launched, written *before* the launch, so that no crash or restart can
-lead to a pod being launched twice (docs/traps.md, "duplicate workers"). All are replaced
+reply carries the same key; removed once `node.json` is written). Those are replaced
 atomically.
+
+The ledger of launched pods is two files, so that a launch or an exit does not rewrite the
+last KEEP_FINISHED finished pods (400 KB, ~10 ms of the agent's serial loop each time):
+- `workers.json`: every pod not finished (launched, running, exited but not yet reported),
+  written *before* a launch, so that no crash or restart can lead to a pod being launched
+  twice (docs/traps.md, "duplicate workers"); replaced atomically, small.
+- `finished.jsonl`: a pod whose exit the console took, one line each, appended (and
+  synced) *before* `workers.json` is rewritten without it; rewritten with only the kept
+  ones once it holds twice as many lines.
+Loading reads the finished lines, then `workers.json` over them: a pod in both (a crash
+between the two writes, or a finished pod the console listed again) is unfinished, so its
+exit is reported again, which the console takes as often as it comes. A pod is never in
+neither. Only the last line can be torn (a crash, a full disk mid-append): it is skipped,
+since the pod is still in `workers.json`; a bad line before it is refused like a bad
+`workers.json`.
 """
 
 import contextlib
@@ -19,6 +32,8 @@ from pathlib import Path
 from protocol.agentlock import LOCK_NAME, lock_holder  # noqa: F401 (the agent's lock)
 
 KEEP_FINISHED = 1000  # finished pod ids remembered (never launched again)
+# finished.jsonl is rewritten with the kept pods once it holds this many lines per kept pod.
+FINISHED_LOG_SLACK = 2
 
 
 class AgentConfigError(Exception):
@@ -77,6 +92,47 @@ def _write_private(path: Path, payload: dict) -> None:
         raise
 
 
+def _forget_oldest_finished(launched: dict[int, LaunchRecord]) -> None:
+    finished = [k for k, r in launched.items() if r.finished]
+    for pod_id in finished[: max(0, len(finished) - KEEP_FINISHED)]:
+        del launched[pod_id]
+
+
+def _write_private_lines(path: Path, lines: list[bytes]) -> None:
+    """Atomically replace `path` with these lines, readable only by the agent's user."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _append_synced(path: Path, lines: list[bytes]) -> None:
+    """Append whole lines and sync them; a failed append (a full disk) is cut off again,
+    so that no torn line is left for a later append to follow."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            data = memoryview(b"".join(lines))
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+
+
 class StateStore:
     def __init__(self, state_dir: Path) -> None:
         self.dir = Path(state_dir)
@@ -84,7 +140,10 @@ class StateStore:
         self.identity_path = self.dir / "node.json"
         self.registering_path = self.dir / "registering.json"
         self.workers_path = self.dir / "workers.json"
+        self.finished_path = self.dir / "finished.jsonl"
         self._lock_file = None
+        self._logged: set[int] = set()  # pods whose finished record is in finished.jsonl
+        self._log_lines = 0  # lines in finished.jsonl
 
     def lock(self) -> None:
         """One agent per state dir: two would both launch every desired worker. The holder
@@ -133,21 +192,59 @@ class StateStore:
         return key
 
     def load_launched(self) -> dict[int, LaunchRecord]:
+        finished = self._load_finished()
         try:
             data = json.loads(self.workers_path.read_text())
-            return {int(k): LaunchRecord(**v) for k, v in data["launched"].items()}
+            live = {int(k): LaunchRecord(**v) for k, v in data["launched"].items()}
         except FileNotFoundError:
-            return {}
+            live = {}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             # Refuse to guess: an unreadable record could mean launching a worker twice.
             raise AgentConfigError(f"cannot read {self.workers_path}: {exc}") from exc
+        launched = finished | live  # a pod in both is unfinished (workers.json is later)
+        _forget_oldest_finished(launched)
+        self._logged = {pod_id for pod_id, r in launched.items() if r.finished} - set(live)
+        return launched
+
+    def _load_finished(self) -> dict[int, LaunchRecord]:
+        try:
+            lines = self.finished_path.read_bytes().splitlines()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise AgentConfigError(f"cannot read {self.finished_path}: {exc}") from exc
+        finished: dict[int, LaunchRecord] = {}
+        for number, line in enumerate(lines, 1):
+            try:
+                entry = json.loads(line)
+                pod_id = int(entry.pop("pod_id"))
+                finished.pop(pod_id, None)  # the later line wins, in its place
+                finished[pod_id] = LaunchRecord(**entry)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                if number == len(lines):  # torn by a crash: that pod is in workers.json
+                    break
+                raise AgentConfigError(f"cannot read {self.finished_path}: {exc}") from exc
+        self._log_lines = len(lines)
+        return finished
 
     def save_launched(self, launched: dict[int, LaunchRecord]) -> None:
-        finished = [k for k, r in launched.items() if r.finished]
-        for pod_id in finished[: max(0, len(finished) - KEEP_FINISHED)]:
-            del launched[pod_id]
+        """Newly finished pods are appended to finished.jsonl, then workers.json is
+        rewritten with the pods not finished (see the module's docstring for why)."""
+        _forget_oldest_finished(launched)
+        self._logged.intersection_update(k for k, r in launched.items() if r.finished)
+        new = [k for k, r in launched.items() if r.finished and k not in self._logged]
+        if self._log_lines + len(new) > FINISHED_LOG_SLACK * KEEP_FINISHED:
+            kept = [k for k, r in launched.items() if r.finished]
+            _write_private_lines(self.finished_path, [_line(k, launched[k]) for k in kept])
+            self._log_lines = len(kept)
+            self._logged = set(kept)
+        elif new:
+            _append_synced(self.finished_path, [_line(k, launched[k]) for k in new])
+            self._log_lines += len(new)
+            self._logged.update(new)
         _write_private(
-            self.workers_path, {"launched": {str(k): _plain(r) for k, r in launched.items()}}
+            self.workers_path,
+            {"launched": {str(k): _plain(r) for k, r in launched.items() if not r.finished}},
         )
 
 
@@ -157,3 +254,7 @@ _FIELDS = tuple(f.name for f in fields(LaunchRecord))
 def _plain(record: LaunchRecord) -> dict:
     """The record as JSON-ready fields (`dataclasses.asdict` deep-copies: far slower)."""
     return {name: getattr(record, name) for name in _FIELDS}
+
+
+def _line(pod_id: int, record: LaunchRecord) -> bytes:
+    return json.dumps({"pod_id": pod_id, **_plain(record)}).encode() + b"\n"
