@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 CHANNEL = "agent_wake"
 # How often the listener looks whether its watcher still runs (it blocks in between).
 LISTEN_CHECK_S = 0.25
+LISTEN_RETRY_S = 2.0  # after the listening connection failed
 
 # An agent refused a slot asks again after this many heartbeat intervals: asking at every
 # heartbeat made refused waits outnumber heartbeats (bench/fleet.py, 200 nodes: 63 waits/s
@@ -179,9 +180,9 @@ class Watcher:
                 while self._watching():
                     for _ in own.connection.notifies(timeout=LISTEN_CHECK_S, stop_after=1):
                         self.hint.set()
-            except Exception:
-                log.exception("cannot listen for agent wake-ups; the poll goes on")
-                time.sleep(LISTEN_CHECK_S)
+            except Exception as exc:  # the database restarting, say: listen again later
+                log.warning("cannot listen for agent wake-ups (%s); the poll goes on", exc)
+                time.sleep(LISTEN_RETRY_S)
             finally:
                 own.close()
 

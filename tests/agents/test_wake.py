@@ -182,6 +182,34 @@ def test_another_process_wakes_the_wait_through_postgresql(
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="NOTIFY is PostgreSQL's")
+def test_the_listener_listens_again_after_its_connection_is_killed(
+    client, settings, researcher, workspace, quota, fresh_watcher
+):
+    """A database restart (here: its backend terminated) ends the listening connection;
+    the listener opens another, and a later NOTIFY still wakes the wait."""
+    settings.AGENT_WAIT_POLL = 30
+    node, token = register(client)
+    known = heartbeat(client, token)["desired_version"]
+
+    def kill_then_place() -> None:
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+            killed = other.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query = %s AND pid <> pg_backend_pid()",
+                [f"LISTEN {wake.CHANNEL}"],
+            ).fetchall()
+            assert killed == [(True,)]
+            time.sleep(wake.LISTEN_RETRY_S + 1.5)  # listening again by then
+            make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
+            other.execute(f"NOTIFY {wake.CHANNEL}")
+
+    placer = _in_a_thread(kill_then_place, delay=1.0)
+    answer, took = _held_wait(client, token, known)
+    placer.join()
+    assert answer["changed"] is True and took < 10, (answer, took)
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="NOTIFY is PostgreSQL's")
 def test_a_nudge_is_a_notify_that_other_processes_hear(db_listener):
     with transaction.atomic():
         triggers.wake_agents()
