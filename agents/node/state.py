@@ -76,13 +76,18 @@ class LaunchRecord:
 
 def _write_private(path: Path, payload: dict) -> None:
     """Atomically replace `path` with JSON readable only by the agent's user."""
+    # dumps, not dump: dump encodes in pure Python, piece by piece (json.encoder), ~20x
+    # slower, and workers.json is written on every launch and exit.
+    _replace_private(path, json.dumps(payload).encode())
+
+
+def _replace_private(path: Path, data: bytes) -> None:
+    """Atomically replace `path` with `data` (synced), readable only by the agent's user."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        with os.fdopen(fd, "w") as f:
-            # dumps, not dump: dump encodes in pure Python, piece by piece (json.encoder),
-            # ~20x slower, and workers.json is written on every launch and exit.
-            f.write(json.dumps(payload))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -96,22 +101,6 @@ def _forget_oldest_finished(launched: dict[int, LaunchRecord]) -> None:
     finished = [k for k, r in launched.items() if r.finished]
     for pod_id in finished[: max(0, len(finished) - KEEP_FINISHED)]:
         del launched[pod_id]
-
-
-def _write_private_lines(path: Path, lines: list[bytes]) -> None:
-    """Atomically replace `path` with these lines, readable only by the agent's user."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(b"".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 def _append_synced(path: Path, lines: list[bytes]) -> None:
@@ -235,7 +224,7 @@ class StateStore:
         new = [k for k, r in launched.items() if r.finished and k not in self._logged]
         if self._log_lines + len(new) > FINISHED_LOG_SLACK * KEEP_FINISHED:
             kept = [k for k, r in launched.items() if r.finished]
-            _write_private_lines(self.finished_path, [_line(k, launched[k]) for k in kept])
+            _replace_private(self.finished_path, b"".join(_line(k, launched[k]) for k in kept))
             self._log_lines = len(kept)
             self._logged = set(kept)
         elif new:

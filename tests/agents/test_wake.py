@@ -193,17 +193,22 @@ def test_the_listener_listens_again_after_its_connection_is_killed(
 
     def kill_then_place() -> None:
         with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
-            killed = other.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE query = %s AND pid <> pg_backend_pid()",
-                [f"LISTEN {wake.CHANNEL}"],
-            ).fetchall()
-            assert killed == [(True,)]
-            time.sleep(wake.LISTEN_RETRY_S + 1.5)  # listening again by then
+
+            def listener() -> int | None:  # this test database's listening backend
+                row = other.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND query = %s AND pid <> pg_backend_pid()",
+                    [f"LISTEN {wake.CHANNEL}"],
+                ).fetchone()
+                return row[0] if row else None
+
+            first = wait_for(listener, "the listener to listen")
+            other.execute("SELECT pg_terminate_backend(%s)", [first])
+            wait_for(lambda: listener() not in (None, first), "the listener to listen again")
             make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
             other.execute(f"NOTIFY {wake.CHANNEL}")
 
-    placer = _in_a_thread(kill_then_place, delay=1.0)
+    placer = _in_a_thread(kill_then_place, delay=0)
     answer, took = _held_wait(client, token, known)
     placer.join()
     assert answer["changed"] is True and took < 10, (answer, took)
