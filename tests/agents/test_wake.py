@@ -97,6 +97,11 @@ def test_a_wait_answers_when_the_desired_state_changes(
     assert post(client, "wait/", {"known": "stale", "timeout": 20}, token).json()["changed"]
 
 
+def _own_connection() -> psycopg.Connection:
+    """A PostgreSQL connection of the test's own, outside Django (another process's)."""
+    return psycopg.connect(**connection.get_connection_params(), autocommit=True)
+
+
 def _held_wait(client, token, known: str) -> tuple[dict, float]:
     """A wait held for up to 20 s: its answer and how long it took."""
     started = time.monotonic()
@@ -171,8 +176,7 @@ def test_another_process_wakes_the_wait_through_postgresql(
 
     def place_elsewhere() -> None:
         make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
-        other = psycopg.connect(**connection.get_connection_params(), autocommit=True)
-        with other:
+        with _own_connection() as other:  # as another process would
             other.execute(f"NOTIFY {wake.CHANNEL}")
 
     placer = _in_a_thread(place_elsewhere, delay=1.0)  # the listener is listening by then
@@ -192,7 +196,7 @@ def test_the_listener_listens_again_after_its_connection_is_killed(
     known = heartbeat(client, token)["desired_version"]
 
     def kill_then_place() -> None:
-        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+        with _own_connection() as other:
 
             def listener() -> int | None:  # this test database's listening backend
                 row = other.execute(
@@ -226,7 +230,7 @@ def test_a_nudge_is_a_notify_that_other_processes_hear(db_listener):
 def db_listener():
     """A connection of its own LISTENing on the wake channel; calling it waits for one
     notification (True) or the timeout (False)."""
-    own = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+    own = _own_connection()
     own.execute(f"LISTEN {wake.CHANNEL}")
 
     def heard(timeout: float) -> bool:
