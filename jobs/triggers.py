@@ -22,17 +22,21 @@ def register(name: str, send: Callable[[], None]) -> None:
     _senders[name] = send
 
 
-def request_scheduling() -> None:
-    """Ask for a scheduling cycle once the surrounding transaction commits."""
-    send = _senders.get(SCHEDULER)
+def _send_after_commit(name: str) -> None:
+    """Deliver the `name` trigger once the surrounding transaction commits (nothing if no
+    transport is registered)."""
+    send = _senders.get(name)
     if send is not None:
         transaction.on_commit(send, robust=True)
+
+
+def request_scheduling() -> None:
+    """Ask for a scheduling cycle once the surrounding transaction commits."""
+    _send_after_commit(SCHEDULER)
 
 
 def wake_agents() -> None:
     """Some nodes' desired state changed (pods placed, stops ordered): once the surrounding
     transaction commits, the agents waiting for work hear it now rather than at the next
     poll (agents.wake)."""
-    send = _senders.get(AGENTS)
-    if send is not None:
-        transaction.on_commit(send, robust=True)
+    _send_after_commit(AGENTS)
