@@ -102,6 +102,17 @@ def _own_connection() -> psycopg.Connection:
     return psycopg.connect(**connection.get_connection_params(), autocommit=True)
 
 
+def _listening_backend(other: psycopg.Connection) -> int | None:
+    """The process id of this test database's listening backend (agents.wake's listener,
+    which runs while a wait is held), if it listens."""
+    row = other.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND query = %s AND pid <> pg_backend_pid()",
+        [f"LISTEN {wake.CHANNEL}"],
+    ).fetchone()
+    return row[0] if row else None
+
+
 def _held_wait(client, token, known: str) -> tuple[dict, float]:
     """A wait held for up to 20 s: its answer and how long it took."""
     started = time.monotonic()
@@ -169,17 +180,21 @@ def test_another_process_wakes_the_wait_through_postgresql(
 ):
     """The Celery worker's cycle runs in another process: its nudge is `NOTIFY agent_wake`,
     which this process's listener turns into a tick. Here the pod is written with no nudge
-    at all and the NOTIFY is sent on a connection of its own, as another process would."""
+    at all and the NOTIFY is sent on a connection of its own, as another process would,
+    once the listener listens and the wait has had its first look: only the NOTIFY can
+    answer it before the 30 s poll."""
     settings.AGENT_WAIT_POLL = 30
     node, token = register(client)
     known = heartbeat(client, token)["desired_version"]
 
     def place_elsewhere() -> None:
-        make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
         with _own_connection() as other:  # as another process would
+            wait_for(lambda: _listening_backend(other), "the listener to listen")
+            wait_for(lambda: node.pk in wake._watcher._seen, "the wait's first look")
+            make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
             other.execute(f"NOTIFY {wake.CHANNEL}")
 
-    placer = _in_a_thread(place_elsewhere, delay=1.0)  # the listener is listening by then
+    placer = _in_a_thread(place_elsewhere, delay=0)
     answer, took = _held_wait(client, token, known)
     placer.join()
     assert answer["changed"] is True and took < 10, (answer, took)
@@ -197,18 +212,12 @@ def test_the_listener_listens_again_after_its_connection_is_killed(
 
     def kill_then_place() -> None:
         with _own_connection() as other:
-
-            def listener() -> int | None:  # this test database's listening backend
-                row = other.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND query = %s AND pid <> pg_backend_pid()",
-                    [f"LISTEN {wake.CHANNEL}"],
-                ).fetchone()
-                return row[0] if row else None
-
-            first = wait_for(listener, "the listener to listen")
+            first = wait_for(lambda: _listening_backend(other), "the listener to listen")
             other.execute("SELECT pg_terminate_backend(%s)", [first])
-            wait_for(lambda: listener() not in (None, first), "the listener to listen again")
+            wait_for(
+                lambda: _listening_backend(other) not in (None, first),
+                "the listener to listen again",
+            )
             make_job(owner=researcher, workspace=workspace, quota=quota, nodes=[node])
             other.execute(f"NOTIFY {wake.CHANNEL}")
 
