@@ -96,6 +96,7 @@ class Agent(Waking, Refusing):
         self.stop = stop or threading.Event()
         self.wake = threading.Event()
         self._exited = threading.Event()  # a worker exited since the last heartbeat
+        self._job_of: dict[int, int] = {}  # pod -> job, for gathering a gang's exits
         self.store = StateStore(config.state_dir)
         self.store.lock()
         try:
@@ -264,6 +265,7 @@ class Agent(Waking, Refusing):
         self._note_refusals(reply, reports)
         for pod_id in self.ledger.delivered(reports, exited):
             self.runtime.forget(pod_id)  # the console has taken this exit
+            self._job_of.pop(pod_id, None)
         return reply
 
     def _renew_lease(self, reply: HeartbeatReply, sent_at: float) -> None:
@@ -355,6 +357,7 @@ class Agent(Waking, Refusing):
     ) -> None:  # fmt: skip
         """Launch, or first hash the data folders' content off the loop when the job asks
         (`content`: once hashed; agents.node.hashing)."""
+        self._job_of[spec.pod_id] = spec.job_id
         self.shipper.open(spec.pod_id, spec.attempt, spec.log_next_seq)  # once
         if content is None and self.hashing.begin(spec, gpu_uuids, record):
             return

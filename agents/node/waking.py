@@ -10,18 +10,35 @@ waker asks again with the new token, instead of the loop sending a heartbeat for
 
 import logging
 import threading
+import time
+from collections.abc import Iterable, Mapping
 
 from agents.node.client import AgentClient, ConsoleRefused, TransportError
+from agents.node.runtimes.base import Runtime, WorkerState
 from protocol.agent import WaitRequest
 
 log = logging.getLogger("agents.node.agent")
 
 WAIT_FOR = 25.0  # how long each wait asks the console to hold (it may hold less)
-# An exit is reported this long after it happened, with every exit meanwhile: the workers of
-# one gang end within milliseconds of each other, and one report frees all their GPUs at once
-# (reported one by one, the console gave the first ones' GPUs to smaller jobs, and the next
-# gang waited for those: docs/agent-protocol.md, "Exits gathered").
+# An exit whose job still has workers running here is reported at most this long after it
+# happened, with every exit meanwhile: the workers of one gang end within milliseconds of
+# each other, and one report frees all their GPUs at once (reported one by one, the console
+# gave the first ones' GPUs to smaller jobs, and the next gang waited for those:
+# docs/agent-protocol.md, "Exits gathered"). The exit of a job with nothing left running
+# here is reported at once.
 EXIT_GATHER = 0.03
+
+
+def gang_still_ending(workers: Iterable[WorkerState], job_of: Mapping[int, int]) -> bool:
+    """Whether the exits not reported yet should wait for more: one of them belongs to a job
+    that still has a worker running on this node, or to a job this agent run does not know
+    (a worker adopted from a previous run: gathered, as every exit was before)."""
+    ending: set[int | None] = set()
+    running: set[int | None] = set()
+    for worker in workers:
+        job = job_of.get(worker.pod_id)
+        (running if worker.running else ending).add(job)
+    return None in ending or not ending.isdisjoint(running)
 
 
 class Waking:
@@ -31,19 +48,29 @@ class Waking:
     wake: threading.Event
     interval: float
     client: AgentClient
+    runtime: Runtime
     _beat: threading.Condition
     _beats: int
     _desired_version: str | None
     _exited: threading.Event  # a worker exited since the loop last woke
+    _job_of: dict[int, int]  # pod id -> job id, of the pods this agent run launched
 
     def wait_for_work(self) -> None:
         """The loop's pause: until the next heartbeat is due or something wakes it; after
-        an exit, EXIT_GATHER more, so that the gang's other exits ride the same report."""
+        an exit whose gang still runs here, up to EXIT_GATHER more, so that the gang's other
+        exits ride the same report (each exit wakes this to look again)."""
         self.wake.wait(self.interval)
         self.wake.clear()
-        if self._exited.is_set():
-            self.stop.wait(EXIT_GATHER)
-            self._exited.clear()
+        if not self._exited.is_set():
+            return
+        self._exited.clear()
+        deadline = time.monotonic() + EXIT_GATHER
+        while not self.stop.is_set() and gang_still_ending(self.runtime.workers(), self._job_of):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.wake.wait(left)
+            self.wake.clear()
 
     def _next_beat(self, after: int, timeout: float) -> None:
         """Wait until a heartbeat newer than `after` was applied (or `timeout`)."""

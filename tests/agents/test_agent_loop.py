@@ -303,23 +303,9 @@ def test_an_exit_seen_before_its_exit_callback_ran_still_ends_its_log(make_agent
     assert pod.logs_delivered
 
 
-def test_exits_a_few_milliseconds_apart_are_reported_in_one_heartbeat(
-    make_agent, job_on, monkeypatch
-):
-    """The loop gathers exits for EXIT_GATHER before it reports them (docs/agent-protocol.md,
-    "Exits gathered"): two workers ending 5 ms apart reach the console together, so their
-    GPUs are free at once instead of in two steps. The window is widened here so that a busy
-    machine's launch spread cannot split them; without gathering they arrive one by one."""
-    from agents.node import waking
-
-    assert waking.EXIT_GATHER >= 0.02
-    monkeypatch.setattr(waking, "EXIT_GATHER", 0.2)
-    agent = make_agent(runtime="simulated")
-    node = Node.objects.get(name="loop-node")
-    pods = [
-        job_on(node, command="simulated", env={"SIM_RUN_SECONDS": seconds})[1][0]
-        for seconds in ("0.3", "0.305")
-    ]
+def _exits_per_heartbeat(agent: Agent, pods: list[Pod]) -> list[int]:
+    """Run the agent's loop until these pods' exits reached the console; how many exits
+    each heartbeat carried (those that carried any)."""
     exits_per_beat: list[int] = []
     real = agent.client.heartbeat
 
@@ -334,9 +320,52 @@ def test_exits_a_few_milliseconds_apart_are_reported_in_one_heartbeat(
         deadline = time.monotonic() + WAIT
         while Pod.objects.filter(pk__in=[p.pk for p in pods], finished_at=None).exists():
             assert time.monotonic() < deadline, "the exits were not reported"
-            time.sleep(0.05)
+            time.sleep(0.02)
     finally:
         agent.stop.set()
         agent.wake.set()
         loop.join(WAIT)
-    assert [n for n in exits_per_beat if n] == [2]
+    return [n for n in exits_per_beat if n]
+
+
+def test_a_gangs_exits_are_reported_in_one_heartbeat(
+    make_agent, researcher, workspace, quota, monkeypatch
+):
+    """The loop gathers the exits of a job whose other workers still run here
+    (docs/agent-protocol.md, "Exits gathered"): the two workers of one job end together and
+    reach the console in one report, so their GPUs are free at once instead of in two steps.
+    The second worker ends 50 ms after the first; the window is widened here so that a busy
+    machine's launch spread cannot split them; without gathering the first exit goes alone."""
+    from agents.node import waking
+    from agents.node.runtimes import simulated
+
+    assert waking.EXIT_GATHER >= 0.02
+    monkeypatch.setattr(waking, "EXIT_GATHER", 0.5)
+    lengths = iter([0.3, 0.35])
+    monkeypatch.setattr(simulated, "run_seconds", lambda env: next(lengths))
+    agent = make_agent(runtime="simulated")
+    node = Node.objects.get(name="loop-node")
+    _, pods = make_job(
+        owner=researcher,
+        workspace=workspace,
+        quota=quota,
+        nodes=[node, node],  # two workers of one job on this node
+        command="simulated",
+        env={"SIM_RUN_SECONDS": "0.3"},
+    )
+    assert _exits_per_heartbeat(agent, pods) == [2]
+
+
+def test_a_lone_workers_exit_is_reported_at_once(make_agent, job_on, monkeypatch):
+    """A job with nothing else running here has no exit to wait for: its exit is reported
+    without the gathering window (widened to 5 s here: it would show)."""
+    from agents.node import waking
+
+    monkeypatch.setattr(waking, "EXIT_GATHER", 5.0)
+    agent = make_agent(runtime="simulated")
+    node = Node.objects.get(name="loop-node")
+    _, pods = job_on(node, command="simulated", env={"SIM_RUN_SECONDS": "0.2"})
+    job_on(node, command="simulated", env={"SIM_RUN_SECONDS": "600"})  # another job runs on
+    started = time.monotonic()
+    assert _exits_per_heartbeat(agent, pods) == [1]
+    assert time.monotonic() - started < 4.0

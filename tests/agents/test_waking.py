@@ -1,9 +1,14 @@
-"""The agent's waker (agents.node.waking) against a stub console: how long it backs off."""
+"""The agent's waker (agents.node.waking) against a stub console: how long it backs off;
+and the loop's pause after an exit, which gathers a gang's exits only."""
 
 import threading
 import time
+from types import SimpleNamespace
+from unittest import mock
 
-from agents.node.waking import Waking
+from agents.node import waking
+from agents.node.runtimes.base import WorkerState
+from agents.node.waking import Waking, gang_still_ending
 from protocol.agent import WaitReply
 
 
@@ -26,6 +31,7 @@ class _Agent(Waking):
         self._beats = 0
         self._desired_version = "1.1.0"
         self._exited = threading.Event()
+        self._job_of: dict[int, int] = {}
 
 
 def _beat_meanwhile(agent: _Agent) -> None:
@@ -67,3 +73,46 @@ def test_a_change_beyond_what_the_last_heartbeat_learned_wakes_the_loop():
     agent = _Agent()
     agent.wait_for_change(_Console(WaitReply(changed=True, desired_version="2.9.0")))
     assert agent.wake.is_set()
+
+
+def _worker(pod_id: int, running: bool) -> WorkerState:
+    return WorkerState(pod_id=pod_id, attempt=1, running=running, exit_code=None if running else 0)
+
+
+def test_an_exit_waits_for_the_rest_of_its_gang_only():
+    """Exits are gathered (docs/agent-protocol.md, "Exits gathered") while a job that ended
+    here still has a worker running here; another job's running workers do not hold it."""
+    job_of = {1: 10, 2: 10, 3: 20}
+    assert gang_still_ending([_worker(1, False), _worker(2, True)], job_of)
+    assert not gang_still_ending([_worker(1, False), _worker(2, False)], job_of)
+    assert not gang_still_ending([_worker(3, False), _worker(1, True), _worker(2, True)], job_of)
+    assert not gang_still_ending([_worker(1, True)], job_of)  # nothing ended
+
+
+def test_an_exit_of_a_job_this_run_did_not_launch_is_gathered():
+    """A worker adopted from a previous agent run: its job is not known, so its exit waits
+    the whole window, as every exit did before."""
+    assert gang_still_ending([_worker(7, False)], {})
+    assert gang_still_ending([_worker(7, False), _worker(1, False)], {1: 10})
+
+
+def test_the_gather_ends_when_the_gang_has_ended():
+    """The pause after an exit ends as soon as the gang's last worker exits (its exit wakes
+    the loop), not at the end of the window."""
+    workers = [_worker(1, False), _worker(2, True)]
+    agent = _Agent()
+    agent._job_of = {1: 10, 2: 10}
+    agent.runtime = SimpleNamespace(workers=lambda: list(workers))
+    agent._exited.set()
+    agent.wake.set()
+
+    def second_exit() -> None:
+        time.sleep(0.05)
+        workers[1] = _worker(2, False)
+        agent.wake.set()
+
+    threading.Thread(target=second_exit, daemon=True).start()
+    started = time.monotonic()
+    with mock.patch.object(waking, "EXIT_GATHER", 5.0):
+        agent.wait_for_work()
+    assert 0.04 <= time.monotonic() - started < 4.0
