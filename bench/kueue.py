@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import common  # noqa: E402
+from bench import common, gputime  # noqa: E402
 from bench.cpu import CpuSampler  # noqa: E402
 from bench.load import Client  # noqa: E402
 
@@ -348,9 +348,15 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
         usage = defaultdict(float)
         held = 0.0  # Kueue's measure: GPUs reserved from admission (placement) to release
         last_finish = wall0
-        for job_id, made, started, finished, gpus, charged in Pod.objects.values_list(
-            "job_id", "created_at", "started_at", "finished_at", "gpus", "charged_quota_id"
-        ):
+        klass = {k.name: k for k in CLASSES}
+        spans = []
+        for job_id, made, started, finished, gpus, charged, status in Pod.objects.values_list(
+            "job_id", "created_at", "started_at", "finished_at", "gpus", "charged_quota_id",
+            "status",
+        ):  # fmt: skip
+            done_work = status == "Succeeded" and job_id in arrivals
+            ran = klass[arrivals[job_id][0]].seconds if done_work else 0.0
+            spans.append(gputime.PodSpan(gpus, made, finished, ran))
             if job_id not in first_pod or made < first_pod[job_id]:
                 first_pod[job_id] = made
             if started and finished:
@@ -367,6 +373,13 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
         from quotas.models import Quota
 
         quota_ids = list(Quota.objects.values_list("id", flat=True))
+        waits = [
+            gputime.JobWait(
+                klass[name].workers * klass[name].gpus_per_worker, created[i], first_pod.get(i)
+            )
+            for i, (name, _) in arrivals.items()
+        ]
+        account = gputime.account(spans, waits, NODE_GPUS * agents, wall0, last_finish)
         usages = [usage[q] / (QUOTA_GPUS * span) for q in quota_ids] if span > 0 else [0.0]
         kueue_usage = held / (QUOTA_GPUS * len(quota_ids) * span) if span > 0 else 0.0
         by_class: dict[str, list[float]] = defaultdict(list)
@@ -404,6 +417,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
         "preemptions": preemptions,
         "loops": loops,
         "turnover": turnover,
+        "gpu_time": account,
         "cpu": cpu,
         "min_quota_usage": round(min(usages), 3),
         "mean_quota_usage": round(sum(usages) / len(usages), 3),
@@ -439,6 +453,7 @@ def main(argv: list[str] | None = None) -> None:
         f"between two pods (p50 {t['p50_gpu_idle_between_pods_s']}, p90 "
         f"{t['p90_gpu_idle_between_pods_s']}; {t['gpu_handovers']} handovers)"
     )
+    print(gputime.describe(result["gpu_time"]))
     c = result["cpu"]
     print(
         "cores used over the run: "

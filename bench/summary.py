@@ -54,7 +54,7 @@ def lines(results: dict) -> list[str]:
         for r in w["rows"]:
             add(f"{r['what']} (real agent, waking {'on' if w.get('waking') else 'off'})",
                 f"p50 {r['p50_s']} / p95 {r['p95_s']} s",
-                "p95 ≤ 1 s" if r["what"].startswith("submit") else "")  # fmt: skip
+                "p95 ≤ 1 s" if r["what"] == "submit -> Running" else "")  # fmt: skip
     if (lg := b.get("logs")) and not lg.get("error"):
         rows = lg["rows"]
         fast, page, ingest = rows[0], rows[1], rows[2]

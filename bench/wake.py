@@ -9,7 +9,9 @@ process, on a clean PostgreSQL database.
     .venv/bin/python -m bench.wake --clients 20 # 20 clients at once, each its own rounds
 
 Each round submits one job over HTTP (`POST /api/v1/jobs`), waits until its pod is Running,
-then stops it (`POST /api/v1/jobs/<id>/stop`) and waits until it is Stopped. Target: submit
+then stops it (`POST /api/v1/jobs/<id>/stop`) and waits until it is Stopped; then submits a
+job whose worker exits at once (`true`) and waits until its pod has Succeeded (the exit's
+report: docs/agent-protocol.md, "Exits gathered"). Target: submit
 → Running p95 <= 1 s without raising the heartbeat rate. With `--clients N`, N clients do
 their rounds at once (the node has a GPU per client, so nothing queues): stop → Stopped p95
 <= 1 s under that load.
@@ -109,6 +111,7 @@ def measure(rounds: int, clients: int = 1) -> None:
 
         to_run: list[float] = []
         to_stop: list[float] = []
+        to_done: list[float] = []
         errors: list[str] = []
 
         def client(offset: int) -> None:
@@ -127,6 +130,10 @@ def measure(rounds: int, clients: int = 1) -> None:
                     r = api.post(f"{url}/api/v1/jobs/{job_id}/stop", json={})
                     assert r.status_code == 200, r.text[:300]
                     to_stop.append(until({"job_id": job_id}, "Stopped") - t1)
+                    t2 = time.monotonic()
+                    r = api.post(f"{url}/api/v1/jobs", json={**spec, "command": "true"})
+                    assert r.status_code == 201, r.text[:300]
+                    to_done.append(until({"job_id": r.json()["id"]}, "Succeeded") - t2)
             except Exception as exc:  # reported after the others finished
                 errors.append(f"{type(exc).__name__}: {exc}")
             finally:
@@ -149,7 +156,11 @@ def measure(rounds: int, clients: int = 1) -> None:
                 "p95_s": round(common.percentile(values, 95), 3),
                 "max_s": round(max(values), 3),
             }
-            for what, values in (("submit -> Running", to_run), ("stop -> Stopped", to_stop))
+            for what, values in (
+                ("submit -> Running", to_run),
+                ("stop -> Stopped", to_stop),
+                ("submit -> Succeeded (exits at once)", to_done),
+            )
         ]
         common.report(
             "wake",
