@@ -11,6 +11,9 @@ The capacity over the run (GPUs x span) splits into:
   release, a head job's reservation, GPUs too scattered for the job that waits;
 - `free_nothing_waiting`: GPUs no pod held and no job waited for: the arrivals' pace.
 
+A job waits from its creation to its first pod; a preempted job waiting again is not
+counted, so `free_while_waiting` is a lower bound (its GPUs show as free, nothing waiting).
+
 Each part divided by the GPUs is the seconds it added to the run, as if spread evenly
 over them: `held_overhead` and `free_while_waiting` are the product's share of the gap
 between the run's length and the policy alone's.

@@ -211,7 +211,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
         from cluster.models import Node
         from console.models import LoopRun
         from jobs.models import Job, Pod
-        from policy.statuses import FINAL_JOB_STATUSES
+        from policy.statuses import FINAL_JOB_STATUSES, PodStatus
 
         token, quotas = fixtures(tenants, per_tenant)
         _, boot = issue_bootstrap_token(None, "kueue bench", single_use=False)
@@ -354,7 +354,7 @@ def measure(tenants: int, per_tenant: int, agents: int, heartbeat: float, timeou
             "job_id", "created_at", "started_at", "finished_at", "gpus", "charged_quota_id",
             "status",
         ):  # fmt: skip
-            done_work = status == "Succeeded" and job_id in arrivals
+            done_work = status == PodStatus.SUCCEEDED and job_id in arrivals
             ran = klass[arrivals[job_id][0]].seconds if done_work else 0.0
             spans.append(gputime.PodSpan(gpus, made, finished, ran))
             if job_id not in first_pod or made < first_pod[job_id]:
