@@ -110,7 +110,10 @@ def shown_shape(job: Job) -> dict[str, Any]:
 
 def job_json(job: Job, pods: Iterable[Pod] | None = None) -> dict[str, Any]:
     unknown = getattr(job, "has_unknown_worker", None)
-    if unknown is None and pods is not None:
+    if pods is not None:
+        # The pods shown decide when they are: read after the job row (and its annotation),
+        # a worker that went Unknown in between is then Unknown in the status too, not only
+        # in the list of workers.
         pods = list(pods)
         unknown = any(p.status == "Unknown" and p.attempt == job.attempt for p in pods)
     body: dict[str, Any] = {

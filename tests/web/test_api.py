@@ -168,6 +168,21 @@ def test_trailing_slash_is_optional(api, job):
 # Job JSON ----------------------------------------------------------------------------------
 
 
+def test_job_json_status_follows_the_workers_it_shows(job, node):
+    """The job row (and its `has_unknown_worker` annotation) is read before its pods: a
+    worker that went Unknown between the two reads must not show Unknown in the workers
+    and Running in the status (a loaded CI run saw exactly that)."""
+    from api.serializers import job_json
+
+    pods = place(job, node)
+    read_before = Job.objects.get(pk=job.pk)
+    read_before.has_unknown_worker = False  # as annotated before the pod went Unknown
+    Pod.objects.filter(pk=pods[0].pk).update(status=PodStatus.UNKNOWN)
+    data = job_json(read_before, Pod.objects.filter(job=job).select_related("node"))
+    assert data["pods"][0]["status"] == "Unknown"
+    assert data["display_status"] == "Unknown (node not reachable)"
+
+
 def test_job_json_with_pods(api, job, node):
     pods = place(job, node)
     Pod.objects.filter(pk=pods[0].pk).update(status=PodStatus.UNKNOWN, in_quota=False)
