@@ -43,7 +43,7 @@ print("x" * 40000, flush=True)  # one long line
 for step in range(1, 100000):
     progress(step, 100000, phase="train", loss=2.0 * math.exp(-step / 50) + 0.1)
     print(f"step {{step}} loss {{2.0 * math.exp(-step / 50):.4f}}", flush=True)
-    if step == 3:
+    if step % 100 == 3:  # in every tail the viewer shows (its last 500 lines)
         print("ERROR: transient glitch (an example error line)", flush=True)
     time.sleep(0.2)
 """
@@ -313,10 +313,12 @@ def test_researcher_walks_every_page(browser, world):
     page.click("[data-log-jump]")
     wait_for(lambda: _at_bottom(page), 5, message="jump did not scroll down")
     # Search, first error, timestamps.
-    page.fill("[data-log-search]", "loss 1.")
-    assert re.match(r"\d+ match", page.locator("[data-log-matches]").inner_text())
+    # Terms every shown tail holds: on a loaded machine the page is reached minutes after
+    # the job started, past the 500 lines the viewer shows (the loss is under 1 from step 35).
+    page.fill("[data-log-search]", "loss 0.")
+    assert re.match(r"[1-9]\d* match", page.locator("[data-log-matches]").inner_text())
     page.press("[data-log-search]", "Enter")
-    assert "loss 1." in page.locator("#log-lines .log-line.current").inner_text()
+    assert "loss 0." in page.locator("#log-lines .log-line.current").inner_text()
     page.click("[data-log-first-error]")
     assert "ERROR: transient glitch" in page.locator("#log-lines .log-line.current").inner_text()
     assert not page.locator("#log-lines time").first.is_visible()
