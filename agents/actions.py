@@ -15,6 +15,7 @@ All times are the console's receive time; the agent's clock is never trusted (do
 
 import hashlib
 import logging
+from collections import Counter
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -30,7 +31,7 @@ from agents.models import BootstrapToken, RegistrationOutcome, RegistrationRecor
 from cluster.actions import NameTaken, save_registration, upsert_gpus
 from cluster.actions import allow_reregistration as allow_node_reregistration
 from cluster.models import Node, NodeState
-from jobs.actions.logs import append_log_lines, note_log_end
+from jobs.actions.logs import LogAppend, SequenceMoved, append_log_lines, append_many, note_log_end
 from jobs.actions.workers import note_refusal
 from jobs.models import Pod
 from protocol import limits, words
@@ -330,6 +331,7 @@ def store_logs(
     rejected: dict[int, str] = {}
     refused = dict(items.refused)
     noted: dict[int, list[str]] = {} if foreign is None else foreign
+    storable: list[tuple[Pod, LogLines]] = []
     for batch in items.batches:
         pod = pods.get(batch.pod_id)
         reason = not_ours_reason(node.pk, pod, batch.attempt)
@@ -338,6 +340,10 @@ def store_logs(
             if is_foreign(node.pk, pod):
                 note_foreign(noted, batch.pod_id, "log lines")
         elif batch.pod_id not in refused:
+            storable.append((pod, batch))
+    stored = _store_together(node, storable, acks, now)
+    for pod, batch in storable:
+        if pod.pk not in stored and pod.pk not in refused:
             _store_stream(node, pod, batch, acks, refused, now)
     record_refusals(node, pods, refused, "log lines", now)
     if foreign is None:
@@ -370,6 +376,39 @@ def announce_foreign_items(
     announce_foreign(ForeignItems(node.pk, node.name, endpoint, now, dict(foreign)))
 
 
+def _store_together(
+    node: Node, storable: list[tuple[Pod, LogLines]], acks: dict[int, int], now: datetime
+) -> set[int]:
+    """The new lines of the pods named once, stored together (`append_many`, in a
+    savepoint): the ids of the pods stored; none where fewer than two have new lines or the
+    batch failed (a sequence moved meanwhile, an error), and then each is stored alone."""
+    named = Counter(pod.pk for pod, _ in storable)
+    appends = []
+    for pod, batch in storable:
+        fresh = new_log_lines(pod.log_next_seq, batch.first_seq, batch.lines)
+        if named[pod.pk] == 1 and fresh:
+            joins = _joins(batch, pod.log_next_seq)
+            appends.append(LogAppend(pod, pod.log_next_seq, fresh, joins, ends=batch.end))
+    if len(appends) < 2:
+        return set()
+    try:
+        with transaction.atomic():
+            append_many(appends, now)
+    except SequenceMoved:
+        return set()
+    except Exception:
+        log.exception("node %s: log lines of %d pods together failed", node.name, len(appends))
+        return set()
+    acks.update((item.pod.pk, item.pod.log_next_seq) for item in appends)
+    return {item.pod.pk for item in appends}
+
+
+def _joins(batch: LogLines, current: int) -> list[int]:
+    """Lines the agent cut at its length limit, by sequence number (raw log joins them),
+    from `current` on."""
+    return [batch.first_seq + i for i in batch.continued if batch.first_seq + i >= current]
+
+
 def _store_stream(
     node: Node,
     pod: Pod,
@@ -396,8 +435,7 @@ def _store_batch(
     fresh = new_log_lines(current, batch.first_seq, batch.lines)
     if not fresh:
         return current
-    # Lines the agent cut at its length limit, by sequence number (raw log joins them).
-    joins = [batch.first_seq + i for i in batch.continued if batch.first_seq + i >= current]
+    joins = _joins(batch, current)
     return isolated(
         node,
         pod.pk,

@@ -5,10 +5,12 @@
 - an agent heartbeat where nothing changed (8 GPUs, N running workers reported as known),
 - a busy node's heartbeat: 60 running workers each reporting a new progress step, so every
   call takes the full path (the shape of bench/kueue.py's 60-GPU agents, without exits),
-- a heartbeat in which 20 one-worker jobs exit 0, each job then Completed (bench/kueue.py's
-  agents send such a heartbeat every few hundred milliseconds; its commit starts the cycle
-  that places the next pods, so its time is in every GPU handover). Each call's running
-  jobs are made before it, outside the measure.
+- a heartbeat in which 20 one-worker jobs exit 0, each job then Completed, each exit's last
+  log line riding with it (bench/kueue.py's agents send such a heartbeat every few hundred
+  milliseconds; its commit starts the cycle that places the next pods, so its time is in
+  every GPU handover),
+- a log request with 20 workers' first lines (their start, in bench/kueue.py). Each call's
+  running jobs are made before it, outside the measure.
 
     .venv/bin/python -m bench.percall            # quick: 300 submits, 3 x 1,000 heartbeats
     .venv/bin/python -m bench.percall --full     # 2,000 submits, 3 x 5,000 heartbeats
@@ -132,43 +134,98 @@ def _node_with_running(client, researcher, name: str, facts: dict, count: int):
     return node_token, pods
 
 
-def _exits(client, researcher) -> Callable[[], None]:
-    """A heartbeat of a 60-GPU node whose EXITS one-worker jobs exit 0; each call's jobs are
-    made by its `prepare`."""
+def _twenty(client, researcher, name: str, log_next_seq: int):
+    """A 60-GPU node (its token) and a `prepare` that makes EXITS running one-worker jobs on
+    it (their pods' log sequences at `log_next_seq`) and hands them to `body`."""
     from jobs.models import Job, Pod
     from policy.statuses import JobStatus, PodStatus
 
     user, workspace, quota, _ = researcher
-    facts = _facts(BUSY_WORKERS, "e")
-    token, pods = _node_with_running(client, researcher, "exits", facts, 1)
+    facts = _facts(BUSY_WORKERS, name[0])
+    token, pods = _node_with_running(client, researcher, name, facts, 1)
     node_id = pods[0].node_id
     Job.objects.filter(pk=pods[0].job_id).update(status=JobStatus.COMPLETED)
     Pod.objects.filter(pk=pods[0].pk).update(status=PodStatus.SUCCEEDED)
+
+    def made() -> list:
+        pods = []
+        for index in range(EXITS):
+            job = Job.objects.create(
+                workspace=workspace, quota=quota, owner=user, name=name, image="i",
+                command="c", workers=1, gpus_per_worker=1, status=JobStatus.RUNNING,
+            )  # fmt: skip
+            pods.append(Pod.objects.create(
+                job=job, attempt=1, rank=0, node_id=node_id, gpu_indices=[index], gpus=1,
+                charged_quota=quota, status=PodStatus.RUNNING, log_next_seq=log_next_seq,
+            ))  # fmt: skip
+        return pods
+
+    return facts, token, made
+
+
+def _exits(client, researcher) -> Callable[[], None]:
+    """A heartbeat of a 60-GPU node whose EXITS one-worker jobs exit 0, each with its last
+    log line riding (bench/kueue.py's simulated workers: a line when they start, shipped on
+    its own, and one when they end, with the exit); each call's jobs are made by its
+    `prepare`."""
+    facts, token, made = _twenty(client, researcher, "exits", 1)
     bodies: list[str] = []
 
     def prepare() -> None:
-        workers = []
-        for index in range(EXITS):
-            job = Job.objects.create(
-                workspace=workspace, quota=quota, owner=user, name="exits", image="i",
-                command="c", workers=1, gpus_per_worker=1, status=JobStatus.RUNNING,
-            )  # fmt: skip
-            pod = Pod.objects.create(
-                job=job, attempt=1, rank=0, node_id=node_id, gpu_indices=[index], gpus=1,
-                charged_quota=quota, status=PodStatus.RUNNING,
-            )  # fmt: skip
-            workers.append({"pod_id": pod.pk, "attempt": 1, "state": "exited", "exit_code": 0,
-                            "container_id": f"c{pod.pk}"})  # fmt: skip
-        bodies.append(json.dumps({"facts": facts, "workers": workers}))
+        pods = made()
+        workers = [
+            {"pod_id": p.pk, "attempt": 1, "state": "exited", "exit_code": 0,
+             "container_id": f"c{p.pk}", "logs_delivered": True}
+            for p in pods
+        ]  # fmt: skip
+        logs = [
+            {"pod_id": p.pk, "attempt": 1, "first_seq": 1, "end": True,
+             "lines": ["simulated worker: done, exit 0"]}
+            for p in pods
+        ]  # fmt: skip
+        bodies.append(json.dumps({"facts": facts, "workers": workers, "logs": logs}))
 
     def exits_heartbeat() -> None:
         if not bodies:
             prepare()
         reply = _post(client, "/api/v1/agent/heartbeat/", bodies.pop(), token)
         assert not reply["refused"] and not reply["run"], reply
+        assert len(reply["logs"]["acks"]) == EXITS and not reply["logs"]["refused"], reply
 
     exits_heartbeat.prepare = prepare  # type: ignore[attr-defined]
     return exits_heartbeat
+
+
+def _first_lines(client, researcher) -> Callable[[], None]:
+    """A log request of EXITS workers' first lines (`POST /api/v1/agent/logs/`: the lines
+    the simulated workers print when they start)."""
+    from jobs.models import Pod
+    from policy.statuses import PodStatus
+
+    _, token, made = _twenty(client, researcher, "starts", 0)
+    bodies: list[str] = []
+    earlier: list[int] = []
+
+    def prepare() -> None:
+        # The last call's workers end first (outside the measure): their GPUs are free again.
+        Pod.objects.filter(pk__in=earlier).update(status=PodStatus.SUCCEEDED)
+        pods = made()
+        earlier[:] = [p.pk for p in pods]
+        batches = [
+            {"pod_id": p.pk, "attempt": 1, "first_seq": 0,
+             "lines": [f"simulated worker: rank 0/1, {p.pk} s"]}
+            for p in pods
+        ]  # fmt: skip
+        bodies.append(json.dumps({"batches": batches}))
+
+    def first_lines() -> None:
+        if not bodies:
+            prepare()
+        reply = _post(client, "/api/v1/agent/logs/", bodies.pop(), token)
+        assert len(reply["acks"]) == EXITS and not reply["refused"], reply
+
+    first_lines.prepare = prepare  # type: ignore[attr-defined]
+    return first_lines
 
 
 def _post(client, path: str, body: str, token: str, status: int = 200) -> dict:
@@ -224,7 +281,13 @@ def fixtures(workers: int) -> tuple[Callable[[], None], ...]:
         body = busy_template.replace("STEP", str(next(busy_calls)))
         assert not _post(client, "/api/v1/agent/heartbeat/", body, busy_token)["refused"]
 
-    return submit, heartbeat, busy_heartbeat, _exits(client, researcher)
+    return (
+        submit,
+        heartbeat,
+        busy_heartbeat,
+        _exits(client, researcher),
+        _first_lines(client, researcher),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -238,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     with common.clean_database("percall") as url:
         common.setup_django(url)
         logging.getLogger("console.access").setLevel(logging.WARNING)
-        submit, heartbeat, busy_heartbeat, exits_heartbeat = fixtures(args.workers)
+        submit, heartbeat, busy_heartbeat, exits_heartbeat, first_lines = fixtures(args.workers)
         paths = [
             ("POST /api/v1/jobs (one job)", submit, submits, 1, 5.0),
             (f"heartbeat, nothing changed ({args.workers} workers)", heartbeat, beats, 3, 1.0),
@@ -250,12 +313,13 @@ def main(argv: list[str] | None = None) -> None:
                 None,
             ),
             (
-                f"heartbeat, {EXITS} one-worker jobs exit 0 (each Completed)",
+                f"heartbeat, {EXITS} one-worker jobs exit 0 (each Completed, its last line riding)",
                 exits_heartbeat,
                 beats // 20,
                 3,
                 None,
             ),
+            (f"log lines, {EXITS} workers' first lines", first_lines, beats // 20, 3, None),
         ]
         for label, call, calls, repeat, target_ms in paths:
             call()  # warm: first-call imports and caches

@@ -41,12 +41,20 @@ def may_report(pod: Pod) -> bool:
 
 
 def _push_hang_deadline(job: Job, now: datetime) -> None:
-    config = config_of(job)
-    if not config.hang_detection:
-        return
-    Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, hang_deadline__isnull=False).update(
-        hang_deadline=deadline_after(now, config.hang_timeout)
-    )
+    push_hang_deadlines([job], now)
+
+
+def push_hang_deadlines(jobs: Iterable[Job], now: datetime) -> None:
+    """Progress (or a new distinct log line) of these jobs at `now`: the hang deadline of
+    those with hang detection moves on, one UPDATE per distinct timeout."""
+    by_timeout: dict[int, set[int]] = {}
+    for job in jobs:
+        config = config_of(job)
+        if config.hang_detection:
+            by_timeout.setdefault(config.hang_timeout, set()).add(job.pk)
+    for timeout, ids in by_timeout.items():
+        running = Job.objects.filter(status=JobStatus.RUNNING, hang_deadline__isnull=False)
+        running.filter(pk__in=sorted(ids)).update(hang_deadline=deadline_after(now, timeout))
 
 
 def _new_step(pod: Pod, progress, now: datetime) -> tuple[bool, float | None]:
@@ -138,8 +146,7 @@ def store_progress_many(reported: Iterable[tuple[Pod, object]], now: datetime) -
             [stamp, *params],
         )
     ProgressSample.objects.bulk_create(samples)
-    for job in jobs.values():
-        _push_hang_deadline(job, now)
+    push_hang_deadlines(jobs.values(), now)
     # The loaded pods as stored, once every write is done (a caller that rolls back and
     # applies the reports again one by one must not find them "already stored").
     for pod, progress, rate in seen:
