@@ -9,8 +9,8 @@ on a node that came back after its workers were declared lost is ignored.
 
 Writes: the pods' progress is one UPDATE by id for a heartbeat's workers, joined on a row
 source (`store_progress_many`; the newest report wins); the hang deadline is `UPDATE job
-SET hang_deadline=… WHERE id=… AND status='Running' AND hang_deadline IS NOT NULL` (only a
-running job with hang detection has one), once per job; checkpoints
+SET hang_deadline=… WHERE id IN (…) AND status='Running' AND hang_deadline IS NOT NULL`
+(only a running job with hang detection has one), one per distinct timeout; checkpoints
 are inserted once per (job, path) (unique constraint, conflicts ignored); a checkpoint the
 scan no longer finds gets `pruned_at` (UPDATE … WHERE pruned_at IS NULL; the row stays).
 """
