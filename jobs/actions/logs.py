@@ -91,6 +91,8 @@ def append_many(appends: Sequence[LogAppend], now: datetime) -> None:
     it), the chunks in one INSERT, the hang deadlines of the jobs with new distinct lines.
     Run it in a transaction of its own: raises SequenceMoved when any pod's sequence
     moved, and then the caller stores them one by one."""
+    # By pod id: two requests naming the same pods lock their rows in the same order.
+    appends = sorted(appends, key=lambda item: item.pod.pk)
     rows, chunks, active = [], [], []
     for item in appends:
         pod, current = item.pod, item.current

@@ -191,3 +191,28 @@ def test_a_pod_named_twice_is_stored_one_by_one_with_the_others_together(client,
         "a\n",
         "b\n",
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_pods_sent_at_once_are_stored_once(placed):
+    """Three requests carrying the same three pods' lines (in two orders) at the same
+    moment: each line is stored once and every request is acknowledged the same."""
+    from django.test import Client
+
+    from tests.agents.conftest import run_together
+
+    _, token, job = placed
+    pods = [job() for _ in range(3)]
+    lines = [f"line {i}" for i in range(100)]
+    forward = {"batches": [stream(p, 0, lines) for p in pods]}
+    backward = {"batches": [stream(p, 0, lines) for p in reversed(pods)]}
+
+    def send(body):
+        return lambda: post(Client(), "logs/", body, token).json()["acks"]
+
+    results = run_together(send(forward), send(backward), send(forward))
+    assert [kind for kind, _ in results] == ["ok", "ok", "ok"], results
+    assert all(acks == {str(p.pk): 100 for p in pods} for _, acks in results)
+    for pod in pods:
+        (chunk,) = LogChunk.objects.filter(pod=pod)
+        assert chunk.text.splitlines() == lines
