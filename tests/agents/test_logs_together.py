@@ -10,9 +10,9 @@ import time_machine
 from agents.actions import store_logs
 from jobs.models import Job, LogChunk, Pod
 from policy.faulttolerance.policy import FtConfig
-from policy.statuses import JobStatus, PodStatus
 from protocol.batches import parse_log_batch
 from tests.agents.conftest import post, register
+from tests.faulttolerance.conftest import make_ft_job
 
 pytestmark = pytest.mark.django_db
 
@@ -27,29 +27,16 @@ def placed(client, researcher, workspace, quota):
     gpus = iter(range(8))
 
     def job(ft: FtConfig | None = None, **fields) -> Pod:
-        ft = ft or FtConfig(enabled=True)
-        made = Job.objects.create(
+        _, (pod,) = make_ft_job(
+            owner=researcher,
             workspace=workspace,
             quota=quota,
-            owner=researcher,
-            name="train",
-            image="pytorch:2.4",
-            command="python train.py",
-            status=JobStatus.RUNNING,
-            fault_tolerance=True,
-            ft_config=ft.to_dict(),
+            nodes=[node],
+            ft=ft,
+            first_gpu=next(gpus),
             **fields,
         )
-        return Pod.objects.create(
-            job=made,
-            attempt=made.attempt,
-            rank=0,
-            node=node,
-            gpu_indices=[next(gpus)],
-            gpus=1,
-            charged_quota=quota,
-            status=PodStatus.RUNNING,
-        )
+        return pod
 
     return node, token, job
 

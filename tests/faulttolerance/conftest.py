@@ -18,8 +18,10 @@ def make_ft_job(
     status: JobStatus = JobStatus.RUNNING,
     pod_status: PodStatus = PodStatus.RUNNING,
     command: str = "python train.py",
+    first_gpu: int = 0,
     **fields,
 ) -> tuple[Job, list[Pod]]:
+    """A placed job, worker `rank` on `nodes[rank]` holding GPU `first_gpu + rank`."""
     ft = ft if ft is not None else FtConfig(enabled=True)
     job = Job.objects.create(
         workspace=workspace,
@@ -41,7 +43,7 @@ def make_ft_job(
             attempt=job.attempt,
             rank=rank,
             node=node,
-            gpu_indices=[rank],
+            gpu_indices=[first_gpu + rank],
             gpus=1,
             cpus=4,
             memory_gb=16,
