@@ -2,6 +2,7 @@
 the same rows as one by one, in statements that do not grow with the pods; a moved sequence
 or a bad item sends them back one by one, where each is settled alone."""
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -203,3 +204,24 @@ def test_the_same_pods_sent_at_once_are_stored_once(placed):
     for pod in pods:
         (chunk,) = LogChunk.objects.filter(pod=pod)
         assert chunk.text.splitlines() == lines
+
+
+def test_hostile_lines_together_are_repaired_as_one_by_one(client, placed, caplog):
+    """A NUL byte, a lone surrogate (as a hostile agent's JSON escape), a line over the
+    length limit: several pods' lines stored together keep what one by one keeps."""
+    _, token, job = placed
+    hostile = ["a\x00b", "x" * 40000, "\ud800", "é😀"]
+    together, alone = [job(), job()], [job(), job()]
+
+    def body(pods) -> str:
+        return json.dumps({"batches": [stream(p, 0, hostile) for p in pods]})
+
+    assert "\\ud800" in body(together)
+    response = post(client, "logs/", body(together), token)
+    assert response.status_code == 200, response.content
+    assert not response.json()["refused"]
+    assert "together failed" not in caplog.text  # stored together, not by the fallback
+    for pod in alone:
+        assert post(client, "logs/", body([pod]), token).status_code == 200
+    assert _rows(together) == _rows(alone)
+    assert "\x00" not in _rows(together)[0][3][0][2]
