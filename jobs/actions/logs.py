@@ -86,10 +86,10 @@ _RECORD = (
 
 def append_many(appends: Sequence[LogAppend], now: datetime) -> None:
     """`append_log_lines` for several pods at once (each pod once, each with new lines),
-    whatever their number in the compare-and-set of every pod's sequence in one UPDATE
-    (with the memory of recent lines, and the log's end where the agent said it), the
-    chunks in one INSERT, and the hang deadlines of the jobs with new distinct lines in one
-    UPDATE per timeout (`push_hang_deadlines`).
+    whatever their number: the compare-and-set of every pod's sequence in one UPDATE (with
+    the memory of recent lines, and the log's end where the agent said it), the chunks in
+    one INSERT, the hang deadlines of the jobs with new distinct lines in one UPDATE per
+    timeout (`push_hang_deadlines`).
     Run it in a transaction of its own: raises SequenceMoved when any pod's sequence
     moved, and then the caller stores them one by one."""
     # By pod id: two requests naming the same pods lock their rows in the same order.
