@@ -135,8 +135,8 @@ def _node_with_running(client, researcher, name: str, facts: dict, count: int):
 
 
 def _twenty(client, researcher, name: str, log_next_seq: int):
-    """A 60-GPU node (its token) and a `prepare` that makes EXITS running one-worker jobs on
-    it (their pods' log sequences at `log_next_seq`) and hands them to `body`."""
+    """A 60-GPU node's facts and token, and a maker of EXITS running one-worker jobs on it
+    (their pods, log sequences at `log_next_seq`), for a path's `prepare`."""
     from jobs.models import Job, Pod
     from policy.statuses import JobStatus, PodStatus
 

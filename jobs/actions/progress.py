@@ -40,10 +40,6 @@ def may_report(pod: Pod) -> bool:
     return pod.desired == PodDesired.RUN or job.stop_requested_at is not None
 
 
-def _push_hang_deadline(job: Job, now: datetime) -> None:
-    push_hang_deadlines([job], now)
-
-
 def push_hang_deadlines(jobs: Iterable[Job], now: datetime) -> None:
     """Progress (or a new distinct log line) of these jobs at `now`: the hang deadline of
     those with hang detection moves on, one UPDATE per distinct timeout."""
@@ -238,7 +234,7 @@ def store_new_units(pod: Pod, units: Iterable, now: datetime) -> int:
     report or the Kubernetes controller's promotion alike. Returns how many were new."""
     new = store_units(pod, units, now)
     if new:
-        _push_hang_deadline(pod.job, now)
+        push_hang_deadlines([pod.job], now)
     return new
 
 
@@ -276,7 +272,7 @@ def log_activity(pod: Pod, lines: Iterable[str]) -> tuple[dict, bool]:
 
 def log_progress(pod: Pod, now: datetime) -> None:
     """New distinct log lines of a job without progress reports push its hang deadline."""
-    _push_hang_deadline(pod.job, now)
+    push_hang_deadlines([pod.job], now)
 
 
 def worker_ft_fields(pod: Pod) -> dict:
