@@ -33,12 +33,14 @@ import hmac
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import socketserver
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -232,6 +234,38 @@ def _close(server: Server) -> None:
     server.server_close()
 
 
+@contextlib.contextmanager
+def _own_tmpdir():
+    """Open MPI keeps its session directory under TMPDIR, named by host name and job. Two
+    workers of one job on one host (two agents of one machine) would share it, and their
+    daemons then lose each other: mpirun reported a daemon lost, or waited for one for
+    ever. So what a channel starts (mpirun, orted, the ranks) gets a TMPDIR of its own,
+    inside the worker's, removed when the channel ends, also when the worker is stopped."""
+    previous = os.environ.get("TMPDIR")
+    try:
+        path = tempfile.mkdtemp(prefix="mpi-exec-")
+    except OSError as exc:  # no writable temporary folder: Open MPI's own default then
+        sys.stderr.write(f"[mpi-exec] no folder of its own for Open MPI ({exc})\n")
+        yield None
+        return
+    os.environ["TMPDIR"] = path
+
+    def stopped(signum: int, frame) -> None:  # a worker stopped (SIGTERM): no folder left
+        shutil.rmtree(path, ignore_errors=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # and ended by it, as without this handler
+
+    signal.signal(signal.SIGTERM, stopped)
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = previous
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def serve() -> int:
     server = _listen(int(_env("MPI_EXEC_PORT")), _env("MPI_EXEC_TOKEN"))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -292,7 +326,10 @@ def main(argv: list[str]) -> int:
     if role not in roles:
         sys.stderr.write(f"[mpi-exec] unknown role {role!r}\n")
         return FAILED
-    return roles[role]()
+    if role == "follow":  # starts nothing
+        return follow()
+    with _own_tmpdir():  # before serving: mpirun may ask at once
+        return roles[role]()
 
 
 if __name__ == "__main__":

@@ -168,3 +168,35 @@ def test_the_agent_runs_the_channel_with_its_python_or_the_images(tmp_path):
     assert copy.read_bytes() == SCRIPT.read_bytes() and copy.stat().st_mode & 0o777 == 0o644
     copy.write_text("stale")
     assert mpi_launch.install(tmp_path).read_bytes() == SCRIPT.read_bytes()
+
+
+def test_each_node_starts_open_mpi_in_a_folder_of_its_own_removed_at_the_end(tmp_path):
+    """Open MPI's session directory is named by host name: two nodes' workers on one host
+    shared it and lost each other's daemons (mpirun waited for ever), so what each channel
+    starts gets a TMPDIR of its own inside the worker's; a stopped worker leaves none."""
+    port = _free_port()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    server = _worker("serve", B, port, tmp_path, TMPDIR=str(tmp))
+    _listening(B, port)
+    command = (
+        '$OMPI_MCA_plm_rsh_agent 127.0.0.3 "echo remote=\\$TMPDIR; test -d \\$TMPDIR"; '
+        'echo "rsh exit $?"; echo "local=$TMPDIR"'
+    )
+    launcher = _worker("launcher", A, port, tmp_path, MPI_EXEC_COMMAND=command, TMPDIR=str(tmp))
+    assert launcher.wait(timeout=60) == 0
+    assert server.wait(timeout=60) == 0
+    out = (tmp_path / f"launcher-{A}.log").read_text()
+    assert "rsh exit 0" in out, out
+    folders = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in out.splitlines()[:3:2]}
+    assert set(folders) == {"remote", "local"}, out
+    assert folders["remote"] != folders["local"]
+    assert all(Path(f).parent == tmp for f in folders.values()), folders
+    assert list(tmp.iterdir()) == []  # both removed
+
+    stopped = _worker("serve", B, port, tmp_path, TMPDIR=str(tmp))
+    _listening(B, port)
+    assert len(list(tmp.iterdir())) == 1
+    stopped.terminate()
+    assert stopped.wait(timeout=30) == -15  # ended by the signal, as without the channel
+    assert list(tmp.iterdir()) == []

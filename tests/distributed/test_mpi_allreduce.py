@@ -10,6 +10,7 @@ Skipped unless DISTRIBUTED_TEST=1 (the Makefile target sets it, and installs Ope
 with scripts/mpi-tools) and Open MPI's mpirun and mpicc are on the PATH.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -108,11 +109,12 @@ def test_mpirun_starts_ranks_on_both_agents_through_the_exec_channel(
         "attempt 2 to be placed",
         timeout=TIMEOUT,
     )
-    wait_for(
-        lambda: Job.objects.get(pk=job.pk).status in (JobStatus.COMPLETED, JobStatus.FAILED),
-        "the job to end",
-        timeout=TIMEOUT,
-    )
+    with _explained(job):
+        wait_for(
+            lambda: Job.objects.get(pk=job.pk).status in (JobStatus.COMPLETED, JobStatus.FAILED),
+            "the job to end",
+            timeout=TIMEOUT,
+        )
     job.refresh_from_db()
     pods = {p.rank: p for p in Pod.objects.filter(job=job, attempt=2)}
     assert job.status == JobStatus.COMPLETED, (job.status_reason, stored_lines(pods[0])[-40:])
@@ -137,10 +139,30 @@ def _ran(job: Job, attempt: int, placed: dict[int, str]) -> list[str]:
         found = {int(m[1]): m for line in log if (m := RESULT.search(line))}
         return (len(found) == 2 and pods[0].status != PodStatus.RUNNING) and (found, log, pods)
 
-    found, log, pods = wait_for(results, f"attempt {attempt}'s all-reduce", timeout=TIMEOUT)
+    with _explained(job):
+        found, log, pods = wait_for(results, f"attempt {attempt}'s all-reduce", timeout=TIMEOUT)
     for match in found.values():  # mpirun gathers every rank's output: rank 0's log
         assert (match[2], match[3], match[4]) == ("2", "3", "3"), match[0]
     assert {found[r][5] for r in (0, 1)} == {placed[0], placed[1]}
     assert any("serving" in line for line in stored_lines(pods[1]))
     print(f"attempt {attempt}: all-reduce {max(float(m[6]) for m in found.values()):.3f}s")
     return log
+
+
+@contextlib.contextmanager
+def _explained(job: Job):
+    """A wait that times out prints what every worker logged and the MPI processes still
+    alive (mpirun, orted, the channel): where a run hung is then on record."""
+    try:
+        yield
+    except pytest.fail.Exception:
+        for pod in Pod.objects.filter(job=job).order_by("attempt", "rank"):
+            lines = stored_lines(pod)[-40:]
+            print(f"--- pod {pod.pk} attempt {pod.attempt} rank {pod.rank} {pod.status}: ---")
+            print(*lines, sep="\n")
+        ps = subprocess.run(["ps", "-wweo", "pid,ppid,etimes,stat,args"], capture_output=True)
+        alive = [
+            line for line in ps.stdout.decode().splitlines() if "mpi" in line or "orted" in line
+        ]
+        print("--- MPI processes alive ---", *alive, sep="\n")
+        raise
