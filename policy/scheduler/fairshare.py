@@ -58,6 +58,7 @@ def fair_share_preempt(job: JobSnap, quota: QuotaSnap, state: _Working) -> str |
         choice = choose_victims(job, candidates, eligible, state.now)
         if choice is None:
             continue
+        state.held += 1
         for v in choice.victims:
             state.victims.add(v.id)
             if not v.stopping:

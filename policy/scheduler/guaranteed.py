@@ -7,7 +7,14 @@ from policy.scheduler.model import Admission, JobSnap, QuotaSnap
 from policy.scheduler.moves import move_borrowers
 from policy.scheduler.reasons import _n, describe_placements, diagnose_unschedulable_pool
 from policy.scheduler.reclaim import _preempt, victim_choice
-from policy.scheduler.working import Usage, _place, _Short, _Working, quota_shortfall
+from policy.scheduler.working import (
+    Usage,
+    _place,
+    _Short,
+    _Working,
+    quota_shortfall,
+    waited_long,
+)
 from policy.statuses import IdleResources
 
 _DEFER = object()  # the job is looked at again in the idle pass
@@ -149,8 +156,7 @@ def _claim_releasing(job: JobSnap, quota: QuotaSnap, state: _Working) -> None:
 # -- starvation -----------------------------------------------------------------------------
 def _hold(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> None:
     """The starvation rule (plan.py's docstring): a job that waited long holds what it needs."""
-    since = job.waiting_since or job.submitted_at
-    if (state.now - since).total_seconds() < state.options.reserve_after_s:
+    if not waited_long(job, state):
         return
     if short.pool is None:
         if quota.id not in state.holds and _satisfiable(job, quota, state):

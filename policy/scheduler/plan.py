@@ -57,6 +57,7 @@ from policy.scheduler.reasons import (
 )
 from policy.scheduler.reclaim import _move_home
 from policy.scheduler.treeuse import TreeUse, with_own_guarantees
+from policy.scheduler.twins import PASS_GUARANTEED, PASS_IDLE, Twins, fingerprint, twin_key
 from policy.scheduler.working import (
     PlanOptions,
     Usage,
@@ -127,6 +128,7 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
     # Before both passes: what a move home takes, the quota's waiting jobs did not claim,
     # and a lender whose job arrives now gets the room back instead of reclaiming.
     charges_home = _move_home(snapshot.running, state)
+    twins = Twins()  # a job's decision reused for its twins behind it (twins.py)
     for phase in (_guaranteed_pass, _idle_pass):
         if phase is _idle_pass:  # a subtree's idle guarantee to its own quotas first
             admissions += nearest_rounds(
@@ -135,15 +137,7 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
         # Idle capacity goes to the quota with the lowest borrowed GPUs / weight first.
         jobs = order if phase is _guaranteed_pass else fair_order(order, deferred, state.tree)
         for job in jobs:
-            try:
-                result = phase(job, state, deferred)
-            except Exception as exc:  # one bad job must not stop admissions cluster-wide
-                log.exception("scheduler: evaluating %s failed; set aside this cycle", job.label)
-                deferred.pop(job.id, None)
-                waits[job.id] = (
-                    f"set aside: the scheduler could not evaluate this job ({_error(exc)})"
-                )
-                continue
+            result = _look(phase, job, state, deferred, twins)
             if result is _DEFER:
                 continue
             if isinstance(result, Admission):
@@ -152,24 +146,67 @@ def plan(snapshot: Snapshot, now: datetime, options: PlanOptions | None = None) 
             else:
                 waits[job.id] = result
 
+    return Plan(
+        admissions=tuple(admissions),
+        queued=_queued(order, waits, state, twins.shared),
+        preemptions=tuple(state.preemptions),
+        charges_home=(*charges_home, *state.charge_moves),
+    )
+
+
+def _look(phase, job: JobSnap, state: _Working, deferred: dict, twins: Twins) -> object:
+    """One job's decision in one pass: its twin's where one was decided on the same state
+    (twins.py), else the pass's; a job whose look raises is set aside with a reason."""
+    key = twin_key(
+        job, PASS_GUARANTEED if phase is _guaranteed_pass else PASS_IDLE, state, deferred
+    )
+    twinned, before = key is not None and twins.twinned(key), 0
+    if twinned:
+        known = twins.recall(key, state)
+        if known is not None:
+            result, left = known
+            if result is _DEFER:
+                deferred[job.id] = left
+            else:  # the idle pass takes the job out of `deferred`, whatever it decides
+                deferred.pop(job.id, None)
+            return result
+        before = fingerprint(state)
+    try:
+        result = phase(job, state, deferred)
+    except Exception as exc:  # one bad job must not stop admissions cluster-wide
+        log.exception("scheduler: evaluating %s failed; set aside this cycle", job.label)
+        deferred.pop(job.id, None)
+        return f"set aside: the scheduler could not evaluate this job ({_error(exc)})"
+    if twinned and not isinstance(result, Admission):
+        twins.keep(key, before, state, result, deferred.get(job.id))
+    return result
+
+
+def _queued(
+    order: list[JobSnap], waits: dict, state: _Working, shared: set[int]
+) -> tuple[QueueDecision, ...]:
+    """Why each job waits, worded on the final state, and its place in its quota's queue.
+    Twins share a decision (`shared`: their ids): worded once per decision and shape."""
     positions: dict[int, int] = {}
     queued: list[QueueDecision] = []
+    worded: dict[tuple, str] = {}
     for job in order:
         wait = waits.get(job.id)
-        if wait is not None:
-            positions[job.quota_id] = positions.get(job.quota_id, 0) + 1
+        if wait is None:
+            continue
+        positions[job.quota_id] = positions.get(job.quota_id, 0) + 1
+        memo = (id(wait), job.shape) if id(wait) in shared else None
+        reason = worded.get(memo) if memo is not None else None
+        if reason is None:
             try:
                 reason = _reason(wait, job, state)
             except Exception as exc:
                 log.exception("scheduler: wording why %s waits failed", job.label)
                 reason = f"waiting (the scheduler could not word why: {_error(exc)})"
-            queued.append(QueueDecision(job.id, reason, positions[job.quota_id]))
-    return Plan(
-        admissions=tuple(admissions),
-        queued=tuple(queued),
-        preemptions=tuple(state.preemptions),
-        charges_home=(*charges_home, *state.charge_moves),
-    )
+            if memo is not None:
+                worded[memo] = reason
+        queued.append(QueueDecision(job.id, reason, positions[job.quota_id]))
+    return tuple(queued)
 
 
 def fair_order(order: list[JobSnap], deferred: dict, tree: TreeUse) -> Iterator[JobSnap]:

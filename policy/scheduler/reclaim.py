@@ -69,6 +69,7 @@ def _preempt(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working) -> 
         if protected:  # those it may take do not make room: say who is kept
             return f"quota {quota.name}: capacity lent to idle jobs; kept: {protected}"
         return None
+    state.held += 1
     for v in choice.victims:
         state.victims.add(v.id)
         why = _why(v, job, quota, state)
@@ -96,15 +97,15 @@ def victim_choice(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working
     or None), and (worded) who a protection rule keeps. Changes nothing but the memo of
     (quota, priority, shape) that found none."""
     memo = (quota.id, job.priority, job.shape)
-    if memo in state.no_victims:
-        return None, ""
+    if memo in state.no_victims:  # found none before: the same answer, its words too
+        return None, state.no_victims[memo]
     within = quota.preemption in WITHIN_QUOTA
     if short.pool is None and not short.lent and not within:
         return None, ""  # short of its own guarantee: only priority preemption helps
     candidates, protected = _candidates(job, quota, short, state)
     pool = state.capacity.pool(quota.pool)
     if not candidates or pool is None:
-        state.no_victims.add(memo)
+        state.no_victims[memo] = protected
         return None, protected
     used = state.usage[quota.id]
     need = job.total_gpus
@@ -126,7 +127,7 @@ def victim_choice(job: JobSnap, quota: QuotaSnap, short: _Short, state: _Working
 
     choice = choose_victims(job, candidates, eligible, state.now, _tier(quota, state))
     if choice is None:
-        state.no_victims.add(memo)
+        state.no_victims[memo] = protected
     return choice, protected
 
 

@@ -81,6 +81,12 @@ def quota_shortfall(quota: QuotaSnap, used: Usage, job: JobSnap) -> str | None:
     return None
 
 
+def waited_long(job: JobSnap, state: "_Working") -> bool:
+    """Has the job waited `reserve_after_s` in this attempt (the starvation rule's input)?"""
+    since = job.waiting_since or job.submitted_at
+    return (state.now - since).total_seconds() >= state.options.reserve_after_s
+
+
 # -- state of one plan ----------------------------------------------------------------------
 @dataclass(slots=True)
 class _Working:
@@ -114,7 +120,8 @@ class _Working:
     victims: set[int] = field(default_factory=set)  # chosen or waited for in this plan
     moved: set[int] = field(default_factory=set)  # charges moved home: in quota now
     preemptions: list[Preemption] = field(default_factory=list)
-    no_victims: set[tuple] = field(default_factory=set)  # (quota, priority, shape) that failed
+    # (quota, priority, shape) that found no victims → who a protection rule kept (worded).
+    no_victims: dict[tuple, str] = field(default_factory=dict)
     # Per quota: GPUs its waiting guaranteed jobs could claim within the guarantee. Not lent
     # out, or an idle job earlier in line would take back what a reclaim just freed.
     demand: dict[int, int] = field(default_factory=dict)
@@ -132,8 +139,11 @@ class _Working:
     # Rooms kept and given back so far (`guaranteed._keep_room`, `release_kept`): each moves a
     # quota's usage, which a borrowing try reads: part of `changes()`.
     kept_changes: int = 0
+    # Preemptions decided so far, also those only waiting for victims already stopping
+    # (`reclaim._preempt`, `fairshare`): each holds capacity: part of `changes()`.
+    held: int = 0
     # The borrowing pass's refusals by job shape, with `changes()` when refused.
-    borrow_refusals: dict[tuple, tuple[tuple, str]] = field(default_factory=dict)
+    borrow_refusals: dict[tuple, tuple[int, str]] = field(default_factory=dict)
 
     _pool_borrowers: dict[tuple, list[RunningSnap]] | None = None
 
@@ -154,19 +164,20 @@ class _Working:
                         self._pool_borrowers.setdefault(key, []).append(r)
         return self._pool_borrowers.get((quota.tenant_id, quota.pool), [])
 
-    def changes(self) -> tuple:
-        """Changes so far to what a borrowing try reads. Every collection here only grows
-        within a plan, so equal counts mean nothing changed in between."""
+    def changes(self) -> int:
+        """Changes so far to what a borrowing try reads: the sum of counts that each only
+        grow within a plan, so an equal sum means no count changed in between."""
         return (
-            self.booked,
-            self.kept_changes,
-            len(self.preemptions),
-            len(self.reclaiming),
-            len(self.claims),
-            len(self.holds),
-            len(self.reserved_for),
-            len(self.moved),
-            len(self.charge_moves),
+            self.booked
+            + self.kept_changes
+            + self.held
+            + len(self.preemptions)
+            + len(self.reclaiming)
+            + len(self.claims)
+            + len(self.holds)
+            + len(self.reserved_for)
+            + len(self.moved)
+            + len(self.charge_moves)
         )
 
 
@@ -269,7 +280,7 @@ def release_kept(state: _Working, job_id: int) -> None:
         state.usage[quota_id].gpus -= room
         state.kept_changes += 1
         # Jobs looked at while the room was kept found no victims against it: forget that.
-        state.no_victims = {memo for memo in state.no_victims if memo[0] != quota_id}
+        state.no_victims = {m: kept for m, kept in state.no_victims.items() if m[0] != quota_id}
 
 
 def _book(state: _Working, job: JobSnap, admission: Admission) -> None:
