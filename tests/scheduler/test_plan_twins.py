@@ -119,3 +119,27 @@ def test_a_long_queue_of_twins_is_looked_at_once_per_decision(monkeypatch):
     # Both passes: 1,500 jobs each, three keys: two looks per key and pass (a few more where
     # the first looks changed the plan: a room kept, a preemption decided), the rest reused.
     assert 2 * 1500 - 20 <= made[0].reused < 2 * 1500, made[0].reused
+
+
+def test_every_job_kept_waiting_by_a_protected_borrower_says_so_and_none_holds():
+    """Found by the tree property above: the second of two same-shaped jobs got the
+    remembered "no victims" without its words, said "1/1 GPU in use" and held its quota
+    (the starvation rule); the first said who is kept and held nothing. Now both alike."""
+    children = [(2, "q2", 4), (3, "q3", 2), (4, "q4", 1)]
+    lent = [quota(i, name=n, gpus=g, used=g, borrowed_gpus=g, parent_id=1) for i, n, g in children]
+    snap = snapshot(
+        nodes=[node(1, free=(7,))],
+        quotas=[quota(1, name="q1", gpus=7), *lent],
+        jobs=[job(1, quota=4, priority=0), job(2, quota=4, priority=0)],
+        # q1's jobs borrow all of its children's guarantees; q4 reclaims lower priorities only.
+        running=[
+            running(100 + i, on={1: g}, quota=1, charged=i, priority=0) for i, _, g in children
+        ],
+    )
+    snap = replace(
+        snap, quotas=tuple(replace(q, reclaim_within_tree="LowerPriority") for q in snap.quotas)
+    )
+    result = plan(snap, T0 + timedelta(hours=1), PlanOptions(reserve_after_s=0))
+    reasons = [q.reason for q in result.queued]
+    assert len(reasons) == 2 and reasons[0] == reasons[1], reasons
+    assert "kept: borrower of q1 has priority 0, not below 0" in reasons[0], reasons
