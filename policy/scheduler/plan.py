@@ -160,17 +160,18 @@ def _look(phase, job: JobSnap, state: _Working, deferred: dict, twins: Twins) ->
     key = twin_key(
         job, PASS_GUARANTEED if phase is _guaranteed_pass else PASS_IDLE, state, deferred
     )
-    twinned, before = key is not None and twins.twinned(key), 0
-    if twinned:
+    twinned, before = False, 0
+    if key is not None:
         known = twins.recall(key, state)
-        if known is not None:
+        if known:
             result, left = known
             if result is _DEFER:
                 deferred[job.id] = left
             else:  # the idle pass takes the job out of `deferred`, whatever it decides
                 deferred.pop(job.id, None)
             return result
-        before = fingerprint(state)
+        if known is None:  # a twin looked at: its decision may be kept
+            twinned, before = True, fingerprint(state)
     try:
         result = phase(job, state, deferred)
     except Exception as exc:  # one bad job must not stop admissions cluster-wide

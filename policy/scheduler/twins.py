@@ -72,23 +72,19 @@ class Twins:
     """The decisions kept in one pass: key → (fingerprint when decided, decision, what the
     guaranteed pass leaves the job for the idle pass)."""
 
-    known: dict[tuple, tuple[int, object, object]] = field(default_factory=dict)
-    seen: set[tuple] = field(default_factory=set)
+    # key → None once a job of it was looked at (the first of each key is looked at
+    # untracked: a queue of all-different jobs costs only their keys), then the decision.
+    known: dict[tuple, tuple[int, object, object] | None] = field(default_factory=dict)
     shared: set[int] = field(default_factory=set)  # ids of the decisions reused
     reused: int = 0
 
-    def twinned(self, key: tuple | None) -> bool:
-        """Has a job of this key been looked at before in this pass? The first of each key
-        is looked at untracked: a queue of all-different jobs costs only their keys."""
-        if key is None:
+    def recall(self, key: tuple, state: _Working) -> tuple[object, object] | bool | None:
+        """The decision kept for `key` on this state; None when the job must be looked at
+        and its decision may be kept; False for the first of its key (not kept)."""
+        seen = self.known.get(key, False)
+        if seen is False:
+            self.known[key] = None
             return False
-        if key in self.seen:
-            return True
-        self.seen.add(key)
-        return False
-
-    def recall(self, key: tuple, state: _Working) -> tuple[object, object] | None:
-        seen = self.known.get(key)
         if seen is None or seen[0] != fingerprint(state):
             return None
         self.reused += 1

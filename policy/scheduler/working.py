@@ -5,7 +5,7 @@ placing a gang and diagnosing why it cannot be placed. Pure; nothing outlives a 
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from operator import attrgetter
 
 from policy.scheduler.model import (
@@ -83,8 +83,7 @@ def quota_shortfall(quota: QuotaSnap, used: Usage, job: JobSnap) -> str | None:
 
 def waited_long(job: JobSnap, state: "_Working") -> bool:
     """Has the job waited `reserve_after_s` in this attempt (the starvation rule's input)?"""
-    since = job.waiting_since or job.submitted_at
-    return (state.now - since).total_seconds() >= state.options.reserve_after_s
+    return (job.waiting_since or job.submitted_at) <= state.waited_long_since
 
 
 # -- state of one plan ----------------------------------------------------------------------
@@ -146,6 +145,14 @@ class _Working:
     borrow_refusals: dict[tuple, tuple[int, str]] = field(default_factory=dict)
 
     _pool_borrowers: dict[tuple, list[RunningSnap]] | None = None
+    # Jobs waiting since then or earlier have waited `reserve_after_s` (`waited_long`).
+    waited_long_since: datetime = field(init=False)
+
+    def __post_init__(self) -> None:
+        try:
+            self.waited_long_since = self.now - timedelta(seconds=self.options.reserve_after_s)
+        except OverflowError:  # a wait longer than the calendar: no job has waited so long
+            self.waited_long_since = datetime.min.replace(tzinfo=self.now.tzinfo)
 
     def pool_borrowers(self, quota: QuotaSnap) -> list[RunningSnap]:
         """Placed borrowers (not in quota) charged to some quota of the quota's tenant and

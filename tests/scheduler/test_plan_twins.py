@@ -143,3 +143,15 @@ def test_every_job_kept_waiting_by_a_protected_borrower_says_so_and_none_holds()
     reasons = [q.reason for q in result.queued]
     assert len(reasons) == 2 and reasons[0] == reasons[1], reasons
     assert "kept: borrower of q1 has priority 0, not below 0" in reasons[0], reasons
+
+
+def test_a_starvation_wait_longer_than_the_calendar_holds_nothing():
+    """`reserve_after_s` is turned into the moment jobs have waited long since: one too
+    large for a date means no job has waited so long, not a crashed plan."""
+    snap = snapshot(
+        nodes=[node(1, free=())],
+        quotas=[quota(1, name="q1", gpus=8, used=8)],
+        jobs=[job(1, gpus=8, idle=IdleResources.ACCEPTABLE), job(2, gpus=1)],
+    )
+    result = plan(snap, NOW, PlanOptions(reserve_after_s=1e18))
+    assert [q.job_id for q in result.queued] == [1, 2]
