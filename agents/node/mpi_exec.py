@@ -240,7 +240,10 @@ def _own_tmpdir():
     workers of one job on one host (two agents of one machine) would share it, and their
     daemons then lose each other: mpirun reported a daemon lost, or waited for one for
     ever. So what a channel starts (mpirun, orted, the ranks) gets a TMPDIR of its own,
-    inside the worker's, removed when the channel ends, also when the worker is stopped."""
+    inside the worker's, removed when the channel ends. A worker stopped by a signal leaves
+    it (empty, or with what Open MPI leaves then): no SIGTERM handler, which Python runs
+    only in the main thread, and a signal taken by a serving thread would not wake it (the
+    stop would wait for its SIGKILL)."""
     previous = os.environ.get("TMPDIR")
     try:
         path = tempfile.mkdtemp(prefix="mpi-exec-")
@@ -249,13 +252,6 @@ def _own_tmpdir():
         yield None
         return
     os.environ["TMPDIR"] = path
-
-    def stopped(signum: int, frame) -> None:  # a worker stopped (SIGTERM): no folder left
-        shutil.rmtree(path, ignore_errors=True)
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)  # and ended by it, as without this handler
-
-    signal.signal(signal.SIGTERM, stopped)
     try:
         yield path
     finally:
