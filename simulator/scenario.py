@@ -4,6 +4,7 @@ Every error names the offending field ("jobs[2].quota: unknown quota 'team-z'") 
 owner can fix the file; nothing runs until the whole scenario is valid.
 """
 
+import math
 from dataclasses import dataclass, field
 
 from policy.faulttolerance.policy import FtConfig
@@ -133,6 +134,8 @@ def _num(d: dict, key: str, where: str, default=None, *, minimum: float = 0, int
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and v != int(v)):
         kind = "an integer" if integer else "a number"
         raise ScenarioError(f"{where}.{key}: expected {kind}, got {v!r}")
+    if not math.isfinite(v):  # NaN passed every bound below, and int() of it raised
+        raise ScenarioError(f"{where}.{key}: expected a finite number, got {v!r}")
     if v < minimum:
         raise ScenarioError(f"{where}.{key}: must be at least {minimum}, got {v!r}")
     return int(v) if integer else float(v)

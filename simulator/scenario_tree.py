@@ -2,6 +2,8 @@
 fields, `max_gpus`, `lending_limit`, `weight`, and the rules an invalid tree breaks. Every
 error names the field ("quotas[3].parent: unknown quota 'orgg'"); pure."""
 
+import math
+
 from protocol import words
 
 INHERITED = ("tenant", "resource_type", "gpu_type")
@@ -43,14 +45,19 @@ def tree_fields(d: dict, where: str) -> dict:
     for key in ("max_gpus", "lending_limit"):
         if key in d and d[key] is not None:
             v = d[key]
-            if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float)
+                or not math.isfinite(v)  # int() of NaN or infinity raised
+                or v != int(v)
+            ):
                 raise ScenarioError(f"{where}.{key}: expected an integer, got {v!r}")
             if v < 0:
                 raise ScenarioError(f"{where}.{key}: must not be negative, got {v!r}")
             out[key] = int(v)
     if "weight" in d:
         v = d["weight"]
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
             raise ScenarioError(f"{where}.weight: must be a number above 0, got {v!r}")
         out["weight"] = float(v)
     return out

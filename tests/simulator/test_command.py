@@ -106,6 +106,22 @@ def test_summary_only_and_until():
         (lambda s: s["jobs"][0].update(wrk=1), "jobs[0].wrk: unknown field"),
         (lambda s: s.update(actions=[{"at": 1, "stop": "zz"}]), "actions[0].stop: unknown job"),
         (lambda s: s.update(settings={"stop_grace": -1}), "settings.stop_grace: must be at least"),
+        (
+            lambda s: s.update(settings={"reserve_after": float("nan")}),
+            "settings.reserve_after: expected a finite number, got nan",
+        ),
+        (
+            lambda s: s["jobs"][0].update(work=float("inf")),
+            "jobs[0].work: expected a finite number, got inf",
+        ),
+        (
+            lambda s: s["quotas"][0].update(weight=float("nan")),
+            "quotas[0].weight: must be a number above 0, got nan",
+        ),
+        (
+            lambda s: s["quotas"][0].update(max_gpus=float("inf")),
+            "quotas[0].max_gpus: expected an integer, got inf",
+        ),
     ],
 )
 def test_invalid_scenarios_exit_2_naming_the_field(tmp_path, change, message):
