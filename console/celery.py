@@ -43,6 +43,15 @@ def _periodic_triggers(sender: Celery, **kwargs) -> None:
         sender.add_periodic_task(every, sender.signature(task), name=task, expires=every)
 
 
+@signals.worker_process_init.connect
+def _freeze_loaded(**kwargs) -> None:
+    """A pool process forked from the worker: what the parent loaded (Django, the apps, the
+    tasks) stays for the process's life, out of the collector's walks (console.memory)."""
+    from console.memory import freeze_loaded
+
+    freeze_loaded()
+
+
 # Task id → (wall-clock start, monotonic start, request-id token). A dict is enough: each
 # task id runs in one worker thread or process at a time.
 _running: dict[str, tuple] = {}

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from jobs.actions.scheduling import apply_plan
 from jobs.scheduler import figures
+from jobs.scheduler.gcpause import collector_paused
 from jobs.scheduler.rows import CycleResult
 from jobs.scheduler.snapshot import load_snapshot
 from policy.scheduler.plan import PlanOptions, plan
@@ -98,9 +99,10 @@ def run_cycle(
         if when_locked is not None:
             when_locked()
         began = time.monotonic()
-        snapshot, rows = load_snapshot(now, incremental=True)
-        decided = plan(snapshot, now, plan_options())
-        result = apply_plan(decided, rows, now)
+        with collector_paused():  # jobs.scheduler.gcpause: the collector's walks found nothing
+            snapshot, rows = load_snapshot(now, incremental=True)
+            decided = plan(snapshot, now, plan_options())
+            result = apply_plan(decided, rows, now)
     figures.record(time.monotonic() - began)  # after the commit: never holding the lock
     if result.admitted or result.conflicts:
         log.info(
