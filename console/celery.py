@@ -43,10 +43,18 @@ def _periodic_triggers(sender: Celery, **kwargs) -> None:
         sender.add_periodic_task(every, sender.signature(task), name=task, expires=every)
 
 
+# The process that loaded this module: the worker's main process under prefork.
+_LOADED_IN = os.getpid()
+
+
 @signals.worker_process_init.connect
 def _freeze_loaded(**kwargs) -> None:
     """A pool process forked from the worker: what the parent loaded (Django, the apps, the
-    tasks) stays for the process's life, out of the collector's walks (console.memory)."""
+    tasks) stays for the process's life, out of the collector's walks (console.memory).
+    Only in a forked process: the solo pool sends this signal in the process that loaded
+    the app, which may be anything embedding a worker (a test run's own heap)."""
+    if os.getpid() == _LOADED_IN:
+        return
     from console.memory import freeze_loaded
 
     freeze_loaded()
