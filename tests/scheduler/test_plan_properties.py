@@ -157,10 +157,9 @@ def test_plan_never_overcommits_or_breaks_the_borrowing_rules(snap, min_runtime,
         preemptor = jobs[preemptor_id]
         own = quotas[preemptor.quota_id]
         chosen = {p.job_id for p in result.preemptions if p.for_job_id == preemptor_id}
-        # Borrowers moved to another lender (docs/quota-tree.md) free the lender too.
-        moved_away = {
-            m.job_id for m in result.charges_home if not m.in_quota and own.id in m.from_quota_ids
-        }
+        # Borrowers whose charge moved off this lender free it too (docs/quota-tree.md):
+        # moved to another lender, or home to their own quota, which now has room.
+        moved_away = {m.job_id for m in result.charges_home if own.id in m.from_quota_ids}
         freeing = [
             r for r in snap.running
             if r.charged_quota_id == own.id
