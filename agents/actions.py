@@ -34,6 +34,7 @@ from cluster.models import Node, NodeState
 from jobs.actions.logs import LogAppend, SequenceMoved, append_log_lines, append_many, note_log_end
 from jobs.actions.workers import note_refusal
 from jobs.models import Pod
+from jobs.prepared import PreparedRead
 from protocol import limits, words
 from protocol.agent import LogAck, LogLines, NodeFacts, RegisterRequest
 from protocol.batches import LogItems
@@ -356,8 +357,12 @@ def _with_pods(pods: dict[int, Pod] | None, ids: set[int]) -> dict[int, Pod]:
     pods = dict(pods or {})
     missing = ids - pods.keys()
     if missing:
-        pods |= {p.pk: p for p in Pod.objects.filter(pk__in=missing).select_related("job")}
+        pods |= {p.pk: p for p in _pods_with_jobs(sorted(missing))}
     return pods
+
+
+# Compiled once per number of ids (jobs.prepared): a log batch names a few dozen pods.
+_pods_with_jobs = PreparedRead(lambda ids: Pod.objects.filter(pk__in=ids).select_related("job"))
 
 
 def note_foreign(foreign: dict[int, list[str]], pod_id: int, what: str) -> None:

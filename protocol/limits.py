@@ -176,3 +176,8 @@ INPUT_SHA256_SECONDS = 3600
 KUBE_VALIDATOR_GRACE_SECONDS = 120
 # How much of a validator Pod's log the controller reads for its last lines.
 KUBE_VALIDATOR_LOG_BYTES = 64 * 1024
+
+# --- the console's own memory ---
+# Shapes (list lengths) a read compiled once keeps per process (jobs.prepared): past this
+# many the memory starts again.
+PREPARED_SHAPES = 512

@@ -62,6 +62,7 @@ from jobs.actions.progress import worker_ft_fields
 from jobs.actions.rendezvous import exec_token
 from jobs.actions.workers import apply_worker_state, record_gpu_samples
 from jobs.models import Pod, PodDesired
+from jobs.prepared import PreparedRead
 from jobs.result_reads import resume_identities
 from jobs.triggers import request_scheduling
 from policy.jobspec import worker_fields
@@ -284,10 +285,7 @@ def _read_again(node_id: int, pods: dict[int, Pod], job_ids: set[int]) -> dict[i
     answers at once. Reading the node's every pod again cost 3 % of the web's CPU in
     bench/kueue.py --full."""
     kept = {pk: pod for pk, pod in pods.items() if pod.job_id not in job_ids}
-    fresh = Pod.objects.filter(
-        node_id=node_id, status__in=list(ACTIVE_POD_STATUSES), job_id__in=job_ids
-    )
-    return kept | {p.pk: p for p in fresh.select_related("job").order_by()}
+    return kept | {p.pk: p for p in _live_pods_of_jobs(node_id, sorted(job_ids))}
 
 
 def _named_pods(items: HeartbeatItems, refused: dict[int, str]) -> list[int]:
@@ -297,9 +295,25 @@ def _named_pods(items: HeartbeatItems, refused: dict[int, str]) -> list[int]:
 
 
 def _load_pods(node_id: int, named: Iterable[int]) -> dict[int, Pod]:
-    query = Q(node_id=node_id, status__in=list(ACTIVE_POD_STATUSES)) | Q(pk__in=list(named))
-    # Unordered (a dict by id): the model's ordering would join and sort for nothing.
-    return {p.pk: p for p in Pod.objects.filter(query).select_related("job").order_by()}
+    return {p.pk: p for p in _live_or_named_pods(node_id, sorted(set(named)))}
+
+
+# The node's pods with their jobs, compiled once per shape (jobs.prepared); unordered (read
+# into a dict by id): the model's ordering would join and sort for nothing.
+_live_or_named_pods = PreparedRead(
+    lambda node_id, named: (
+        Pod.objects.filter(Q(node_id=node_id, status__in=_ACTIVE) | Q(pk__in=named))
+        .select_related("job")
+        .order_by()
+    )
+)
+_live_pods_of_jobs = PreparedRead(
+    lambda node_id, job_ids: (
+        Pod.objects.filter(node_id=node_id, status__in=_ACTIVE, job_id__in=job_ids)
+        .select_related("job")
+        .order_by()
+    )
+)
 
 
 def _own_reports(
