@@ -9,8 +9,9 @@ stand-in values, compiles it, and finds where each stand-in landed among the sta
 parameters; a run fills those places with the real values and lets Django's own iterable
 make the instances from the rows (converters, `select_related` included), as for any
 queryset. Anything else in the parameters is a constant of the builder. If the stand-ins do
-not come out one to one (a builder that folds or reorders its values), that shape is not
-prepared and every run builds its queryset as before.
+not come out one to one (a builder that drops or repeats a value; their order does not
+matter, each is found by value), that shape is not prepared and every run builds its
+queryset as before.
 
 Only for reads whose SQL depends on nothing but the shape of their arguments: the builder
 must use its arguments as filter values and nothing else.
@@ -105,7 +106,7 @@ class PreparedRead:
         ]
         found = [slot for slot in slots if slot is not None]
         if len(found) != len(places) or len(set(found)) != len(found):
-            compiled = None  # folded, repeated or reordered: not preparable
+            compiled = None  # a stand-in dropped or repeated: not preparable
         else:
             compiled.slots = slots
         return self._remember(shape, compiled)
